@@ -1,0 +1,96 @@
+"""The one formatter for what a run prints: group headers, result rows, progress, summary."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from orchestrator.sizes import format_bytes
+
+_COLUMNS = (
+    ("collective", 14, "s"),
+    ("dtype", 11, "s"),
+    ("op", 4, "s"),
+    ("place", 5, "s"),
+    ("msg_bytes", 9, "s"),
+    ("count", 11, "d"),
+    ("time_us", 11, ".1f"),
+    ("algbw", 8, ".3f"),
+    ("busbw", 8, ".3f"),
+    ("#wrong", 7, "d"),
+)
+
+
+def header() -> str:
+    return "  " + " ".join(f"{name:>{w}}" if f != "s" else f"{name:<{w}}" for name, w, f in _COLUMNS)
+
+
+def row_line(row: dict) -> str:
+    if row["status"] != "ok":
+        return (
+            f"  {row['collective']:<14} {row['dtype']:<11} {row['op']:<4} {_place(row):<5} "
+            f"{format_bytes(row['msg_bytes']):<9} {row['status'].upper()}: {row.get('error') or ''}"
+        )
+    values = (
+        row["collective"],
+        row["dtype"],
+        row["op"],
+        _place(row),
+        format_bytes(row["msg_bytes"]),
+        row["count"],
+        row["time_us"],
+        row["algbw_gbps"],
+        row["busbw_gbps"],
+        row["n_wrong"],
+    )
+    return "  " + " ".join(
+        f"{v:<{w}{f}}" if f == "s" else f"{v:>{w}{f}}" for v, (_, w, f) in zip(values, _COLUMNS)
+    )
+
+
+def _place(row: dict) -> str:
+    return "in" if row["in_place"] else "out"
+
+
+def group_line(group, base: dict) -> str:
+    nodes = ", ".join(dict.fromkeys(base["hosts"]))
+    return (
+        f"# group {group.group_id} ({group.pattern}, {base['topology']}): {base['world_size']} ranks on "
+        f"{base['n_nodes']} node(s) [{nodes}], round {group.round}, {base['groups_in_round']} group(s) in round"
+    )
+
+
+class Progress:
+    """Groups done, elapsed time and an estimate of what remains, on stderr."""
+
+    def __init__(self, total: int, out=sys.stderr) -> None:
+        self.total = total
+        self.done = 0
+        self.t0 = time.monotonic()
+        self.out = out
+
+    def group_done(self, n: int = 1) -> None:
+        self.done += n
+        elapsed = time.monotonic() - self.t0
+        left = elapsed / self.done * (self.total - self.done) if self.done else 0.0
+        print(
+            f"[progress] {self.done}/{self.total} groups done, {elapsed:.0f}s elapsed, ~{left:.0f}s left",
+            file=self.out,
+            flush=True,
+        )
+
+
+def failure_summary(failures: list[dict]) -> list[str]:
+    """One line per distinct error: `[ranks 0,1,3 on node-b] timeout: ... (groups r0-g1, r2-g0)`."""
+    by_error: dict[tuple[str, str], list[dict]] = {}
+    for f in failures:
+        by_error.setdefault((f["status"], f["error"]), []).append(f)
+    lines = []
+    for (status, error), items in by_error.items():
+        ranks = sorted({r for f in items for r in f["ranks"]})
+        hosts = sorted({h for f in items for h in f["hosts"]})
+        groups = ", ".join(f["group_id"] for f in items)
+        lines.append(
+            f"[ranks {','.join(map(str, ranks))} on {', '.join(hosts)}] {status}: {error} (groups {groups})"
+        )
+    return lines

@@ -1,0 +1,98 @@
+"""The cluster as the planner sees it: nodes, their addresses and how many ranks each holds.
+
+Built from `ray.nodes()` (live clusters) or from a description such as `64x8` (planning only).
+Node order is the rank order: by IP (numerically), then node id.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass
+
+from orchestrator.spec import SpecError
+
+
+@dataclass(frozen=True)
+class Node:
+    node_id: str
+    ip: str
+    hostname: str
+    gpus: int
+    ranks: int  # ranks placed on this node: its GPUs, or --ranks-per-node CPU ranks, or 0
+    accelerator: str | None = None
+
+
+@dataclass(frozen=True)
+class Inventory:
+    nodes: tuple[Node, ...]  # only nodes that hold ranks, in rank order
+
+    @property
+    def use_gpus(self) -> bool:
+        return any(n.gpus for n in self.nodes)
+
+    @property
+    def world_size(self) -> int:
+        return sum(n.ranks for n in self.nodes)
+
+    def first_rank(self) -> list[int]:
+        """Global rank of local rank 0 of each node."""
+        out, total = [], 0
+        for node in self.nodes:
+            out.append(total)
+            total += node.ranks
+        return out
+
+    def to_json(self) -> list[dict]:
+        return [n.__dict__ for n in self.nodes]
+
+
+def _ip_key(ip: str) -> tuple:
+    try:
+        return (0, int(ipaddress.ip_address(ip)))
+    except ValueError:
+        return (1, ip)
+
+
+def order_nodes(nodes: list[Node]) -> tuple[Node, ...]:
+    """Rank order: nodes by IP (numerically), then node id; nodes without ranks dropped."""
+    kept = [n for n in nodes if n.ranks > 0]
+    return tuple(sorted(kept, key=lambda n: (_ip_key(n.ip), n.node_id)))
+
+
+def from_ray_nodes(ray_nodes: list[dict], ranks_per_node: int) -> Inventory:
+    """Inventory from `ray.nodes()` output. Dead nodes are ignored. When any node has GPUs,
+    every node gets one rank per GPU (a CPU-only head gets none); otherwise every node gets
+    `ranks_per_node` CPU ranks."""
+    alive = [n for n in ray_nodes if n.get("Alive")]
+    any_gpu = any(n.get("Resources", {}).get("GPU", 0) >= 1 for n in alive)
+    nodes = []
+    for n in alive:
+        resources = n.get("Resources", {})
+        gpus = int(resources.get("GPU", 0))
+        accelerator = next((k.split(":", 1)[1] for k in resources if k.startswith("accelerator_type:")), None)
+        nodes.append(
+            Node(
+                node_id=n["NodeID"],
+                ip=n["NodeManagerAddress"],
+                hostname=n.get("NodeManagerHostname", ""),
+                gpus=gpus,
+                ranks=gpus if any_gpu else ranks_per_node,
+                accelerator=accelerator,
+            )
+        )
+    return Inventory(order_nodes(nodes))
+
+
+def from_description(text: str) -> Inventory:
+    """`64x8` -> 64 nodes of 8 GPUs each; `4x2cpu` -> 4 nodes of 2 CPU ranks each."""
+    m = re.fullmatch(r"(\d+)x(\d+)(cpu)?", text.strip().lower())
+    if not m or int(m.group(1)) < 1 or int(m.group(2)) < 1:
+        raise SpecError(f"--inventory {text!r}: expected NODESxRANKS, such as 64x8 or 4x2cpu")
+    n_nodes, ranks = int(m.group(1)), int(m.group(2))
+    gpus = 0 if m.group(3) else ranks
+    nodes = [
+        Node(f"node-{i:05d}", str(ipaddress.ip_address(0x0A000000 + i + 1)), f"node-{i:05d}", gpus, ranks)
+        for i in range(n_nodes)
+    ]
+    return Inventory(order_nodes(nodes))

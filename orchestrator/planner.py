@@ -1,0 +1,149 @@
+"""Patterns -> rounds -> groups of global ranks. Pure: no Ray, no I/O.
+
+A round is a set of disjoint groups that run at the same time. Patterns:
+- intra: groups inside each node, 2, 4, ... up to all ranks of the node;
+- inter: one rank per node over k = 2, 4, ... up to all nodes, rail-aligned (local rank i only
+  talks to local rank i), every rail and every block of k nodes at once;
+- mixed: blocks of k nodes with all their ranks;
+- pairwise: every node pair exactly once (circle method: N-1 rounds for even N, N for odd);
+- kbatch:K: consecutive blocks of K nodes with all their ranks, all at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from orchestrator.inventory import Inventory
+from orchestrator.spec import SpecError, SweepSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    group_id: str
+    pattern: str
+    round: int
+    ranks: tuple[int, ...]  # global ranks in group-rank order
+    pair: tuple[int, int] | None = None  # pairwise: the two node indices
+
+
+@dataclass(frozen=True)
+class Plan:
+    rounds: tuple[tuple[Group, ...], ...]
+
+    @property
+    def groups(self) -> Iterator[Group]:
+        for r in self.rounds:
+            yield from r
+
+    def __len__(self) -> int:
+        return sum(len(r) for r in self.rounds)
+
+
+def doubling(limit: int) -> list[int]:
+    """2, 4, 8, ... below `limit`, then `limit` itself (when >= 2)."""
+    out, k = [], 2
+    while k < limit:
+        out.append(k)
+        k *= 2
+    if limit >= 2:
+        out.append(limit)
+    return out
+
+
+def resolve_patterns(patterns: tuple[str, ...], n_nodes: int) -> list[str]:
+    """Expand `auto`; refuse patterns that need more nodes than the cluster has."""
+    out = []
+    for p in patterns:
+        if p == "auto":
+            out += ["intra"] + (["inter", "mixed"] if n_nodes > 1 else [])
+            continue
+        need = int(p.split(":")[1]) if p.startswith("kbatch:") else (2 if p != "intra" else 1)
+        if n_nodes < need:
+            raise SpecError(f"--patterns {p}: needs at least {need} nodes, the cluster has {n_nodes}")
+        out.append(p)
+    return list(dict.fromkeys(out))
+
+
+def make_plan(spec: SweepSpec, inv: Inventory) -> Plan:
+    patterns = resolve_patterns(spec.patterns, len(inv.nodes))
+    sizes = set(spec.group_sizes)
+    rounds: list[tuple[str, list[tuple[tuple[int, ...], tuple[int, int] | None]]]] = []
+    for pattern in patterns:
+        for members in _pattern_rounds(pattern, inv):
+            if sizes and pattern in ("intra", "inter", "mixed"):
+                members = [m for m in members if len(m[0]) in sizes]
+            if not members:
+                continue
+            if spec.concurrent:
+                rounds.append((pattern, members))
+            else:
+                rounds.extend((pattern, [m]) for m in members)
+    if not rounds:
+        raise SpecError(
+            f"--patterns {','.join(spec.patterns)}: no group to run on {len(inv.nodes)} node(s) "
+            f"of {inv.world_size} rank(s)" + (f" with --group-sizes {','.join(map(str, spec.group_sizes))}" if sizes else "")
+        )
+    out = []
+    for r, (pattern, members) in enumerate(rounds):
+        out.append(
+            tuple(Group(f"r{r}-g{i}", pattern, r, ranks, pair) for i, (ranks, pair) in enumerate(members))
+        )
+    return Plan(tuple(out))
+
+
+def _pattern_rounds(pattern: str, inv: Inventory):
+    first = inv.first_rank()
+    counts = [n.ranks for n in inv.nodes]
+    n_nodes = len(counts)
+
+    def all_ranks(nodes) -> tuple[int, ...]:
+        return tuple(r for i in nodes for r in range(first[i], first[i] + counts[i]))
+
+    if pattern == "intra":
+        for s in doubling(max(counts)):
+            yield [
+                (tuple(range(first[i] + b * s, first[i] + (b + 1) * s)), None)
+                for i in range(n_nodes)
+                for b in range(counts[i] // s)
+            ]
+    elif pattern == "inter":
+        for k in doubling(n_nodes):
+            members = []
+            for b in range(n_nodes // k):
+                nodes = range(b * k, (b + 1) * k)
+                rails = min(counts[i] for i in nodes)
+                members += [(tuple(first[i] + rail for i in nodes), None) for rail in range(rails)]
+            yield members
+    elif pattern == "mixed":
+        if max(counts) > 1:
+            for k in doubling(n_nodes):
+                yield [(all_ranks(range(b * k, (b + 1) * k)), None) for b in range(n_nodes // k)]
+    elif pattern == "pairwise":
+        for pairs in circle_rounds(n_nodes):
+            yield [(all_ranks(p), p) for p in pairs]
+    elif pattern.startswith("kbatch:"):
+        k = int(pattern.split(":")[1])
+        blocks = [range(b, min(b + k, n_nodes)) for b in range(0, n_nodes, k)]
+        yield [(all_ranks(nodes), None) for nodes in blocks if len(nodes) >= 2]
+    else:  # guarded by SweepSpec
+        raise ValueError(pattern)
+
+
+def circle_rounds(n: int) -> list[list[tuple[int, int]]]:
+    """Round-robin tournament: every pair of 0..n-1 once, no index twice in a round.
+
+    Fix the first seat and rotate the others; for odd n a dummy seat gives each node one bye.
+    """
+    seats = list(range(n)) + ([-1] if n % 2 else [])
+    m = len(seats)
+    rounds = []
+    for _ in range(m - 1):
+        pairs = []
+        for i in range(m // 2):
+            a, b = seats[i], seats[m - 1 - i]
+            if a >= 0 and b >= 0:
+                pairs.append((min(a, b), max(a, b)))
+        rounds.append(pairs)
+        seats = [seats[0], seats[-1], *seats[1:-1]]
+    return rounds

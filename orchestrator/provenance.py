@@ -1,0 +1,56 @@
+"""What a run records about itself once: versions, hosts, devices, environment, command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+
+import ray
+
+import orchestrator
+from orchestrator.spec import ENV_PREFIXES
+
+
+def comm_env(infos: list[dict]) -> dict:
+    """The communication variables of the driver and the distinct sets the workers saw."""
+    driver = {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)}
+    workers = []
+    for info in infos:
+        env = dict(sorted(info.get("comm_env", {}).items())) if info else None
+        if env is not None and env not in workers:
+            workers.append(env)
+    return {"driver": driver, "workers": workers}
+
+
+def manifest(spec, inv, infos: list[dict], backend: str, groups_total: int) -> dict:
+    torch_versions = sorted({i["torch_version"] for i in infos if i})
+    nccl = sorted({i["nccl_version"] for i in infos if i and i.get("nccl_version")})
+    return {
+        "state": "running",
+        "collbench_version": orchestrator.__version__,
+        "torch_version": ",".join(torch_versions),
+        "ray_version": ray.__version__,
+        "nccl_version": ",".join(nccl) or None,
+        "python_version": platform.python_version(),
+        "backend": backend,
+        "hostnames": sorted({i["hostname"] for i in infos if i}),
+        "device_models": sorted({n.accelerator or i["cpu_model"] for n, i in _node_infos(inv, infos)}),
+        "comm_env": json.dumps(comm_env(infos)),
+        "command_line": " ".join(sys.argv),
+        "spec": json.dumps(spec.to_json()),
+        "inventory": json.dumps(inv.to_json()),
+        "groups_total": groups_total,
+        "groups_done": 0,
+    }
+
+
+def _node_infos(inv, infos):
+    seen = {}
+    for info in infos:
+        if info:
+            seen.setdefault(info["node_id"], info)
+    for node in inv.nodes:
+        if node.node_id in seen:
+            yield node, seen[node.node_id]

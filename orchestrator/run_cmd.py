@@ -1,0 +1,135 @@
+"""`collbench run`: measure a sweep on a Ray cluster and write Parquet."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+import uuid
+
+from orchestrator import console, provenance
+from orchestrator.cli import add_spec_options, spec_from_args
+from orchestrator.spec import SpecError, SweepSpec, check_backend_dtypes, from_mapping
+from orchestrator.store import ResultStore, check_writable
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "run",
+        help="run a sweep (starts an embedded Ray instance when no cluster is given)",
+        description="Run collectives over message sizes on groups of ranks, check every result, "
+        "print a table while it goes and write Parquet rows under --output.",
+    )
+    add_spec_options(p)
+    p.add_argument("--resume", metavar="RUN_ID", help="finish run RUN_ID in --output: measure only the groups it lacks")
+    p.set_defaults(handler=main)
+
+
+def new_run_id(now: dt.datetime) -> str:
+    return f"{now:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
+
+
+def main(args: argparse.Namespace) -> int:
+    spec = spec_from_args(args)
+    check_writable(spec.output)
+    if args.resume:
+        spec = _resumed_spec(spec.output, args.resume)
+    # Ray and everything that needs it are imported here, after the cheap checks.
+    import ray
+
+    from orchestrator import connect, inventory
+    from orchestrator.planner import make_plan
+    from orchestrator.pool import ActorPool, PlacementError
+    from orchestrator.runner import Runner, check_plan
+
+    where = connect.connect(spec.address)
+    try:
+        inv = inventory.from_ray_nodes(ray.nodes(), spec.ranks_per_node)
+        if not inv.nodes:
+            raise SpecError("the Ray cluster has no node that can hold a rank")
+        backend = spec.backend if spec.backend != "auto" else ("nccl" if inv.use_gpus else "gloo")
+        if backend == "nccl" and not inv.use_gpus:
+            raise SpecError("--backend nccl: the cluster has no GPU")
+        check_backend_dtypes(backend, spec)
+        plan = make_plan(spec, inv)
+        check_plan(spec, plan)
+
+        now = dt.datetime.now(dt.timezone.utc)
+        run_id = args.resume or new_run_id(now)
+        store = ResultStore(spec.output, run_id)
+        skip = store.finished_groups() if args.resume else set()
+        print(
+            f"collbench: run {run_id} on {where}: {len(inv.nodes)} node(s), {inv.world_size} rank(s), "
+            f"backend {backend}, {len(plan)} group(s) in {len(plan.rounds)} round(s); results -> {store.location}",
+            flush=True,
+        )
+        if skip:
+            print(f"collbench: resuming: {len(skip)} group(s) already on disk are skipped", flush=True)
+        pool = ActorPool(inv, spec.env_vars(), start_timeout_s=min(spec.group_timeout_s, 300.0))
+        pool.start()
+        store.create()
+        manifest = provenance.manifest(spec, inv, pool.info, backend, len(plan))
+        manifest["started_at"] = now
+        store.write_manifest(manifest)
+        runner = Runner(spec, plan, pool, store, backend, {"run_id": run_id, "started_at": now})
+        progress = console.Progress(len(plan) - len(skip))
+        try:
+            outcome = runner.run(skip, progress)
+        except KeyboardInterrupt:
+            manifest.update(state="interrupted", finished_at=dt.datetime.now(dt.timezone.utc))
+            store.write_manifest(manifest)
+            pool.shutdown()
+            print(
+                f"\ncollbench: interrupted; finished groups are saved in {store.location}. Resume with:\n"
+                f"  collbench run --resume {run_id} --output {spec.output}",
+                file=sys.stderr,
+            )
+            return 130
+        pool.shutdown()
+        manifest.update(
+            state="finished",
+            finished_at=dt.datetime.now(dt.timezone.utc),
+            groups_done=len(skip) + outcome.groups_ok + outcome.groups_failed,
+            device_models=sorted(set(manifest["device_models"]) | outcome.device_names),
+        )
+        store.write_manifest(manifest)
+    except PlacementError as e:
+        print(f"collbench: error: {e}", file=sys.stderr)
+        return 1
+    finally:
+        connect.disconnect()
+    return _report_end(spec, store, outcome)
+
+
+def _report_end(spec: SweepSpec, store: ResultStore, outcome) -> int:
+    print(
+        f"collbench: {outcome.rows} row(s) in {outcome.groups_ok} ok and {outcome.groups_failed} failed group(s) "
+        f"written to {store.run_dir}",
+        flush=True,
+    )
+    code = 0
+    if outcome.failures:
+        print("collbench: failures:", file=sys.stderr)
+        for line in console.failure_summary(outcome.failures):
+            print("  " + line, file=sys.stderr)
+        if not spec.allow_failures:
+            code = 1
+    if outcome.n_wrong:
+        print(f"collbench: {outcome.n_wrong} wrong element(s) in the checks", file=sys.stderr)
+        code = 1
+    return code
+
+
+def _resumed_spec(output: str, run_id: str) -> SweepSpec:
+    """The spec a run was started with, from its manifest."""
+    import pyarrow.parquet as pq
+
+    store = ResultStore(output, run_id)
+    path = f"{store.root}/_runs/{run_id}.parquet"
+    try:
+        table = pq.read_table(path, filesystem=store.fs)
+    except (OSError, FileNotFoundError):
+        raise SpecError(f"--resume {run_id}: no such run in {output}") from None
+    saved = json.loads(table.column("spec")[0].as_py())
+    return SweepSpec(**from_mapping(saved, source=f"--resume {run_id}"))

@@ -1,0 +1,93 @@
+"""The one Parquet schema of result rows and of the per-run manifest.
+
+Writer, reader, report and tests all import these declarations. Bump SCHEMA_VERSION when a
+column changes meaning or type; readers refuse versions they do not know.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+SCHEMA_VERSION = 1
+
+_str_list = pa.list_(pa.string())
+
+ROW_SCHEMA = pa.schema(
+    [
+        ("schema_version", pa.int32()),
+        ("run_id", pa.string()),
+        ("started_at", pa.timestamp("us", tz="UTC")),
+        # what was measured
+        ("collective", pa.string()),
+        ("backend", pa.string()),
+        ("dtype", pa.string()),
+        ("op", pa.string()),  # "none" for collectives that do not reduce
+        ("in_place", pa.bool_()),
+        ("msg_bytes", pa.int64()),  # nccl-tests' S for this collective, after rounding
+        ("count", pa.int64()),  # elements in msg_bytes
+        # where it ran
+        ("world_size", pa.int32()),
+        ("n_nodes", pa.int32()),
+        ("ranks_per_node", pa.int32()),  # largest number of the group's ranks on one node
+        ("topology", pa.string()),  # intra | inter | mixed, from where the ranks really ran
+        ("pattern", pa.string()),
+        ("group_id", pa.string()),
+        ("round", pa.int32()),
+        ("groups_in_round", pa.int32()),
+        ("ranks", pa.list_(pa.int32())),  # global ranks, by group rank
+        ("hosts", _str_list),  # by group rank
+        ("node_ips", _str_list),
+        ("node_ids", _str_list),
+        ("devices", _str_list),
+        ("pair_nodes", _str_list),  # pairwise only: the two node ids
+        # how it was measured
+        ("iters", pa.int32()),
+        ("warmup", pa.int32()),
+        ("check_iters", pa.int32()),
+        # results
+        ("time_us", pa.float64()),  # mean over iterations of the slowest rank's time
+        ("time_us_p50", pa.float64()),
+        ("time_us_p99", pa.float64()),
+        ("time_us_min", pa.float64()),
+        ("time_us_max", pa.float64()),
+        ("time_cv", pa.float64()),
+        ("algbw_gbps", pa.float64()),  # msg_bytes / time_us, GB = 1e9 bytes
+        ("busbw_gbps", pa.float64()),  # algbw_gbps * the collective's factor for world_size
+        ("n_wrong", pa.int64()),  # mismatched elements summed over ranks
+        ("status", pa.string()),  # ok | failed | timeout | skipped
+        ("error", pa.string()),
+        ("failed_ranks", pa.list_(pa.int32())),  # group ranks that failed or never answered
+        ("iter_time_us", pa.list_(pa.float64())),  # slowest rank per iteration
+        ("rank_time_us", pa.list_(pa.float64())),  # each rank's mean, by group rank
+    ]
+)
+
+MANIFEST_SCHEMA = pa.schema(
+    [
+        ("schema_version", pa.int32()),
+        ("run_id", pa.string()),
+        ("started_at", pa.timestamp("us", tz="UTC")),
+        ("finished_at", pa.timestamp("us", tz="UTC")),
+        ("state", pa.string()),  # running | finished | interrupted
+        ("collbench_version", pa.string()),
+        ("torch_version", pa.string()),
+        ("ray_version", pa.string()),
+        ("nccl_version", pa.string()),
+        ("python_version", pa.string()),
+        ("backend", pa.string()),
+        ("hostnames", _str_list),
+        ("device_models", _str_list),
+        ("comm_env", pa.string()),  # JSON: NCCL_*/GLOO_*/... seen by the workers
+        ("command_line", pa.string()),
+        ("spec", pa.string()),  # JSON of the validated SweepSpec
+        ("inventory", pa.string()),  # JSON of the nodes used
+        ("groups_total", pa.int32()),
+        ("groups_done", pa.int32()),
+    ]
+)
+
+
+def rows_table(rows: list[dict]) -> pa.Table:
+    """Rows (dicts keyed by column name; missing keys become null) as a table of ROW_SCHEMA."""
+    full = [{"schema_version": SCHEMA_VERSION, **r} for r in rows]
+    return pa.Table.from_pylist(full, schema=ROW_SCHEMA)

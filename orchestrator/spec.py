@@ -1,0 +1,240 @@
+"""SweepSpec: everything a run measures, validated once, before Ray starts.
+
+Each field carries its command-line flag and help text, so the CLI and `--config` YAML files are
+built from this one declaration (a YAML key is the field name). Every bad value raises SpecError
+with one line naming the field and the value; the CLI turns it into exit code 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.sizes import parse_bytes, sweep
+from workloads.comm_env import COMM_ENV_PREFIXES as ENV_PREFIXES
+from workloads.dtypes import ELEMENT_BYTES, OPS, unsupported_pair
+
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "send_recv")
+PATTERNS = ("intra", "inter", "mixed", "pairwise")  # and kbatch:K
+BACKENDS = ("auto", "nccl", "gloo")
+
+
+class SpecError(ValueError):
+    """A bad value in a sweep specification; str() is the one line shown to the user."""
+
+
+def _opt(default: Any, flags: tuple[str, ...], help: str, kind: str = "str", **extra: Any) -> Any:
+    meta = {"flags": flags, "help": help, "kind": kind, **extra}
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweepSpec:
+    collectives: tuple[str, ...] = _opt(
+        COLLECTIVES, ("--collectives",), "collectives to run, comma-separated: " + ",".join(COLLECTIVES), "list"
+    )
+    dtypes: tuple[str, ...] = _opt(
+        ("float32",), ("-d", "--dtypes"), "element types, comma-separated: " + ",".join(ELEMENT_BYTES), "list"
+    )
+    ops: tuple[str, ...] = _opt(
+        ("sum",), ("-o", "--op"), "reduction operators for reducing collectives: " + ",".join(OPS), "list"
+    )
+    min_bytes: int = _opt(16, ("-b", "--min-bytes"), "smallest message size (8, 1K, 64M, 1G)", "bytes")
+    max_bytes: int = _opt(16 << 20, ("-e", "--max-bytes"), "largest message size", "bytes")
+    step_factor: int = _opt(4, ("-f", "--step-factor"), "multiply the size by this between steps", "int")
+    iters: int = _opt(20, ("-n", "--iters"), "timed iterations per size", "int")
+    warmup: int = _opt(5, ("-w", "--warmup"), "untimed warm-up iterations per size", "int")
+    check_iters: int = _opt(1, ("-c", "--check"), "check iterations per size after timing (0 disables)", "int")
+    root: int = _opt(0, ("-r", "--root"), "root rank of broadcast and reduce", "int")
+    backend: str = _opt("auto", ("--backend",), "auto (nccl when every rank has a GPU, else gloo), nccl or gloo")
+    patterns: tuple[str, ...] = _opt(
+        ("auto",),
+        ("--patterns",),
+        "group patterns, comma-separated: intra, inter, mixed, pairwise, kbatch:K; auto = intra, "
+        "plus inter and mixed on several nodes",
+        "list",
+    )
+    group_sizes: tuple[int, ...] = _opt(
+        (), ("--group-sizes",), "keep only intra/inter/mixed groups of these world sizes (comma-separated)", "ints"
+    )
+    concurrent: bool = _opt(
+        True, ("--concurrent",), "run the disjoint groups of a round at the same time", "bool"
+    )
+    ranks_per_node: int = _opt(2, ("--ranks-per-node",), "ranks on each node without GPUs (CPU ranks)", "int")
+    group_timeout_s: float = _opt(
+        300.0, ("--group-timeout",), "seconds a group may take, rendezvous and every measurement included", "float"
+    )
+    output: str = _opt("results", ("--output",), "results dataset directory (created if missing)")
+    address: str | None = _opt(
+        None, ("--address",), "Ray cluster to join (default: $RAY_ADDRESS, else start an embedded one)"
+    )
+    env: tuple[str, ...] = _opt(
+        (),
+        ("--env",),
+        "NAME=VALUE for the workers; only " + ", ".join(p + "*" for p in ENV_PREFIXES) + " (repeatable)",
+        "env",
+    )
+    allow_failures: bool = _opt(False, ("--allow-failures",), "exit 0 even when groups failed", "bool")
+
+    def __post_init__(self) -> None:
+        _check_choices("collectives", self.collectives, COLLECTIVES)
+        _check_choices("dtypes", self.dtypes, tuple(ELEMENT_BYTES))
+        _check_choices("ops", self.ops, OPS)
+        _check_choices("backend", (self.backend,), BACKENDS)
+        for name in ("min_bytes", "max_bytes", "iters", "ranks_per_node"):
+            _check_at_least(name, getattr(self, name), 1)
+        for name in ("warmup", "check_iters", "root"):
+            _check_at_least(name, getattr(self, name), 0)
+        _check_at_least("step_factor", self.step_factor, 2)
+        if self.min_bytes > self.max_bytes:
+            raise SpecError(
+                f"{_flag('min_bytes')} {self.min_bytes} is larger than {_flag('max_bytes')} {self.max_bytes}"
+            )
+        if self.group_timeout_s <= 0:
+            raise SpecError(f"{_flag('group_timeout_s')} {self.group_timeout_s!r}: must be positive")
+        for size in self.group_sizes:
+            _check_at_least("group_sizes", size, 1)
+        for pattern in self.patterns:
+            _check_pattern(pattern)
+        for item in self.env:
+            _check_env(item)
+        if self.backend != "auto":
+            message = unsupported_pair(self.backend, list(self.dtypes))
+            if message:
+                raise SpecError(message)
+        if not self.output:
+            raise SpecError(f"{_flag('output')}: empty path")
+
+    # -- derived values -------------------------------------------------------------------
+    def sizes(self) -> list[int]:
+        return sweep(self.min_bytes, self.max_bytes, self.step_factor)
+
+    def env_vars(self) -> dict[str, str]:
+        return dict(item.split("=", 1) for item in self.env)
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def spec_fields() -> list[dataclasses.Field]:
+    return list(dataclasses.fields(SweepSpec))
+
+
+def _flag(name: str) -> str:
+    f = next(f for f in spec_fields() if f.name == name)
+    return f.metadata["flags"][-1]
+
+
+def _check_choices(name: str, values: tuple[str, ...], allowed: tuple[str, ...]) -> None:
+    if not values:
+        raise SpecError(f"{_flag(name)}: empty list (choose from {','.join(allowed)})")
+    for v in values:
+        if v not in allowed:
+            raise SpecError(f"{_flag(name)}: unknown value {v!r} (choose from {','.join(allowed)})")
+
+
+def _check_at_least(name: str, value: Any, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecError(f"{_flag(name)} {value!r}: must be an integer")
+    if value < low:
+        raise SpecError(f"{_flag(name)} {value}: must be at least {low}")
+
+
+def _check_pattern(pattern: str) -> None:
+    if pattern in PATTERNS or pattern == "auto":
+        return
+    m = re.fullmatch(r"kbatch:(\d+)", pattern)
+    if m and int(m.group(1)) >= 2:
+        return
+    raise SpecError(
+        f"--patterns: unknown pattern {pattern!r} (choose from auto,{','.join(PATTERNS)},kbatch:K with K>=2)"
+    )
+
+
+def _check_env(item: str) -> None:
+    name, sep, _ = item.partition("=")
+    if not sep or not name:
+        raise SpecError(f"--env {item!r}: expected NAME=VALUE")
+    if not name.startswith(ENV_PREFIXES):
+        raise SpecError(
+            f"--env {name}: only communication variables may be passed ({', '.join(p + '*' for p in ENV_PREFIXES)})"
+        )
+
+
+# -- building a spec from text (CLI strings or YAML values) ---------------------------------
+def convert(f: dataclasses.Field, value: Any) -> Any:
+    """One raw value (a CLI string or a YAML scalar/list) to the field's type, or SpecError."""
+    kind, flag = f.metadata["kind"], f.metadata["flags"][-1]
+    try:
+        if kind == "list":
+            items = value.split(",") if isinstance(value, str) else list(value)
+            return tuple(str(v).strip() for v in items if str(v).strip())
+        if kind == "ints":
+            items = value.split(",") if isinstance(value, str) else list(value)
+            return tuple(_strict_int(v) for v in items if str(v).strip())
+        if kind == "env":
+            return tuple(value) if isinstance(value, (list, tuple)) else (str(value),)
+        if kind == "bytes":
+            return parse_bytes(value)
+        if kind == "int":
+            return _strict_int(value)
+        if kind == "float":
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value)
+        if kind == "bool":
+            if not isinstance(value, bool):
+                raise ValueError
+            return value
+        if value is not None and not isinstance(value, str):
+            raise ValueError
+        return value
+    except (ValueError, TypeError):
+        raise SpecError(f"{flag} {value!r}: expected {_KIND_WORDS[kind]}") from None
+
+
+_KIND_WORDS = {
+    "list": "a comma-separated list",
+    "ints": "a comma-separated list of integers",
+    "env": "NAME=VALUE items",
+    "bytes": "a byte size such as 8, 1K, 64M or 1G",
+    "int": "an integer",
+    "float": "a number",
+    "bool": "true or false",
+    "str": "a string",
+}
+
+
+def _strict_int(value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError
+    if isinstance(value, int):
+        return value
+    text = str(value).strip()
+    if not re.fullmatch(r"[+-]?\d+", text):
+        raise ValueError
+    return int(text)
+
+
+def from_mapping(values: dict[str, Any], source: str = "config") -> dict[str, Any]:
+    """Converted keyword arguments from a mapping of field names (a YAML sweep file)."""
+    known = {f.name: f for f in spec_fields()}
+    out = {}
+    for key, value in values.items():
+        if key not in known:
+            raise SpecError(f"{source}: unknown key {key!r} (known: {', '.join(known)})")
+        out[key] = convert(known[key], value)
+    return out
+
+
+def check_backend_dtypes(backend: str, spec: SweepSpec) -> None:
+    """Refuse dtypes the resolved backend cannot run (for --backend auto, once it is known)."""
+    message = unsupported_pair(backend, list(spec.dtypes))
+    if message:
+        raise SpecError(message)
+
+

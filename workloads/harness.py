@@ -1,0 +1,120 @@
+"""The only timing loop and the only correctness loop.
+
+For each message size: allocate, fill, warm up, synchronise the group, time every iteration
+(CUDA events on a GPU, a monotonic clock around each blocking call on the CPU), then run the
+check iterations on fresh inputs and count the wrong elements. What comes back are raw
+per-iteration samples of this rank; the driver combines ranks.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from workloads import registry
+from workloads.data import SENTINEL, TORCH_DTYPES, count_wrong, tolerance
+from workloads.dtypes import NO_OP
+from workloads.registry import Ctx
+
+_OPS = {
+    "sum": dist.ReduceOp.SUM,
+    "max": dist.ReduceOp.MAX,
+    "min": dist.ReduceOp.MIN,
+    "prod": dist.ReduceOp.PRODUCT,
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One (collective, dtype, op, in_place) over a list of element counts."""
+
+    collective: str
+    dtype: str
+    op: str
+    in_place: bool
+    counts: tuple[int, ...]
+    iters: int
+    warmup: int
+    check_iters: int
+    root: int = 0
+
+
+def run_case(case: Case, rank: int, n: int, device: torch.device) -> list[dict]:
+    """Measure and check every count of `case`; return this rank's samples per count."""
+    coll = registry.get(case.collective)
+    op = _OPS.get(case.op) if case.op != NO_OP else None
+    out = []
+    for count in case.counts:
+        c = Ctx(rank, n, count, case.dtype, case.op, case.root, case.in_place, str(device))
+        send, recv = _buffers(coll, c, device)
+        _fill(coll, c, send, recv, it=0)
+        call = functools.partial(coll.call, c, send, recv, op)
+        for _ in range(case.warmup):
+            call()
+        _barrier(device)
+        samples = _timed(call, case.iters, device)
+        n_wrong = 0
+        for it in range(1, case.check_iters + 1):
+            _fill(coll, c, send, recv, it)
+            call()
+            _sync(device)
+            expected = coll.expected(c, it)
+            if expected is not None:
+                n_wrong += count_wrong(recv, expected, tolerance(c.dtype, n, c.op))
+        out.append({"count": count, "iter_time_us": samples, "n_wrong": n_wrong})
+        del send, recv
+    return out
+
+
+def _buffers(coll, c: Ctx, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    dtype = TORCH_DTYPES[c.dtype]
+    if c.in_place:
+        big = max(coll.send_numel(c), coll.recv_numel(c))
+        whole = torch.empty(big, dtype=dtype, device=device)
+        return coll.alias(c, whole, whole)
+    send = torch.empty(coll.send_numel(c), dtype=dtype, device=device)
+    recv = torch.empty(coll.recv_numel(c), dtype=dtype, device=device)
+    return send, recv
+
+
+def _fill(coll, c: Ctx, send: torch.Tensor, recv: torch.Tensor, it: int) -> None:
+    # Sentinel first, inputs second: for in-place modes the send buffer lies inside the
+    # receive buffer (or the other way round) and the inputs must win.
+    recv.fill_(SENTINEL)
+    send.copy_(coll.inputs(c, it))
+
+
+def _barrier(device: torch.device) -> None:
+    # A one-element all_reduce works for gloo and NCCL alike (NCCL barriers need device ids).
+    dist.all_reduce(torch.zeros(1, device=device))
+    _sync(device)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _timed(call: Callable[[], None], iters: int, device: torch.device) -> list[float]:
+    """Microseconds of each of `iters` calls on this rank."""
+    if device.type == "cuda":
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+        for start, end in zip(starts, ends):
+            start.record()
+            call()
+            end.record()
+        torch.cuda.synchronize(device)
+        return [start.elapsed_time(end) * 1e3 for start, end in zip(starts, ends)]
+    clock = time.perf_counter_ns
+    samples = []
+    for _ in range(iters):
+        t0 = clock()
+        call()
+        samples.append((clock() - t0) / 1e3)
+    return samples

@@ -1,0 +1,34 @@
+"""reduce_scatter from one tensor: msg_bytes is the full input (n chunks)."""
+
+import torch.distributed as dist
+
+from workloads.data import reduced, values
+from workloads.registry import Collective, Ctx, register
+
+_reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+
+@register
+class ReduceScatter(Collective):
+    name = "reduce_scatter"
+    reduces = True
+    splits = True
+
+    @staticmethod
+    def busbw_factor(n):
+        return (n - 1) / n
+
+    def recv_numel(self, c):
+        return c.chunk
+
+    def alias(self, c, send, recv):
+        return send, send[c.rank * c.chunk : (c.rank + 1) * c.chunk]
+
+    def inputs(self, c: Ctx, it):
+        return values(c.rank, it, 0, c.count, c.op, c.dtype, c.device)
+
+    def expected(self, c: Ctx, it):
+        return reduced(c.n, it, c.rank * c.chunk, c.chunk, c.op, c.dtype, c.device)
+
+    def call(self, c, send, recv, op):
+        _reduce_scatter(recv, send, op=op)

@@ -1,0 +1,32 @@
+"""send_recv as a ring shift: every rank sends to rank+1 and receives from rank-1 at once."""
+
+import torch.distributed as dist
+
+from workloads.data import values
+from workloads.dtypes import NO_OP as OP
+from workloads.registry import Collective, Ctx, register
+
+
+@register
+class SendRecv(Collective):
+    name = "send_recv"
+    in_place_modes = (False,)
+    min_ranks = 2
+
+    @staticmethod
+    def busbw_factor(n):
+        return 1.0
+
+    def inputs(self, c: Ctx, it):
+        return values(c.rank, it, 0, c.count, OP, c.dtype, c.device)
+
+    def expected(self, c: Ctx, it):
+        return values((c.rank - 1) % c.n, it, 0, c.count, OP, c.dtype, c.device)
+
+    def call(self, c, send, recv, op):
+        ops = [
+            dist.P2POp(dist.isend, send, (c.rank + 1) % c.n),
+            dist.P2POp(dist.irecv, recv, (c.rank - 1) % c.n),
+        ]
+        for req in dist.batch_isend_irecv(ops):
+            req.wait()

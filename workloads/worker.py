@@ -1,0 +1,121 @@
+"""BenchWorker: one rank. A plain class; the driver turns it into a Ray actor.
+
+Lifecycle per group: the group's rank 0 `open_store()`s a TCP store on a free port of its node,
+every member `join()`s with that address, the driver sends `run()` cases, then `leave()`.
+The same worker serves many groups in turn; it is never in two groups at once.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from workloads.harness import Case, run_case
+from workloads.comm_env import COMM_ENV_PREFIXES, pin_interfaces
+
+
+class BenchWorker:
+    def __init__(self, env: dict[str, str] | None = None) -> None:
+        # Communication variables must be in place before any communicator is created.
+        os.environ.update(env or {})
+        self._device = torch.device("cpu")
+        self._store: dist.TCPStore | None = None
+        self._rank = 0
+        self._world_size = 1
+        self._ip = _node_ip()
+        self._ifname = pin_interfaces(self._ip)
+
+    def describe(self) -> dict:
+        """Where this rank runs; cheap, and touches no device."""
+        import ray
+
+        ctx = ray.get_runtime_context()
+        nccl = None
+        if torch.version.cuda and ray.get_gpu_ids():
+            nccl = ".".join(map(str, torch.cuda.nccl.version()))
+        return {
+            "node_id": ctx.get_node_id(),
+            "node_ip": self._ip,
+            "hostname": socket.gethostname(),
+            "pid": os.getpid(),
+            "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
+            "ifname": self._ifname,
+            "cpu_model": _cpu_model(),
+            "torch_version": torch.__version__,
+            "nccl_version": nccl,
+            "comm_env": {k: v for k, v in os.environ.items() if k.startswith(COMM_ENV_PREFIXES)},
+        }
+
+    def use_gpu(self, visible_devices: str, local_index: int) -> None:
+        """See every GPU of the node's group members and use one of them (NVLink/P2P between
+        actors of one node needs this); must run before anything initialises CUDA."""
+        os.environ["CUDA_VISIBLE_DEVICES"] = visible_devices
+        self._device = torch.device("cuda", local_index)
+
+    def open_store(self, timeout_s: float) -> tuple[str, int]:
+        """Create the group's rendezvous store on a free port; return its address."""
+        self._store = dist.TCPStore(
+            self._ip, 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=timeout_s)
+        )
+        return self._ip, self._store.port
+
+    def join(self, group: dict) -> dict:
+        """Form the torch.distributed group described by `group`; return what it used."""
+        t0 = time.perf_counter()
+        timeout = timedelta(seconds=group["timeout_s"])
+        if group["rank"] == 0:
+            store = self._store
+        else:
+            store = dist.TCPStore(group["store_ip"], group["store_port"], is_master=False, timeout=timeout)
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        self._rank, self._world_size = group["rank"], group["world_size"]
+        kwargs = {}
+        if group["backend"] == "nccl":
+            torch.cuda.set_device(self._device)
+            kwargs["device_id"] = self._device  # set up the communicator now, not in a timed call
+        dist.init_process_group(
+            group["backend"],
+            store=dist.PrefixStore(group["group_id"], store),
+            rank=self._rank,
+            world_size=self._world_size,
+            timeout=timeout,
+            **kwargs,
+        )
+        name = torch.cuda.get_device_name(self._device) if self._device.type == "cuda" else _cpu_model()
+        return {"setup_s": time.perf_counter() - t0, "device": str(self._device), "device_name": name}
+
+    def run(self, case: dict) -> list[dict]:
+        """Measure one case; this rank's raw samples per message size."""
+        return run_case(Case(**case), self._rank, self._world_size, self._device)
+
+    def leave(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        self._store = None
+
+
+def _node_ip() -> str:
+    try:
+        import ray
+
+        return ray.util.get_node_ip_address()
+    except Exception:  # outside Ray (direct use in tests): the loopback address
+        return "127.0.0.1"
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
