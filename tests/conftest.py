@@ -1,0 +1,27 @@
+import os
+import subprocess
+import sys
+
+import pytest
+
+# An empty CUDA_VISIBLE_DEVICES makes Ray's fake-GPU nodes fail to start.
+if os.environ.get("CUDA_VISIBLE_DEVICES") == "":
+    del os.environ["CUDA_VISIBLE_DEVICES"]
+
+
+@pytest.fixture(scope="session")
+def ray_head():
+    """One Ray head shared by every test that runs sweeps through the CLI."""
+    from tests.raycluster import RayHead
+
+    head = RayHead()
+    yield head
+    head.stop()
+
+
+def run_cli(args: list[str], env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`python -m orchestrator ARGS` in a subprocess, as a user would run it."""
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator", *args],
+        capture_output=True, text=True, timeout=timeout, env=env,
+    )

@@ -1,0 +1,57 @@
+"""Bad input exits 2 with one line naming the value, before any actor starts, writing nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import run_cli
+
+CASES = [
+    (["-b", "1M", "-e", "1K"], "--min-bytes 1048576 is larger than --max-bytes 1024"),
+    (["--collectives", "all_reduce,alltoall"], "--collectives: unknown value 'alltoall'"),
+    (["--collectives", ","], "--collectives: empty list"),
+    (["-b", "0"], "--min-bytes 0: must be at least 1"),
+    (["-e", "12Q"], "--max-bytes '12Q': expected a byte size"),
+    (["-n", "-5"], "--iters -5: must be at least 1"),
+    (["-w", "x"], "--warmup 'x': expected an integer"),
+    (["--backend", "gloo", "--dtypes", "float8_e5m2"], "float8_e5m2 is not supported by backend gloo"),
+    (["--dtypes", "float128"], "--dtypes: unknown value 'float128'"),
+    (["--op", "avg"], "--op: unknown value 'avg'"),
+    (["--patterns", "intra,ring"], "--patterns: unknown pattern 'ring'"),
+    (["--env", "LD_PRELOAD=/x.so"], "--env LD_PRELOAD: only communication variables"),
+    (["--group-timeout", "-1"], "--group-timeout -1.0: must be positive"),
+    (["--group-sizes", "2,x"], "--group-sizes '2,x': expected a comma-separated list of integers"),
+    (["--output", "{tmp}/file/below"], "is not writable"),
+    (["--output", "{tmp}/file"], "exists and is not a directory"),
+    (["--config", "{tmp}/unknown.yaml"], "unknown key 'max_byte'"),
+    (["--config", "{tmp}/wrongtype.yaml"], "--iters 'ten': expected an integer"),
+    (["--config", "{tmp}/missing.yaml"], "--config {tmp}/missing.yaml: No such file or directory"),
+    (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+]
+
+
+@pytest.mark.parametrize("args, message", CASES, ids=[c[1][:40] for c in CASES])
+def test_bad_input_exits_2_with_one_line(tmp_path, args, message):
+    (tmp_path / "file").write_text("not a directory")
+    (tmp_path / "unknown.yaml").write_text("max_byte: 1K\n")
+    (tmp_path / "wrongtype.yaml").write_text("iters: ten\n")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    out = tmp_path / "out"
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    if "--output" not in args:
+        args += ["--output", str(out)]
+    proc = run_cli(["run", *args], env={"PATH": "/usr/bin:/bin", "RAY_ADDRESS": "127.0.0.1:1"}, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert message.replace("{tmp}", str(tmp_path)) in lines[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written
+    assert proc.stdout == ""
+
+
+def test_pattern_needing_more_nodes_than_exist(ray_head, tmp_path):
+    proc = run_cli(["run", "--patterns", "pairwise", "--output", str(tmp_path / "out")], env=ray_head.env())
+    assert proc.returncode == 2
+    assert "collbench: error: --patterns pairwise: needs at least 2 nodes, the cluster has 1" in proc.stderr
+    assert not (tmp_path / "out").exists()
+    assert "collbench: run" not in proc.stdout  # no actors were created

@@ -1,0 +1,144 @@
+"""Every collective's exact output on every rank, for 2 and 3 (odd) gloo ranks, every dtype gloo
+supports, every op, in-place and out-of-place. The expected tensors are computed here from the
+inputs each rank really sent, independently of the modules' own `expected()`."""
+
+from __future__ import annotations
+
+import functools
+import io
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from orchestrator.raynodes import free_port
+from workloads import registry
+from workloads.data import TORCH_DTYPES
+from workloads.dtypes import BACKEND_DTYPES, NO_OP, OPS
+from workloads.harness import Case, _buffers, _fill, run_case
+from workloads.registry import Collective, Ctx
+
+COUNT = 24  # splits by 2 and 3
+DTYPES = sorted(BACKEND_DTYPES["gloo"])
+
+
+def _cases():
+    for name in registry.names():
+        coll = registry.get(name)
+        for dtype in DTYPES:
+            for op in OPS if coll.reduces else (NO_OP,):
+                for in_place in coll.in_place_modes:
+                    yield name, dtype, op, in_place
+
+
+def _worker(rank: int, n: int, port: int, queue) -> None:
+    store = dist.TCPStore("127.0.0.1", port, n, rank == 0)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=n)
+    out = {}
+    for name, dtype, op, in_place in _cases():
+        coll = registry.get(name)
+        if n < coll.min_ranks:
+            continue
+        c = Ctx(rank, n, COUNT, dtype, op, 1 % n, in_place)
+        send, recv = _buffers(coll, c, torch.device("cpu"))
+        _fill(coll, c, send, recv, it=3)
+        sent = send.clone()
+        coll.call(c, send, recv, _OPS[op] if op != NO_OP else None)
+        own = coll.expected(c, 3)
+        out[(name, dtype, op, in_place)] = (sent, recv.clone(), own)
+    # A collective that never communicates must be caught by the harness' check.
+    broken = Case("all_reduce", "float32", "sum", True, (COUNT,), iters=1, warmup=0, check_iters=2)
+    real_call = registry.REGISTRY["all_reduce"].call
+    registry.REGISTRY["all_reduce"].call = lambda *a: None
+    out["broken_n_wrong"] = run_case(broken, rank, n, torch.device("cpu"))[0]["n_wrong"]
+    registry.REGISTRY["all_reduce"].call = real_call
+    buf = io.BytesIO()
+    torch.save(out, buf)  # plain bytes: tensors in shared memory die with this process
+    queue.put((rank, buf.getvalue()))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN, "prod": dist.ReduceOp.PRODUCT}
+
+
+@functools.lru_cache(maxsize=None)
+def _results(n: int) -> dict[int, dict]:
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=_worker, args=(r, n, port, queue)) for r in range(n)]
+    for p in procs:
+        p.start()
+    results = {}
+    for _ in range(n):
+        rank, data = queue.get(timeout=240)
+        results[rank] = torch.load(io.BytesIO(data))
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    return results
+
+
+def _combine(op: str, tensors: list[torch.Tensor]) -> torch.Tensor:
+    acc = tensors[0].double() if tensors[0].is_floating_point() else tensors[0].long()
+    for t in tensors[1:]:
+        t = t.double() if t.is_floating_point() else t.long()
+        acc = {"sum": acc + t, "prod": acc * t, "max": torch.maximum(acc, t), "min": torch.minimum(acc, t)}[op]
+    return acc.to(tensors[0].dtype)
+
+
+def _expected(name: str, op: str, sent: list[torch.Tensor], rank: int, n: int, root: int) -> torch.Tensor | None:
+    chunk = COUNT // n
+    if name == "all_reduce":
+        return _combine(op, sent)
+    if name == "reduce":
+        return _combine(op, sent) if rank == root else None
+    if name == "reduce_scatter":
+        return _combine(op, sent)[rank * chunk : (rank + 1) * chunk]
+    if name == "all_gather":
+        return torch.cat(sent)
+    if name == "all_to_all":
+        return torch.cat([s[rank * chunk : (rank + 1) * chunk] for s in sent])
+    if name == "broadcast":
+        return sent[root]
+    if name == "send_recv":
+        return sent[(rank - 1) % n]
+    raise AssertionError(name)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_every_collective_exact_on_every_rank(n):
+    results = _results(n)
+    checked = 0
+    for key in _cases():
+        name, dtype, op, in_place = key
+        if n < registry.get(name).min_ranks:
+            continue
+        sent = [results[r][key][0] for r in range(n)]
+        for rank in range(n):
+            _, got, own = results[rank][key]
+            want = _expected(name, op, sent, rank, n, root=1 % n)
+            assert got.dtype == TORCH_DTYPES[dtype]
+            if want is None:
+                assert own is None
+                continue
+            assert torch.equal(got, want), f"{key} rank {rank}: {got} != {want}"
+            assert torch.equal(own, want), f"{key} rank {rank}: module's expected() is wrong"
+            checked += 1
+    assert checked == n * sum(1 for k in _cases() if n >= registry.get(k[0]).min_ranks) - (n - 1) * sum(
+        1 for k in _cases() if k[0] == "reduce"
+    )
+
+
+def test_harness_counts_wrong_elements_of_a_broken_collective():
+    results = _results(2)
+    # all_reduce that does nothing: every element differs from the 2-rank sum where the
+    # rank's own input differs from it; over two check iterations that is most elements.
+    assert all(results[r]["broken_n_wrong"] > COUNT for r in range(2))
+
+
+def test_collective_base_is_abstract():
+    with pytest.raises(NotImplementedError):
+        Collective.busbw_factor(2)

@@ -1,0 +1,67 @@
+"""Full `collbench run` sweeps on a real (shared) Ray instance, results read back from disk."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from tests.conftest import run_cli
+from workloads import registry
+from workloads.dtypes import BACKEND_DTYPES, NO_OP, OPS
+
+
+def test_full_sweep_every_collective_dtype_and_op(ray_head, tmp_path):
+    out = tmp_path / "results"
+    dtypes = sorted(BACKEND_DTYPES["gloo"])
+    proc = run_cli(
+        ["run", "--output", str(out), "--ranks-per-node", "3", "--dtypes", ",".join(dtypes),
+         "--op", ",".join(OPS), "-b", "96", "-e", "6K", "-f", "8", "-n", "3", "-w", "1", "-c", "2"],
+        env=ray_head.env(),
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    df = pd.read_parquet(out)
+    # intra on one node of 3 ranks: a group of 2 and a group of 3
+    assert sorted(df["world_size"].unique()) == [2, 3]
+    expected_cases = 0
+    for name in registry.names():
+        coll = registry.get(name)
+        expected_cases += len(dtypes) * (len(OPS) if coll.reduces else 1) * len(coll.in_place_modes)
+    # 3 sizes (96, 768, 6144 bytes) per case, for each of the two groups
+    assert len(df) == expected_cases * 3 * 2
+    assert (df["status"] == "ok").all()
+    assert (df["n_wrong"] == 0).all()
+    assert (df["busbw_gbps"] > 0).all() and (df["algbw_gbps"] > 0).all()
+    assert set(df["collective"]) == set(registry.names())
+    assert set(df["dtype"]) == set(dtypes)
+    assert set(df.loc[df["collective"] == "all_reduce", "op"]) == set(OPS)
+    assert set(df.loc[df["collective"] == "all_gather", "op"]) == {NO_OP}
+    assert set(df.loc[df["collective"] == "reduce_scatter", "in_place"]) == {True, False}
+    # all_gather of 3 ranks rounds 96 bytes of float32 (24 elements) to 8 per rank: stays 96
+    ag = df[(df.collective == "all_gather") & (df.world_size == 3) & (df.dtype == "float32")]
+    assert sorted(ag["msg_bytes"].unique()) == [96, 768, 6144]
+    # busbw = algbw * factor, and algbw = msg_bytes / time
+    ar = df[df.collective == "all_reduce"]
+    assert ((ar.algbw_gbps * 1e3 * ar.time_us - ar.msg_bytes).abs() < 1e-6 * ar.msg_bytes).all()
+    factor = ar.world_size.map(lambda n: 2 * (n - 1) / n)
+    assert ((ar.busbw_gbps - ar.algbw_gbps * factor).abs() < 1e-9).all()
+    assert all(len(x) == 3 for x in df["iter_time_us"]) and all(
+        len(x) == n for x, n in zip(df["rank_time_us"], df["world_size"])
+    )
+    assert (df["time_us"] >= df["time_us_min"]).all() and (df["time_us_max"] >= df["time_us"]).all()
+    assert set(df["topology"]) == {"intra"} and set(df["backend"]) == {"gloo"}
+    # the table printed while it ran
+    assert "all_reduce" in proc.stdout and "reduce_scatter" in proc.stdout and "#wrong" not in proc.stderr
+    manifest = pd.read_parquet(out / "_runs")
+    assert list(manifest["state"]) == ["finished"]
+    assert manifest.loc[0, "run_id"] == df["run_id"].iloc[0]
+    assert manifest.loc[0, "torch_version"].startswith("2.")
+
+
+def test_two_runs_make_one_dataset(ray_head, tmp_path):
+    out = tmp_path / "results"
+    args = ["run", "--output", str(out), "--collectives", "all_reduce,broadcast", "-b", "1K", "-e", "4K", "-n", "2"]
+    for _ in range(2):
+        proc = run_cli(args, env=ray_head.env())
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    df = pd.read_parquet(out)
+    assert df["run_id"].nunique() == 2
+    assert len(df) == 2 * 2 * 2  # runs x collectives x sizes (1K, 4K)

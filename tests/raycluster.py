@@ -1,0 +1,41 @@
+"""A private Ray head for the tests: its own temp dir and ports, stopped by process session."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+
+from orchestrator import raynodes
+
+AUTH_ENV = {"RAY_AUTH_MODE": "token"}
+
+
+class RayHead:
+    def __init__(self, num_cpus: int = 2, ip: str = "127.0.0.1") -> None:
+        # Short path: Ray's unix socket names must stay under ~107 characters.
+        self.temp_dir = tempfile.mkdtemp(prefix="cbt", dir="/tmp")
+        self.port = raynodes.free_port()
+        self.ip = ip
+        self.address = f"{ip}:{self.port}"
+        self.log = os.path.join(self.temp_dir, "head.log")
+        self.sid = raynodes.ray_start(
+            ["--head", f"--port={self.port}", f"--node-ip-address={ip}", f"--temp-dir={self.temp_dir}",
+             f"--num-cpus={num_cpus}", "--include-dashboard=false", *raynodes.private_port_args(head=True)],
+            self.log,
+            env=AUTH_ENV,
+        )
+        if not raynodes.wait_port(ip, self.port, 60):
+            self.stop()
+            raise RuntimeError(f"Ray head did not open {self.address}; see {self.log}")
+        time.sleep(2)  # the raylet registers right after the GCS opens its port
+
+    def env(self) -> dict[str, str]:
+        """Environment for a client process of this cluster."""
+        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+        return {**env, **AUTH_ENV, "RAY_ADDRESS": self.address}
+
+    def stop(self) -> None:
+        raynodes.stop_sessions([self.sid])
+        shutil.rmtree(self.temp_dir, ignore_errors=True)

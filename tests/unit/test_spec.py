@@ -1,0 +1,56 @@
+import pytest
+
+from orchestrator.spec import SpecError, SweepSpec, from_mapping
+
+
+def test_defaults_are_valid_and_sweep_sizes():
+    spec = SweepSpec()
+    assert spec.sizes()[0] == 16 and spec.sizes()[-1] == 16 << 20
+    assert "all_reduce" in spec.collectives and "send_recv" in spec.collectives
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"min_bytes": 1024, "max_bytes": 8}, "--min-bytes 1024 is larger than --max-bytes 8"),
+        ({"collectives": ("all_reduce", "allreduce")}, "--collectives: unknown value 'allreduce'"),
+        ({"collectives": ()}, "--collectives: empty list"),
+        ({"min_bytes": 0}, "--min-bytes 0: must be at least 1"),
+        ({"iters": -1}, "--iters -1: must be at least 1"),
+        ({"warmup": -3}, "--warmup -3: must be at least 0"),
+        ({"backend": "gloo", "dtypes": ("float8_e4m3",)}, "float8_e4m3 is not supported by backend gloo"),
+        ({"backend": "mpi"}, "--backend: unknown value 'mpi'"),
+        ({"patterns": ("ring",)}, "--patterns: unknown pattern 'ring'"),
+        ({"patterns": ("kbatch:1",)}, "--patterns: unknown pattern 'kbatch:1'"),
+        ({"env": ("PATH=/tmp",)}, "--env PATH: only communication variables"),
+        ({"env": ("NCCL_ALGO",)}, "--env 'NCCL_ALGO': expected NAME=VALUE"),
+        ({"group_timeout_s": 0.0}, "--group-timeout 0.0: must be positive"),
+        ({"step_factor": 1}, "--step-factor 1: must be at least 2"),
+    ],
+)
+def test_bad_values_name_the_field_and_value(kwargs, message):
+    with pytest.raises(SpecError) as e:
+        SweepSpec(**kwargs)
+    assert message in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_config_mapping_converts_and_refuses():
+    assert from_mapping({"min_bytes": "1K", "dtypes": ["float32", "int8"], "concurrent": False}) == {
+        "min_bytes": 1024,
+        "dtypes": ("float32", "int8"),
+        "concurrent": False,
+    }
+    with pytest.raises(SpecError, match="unknown key 'max_byte'"):
+        from_mapping({"max_byte": 8})
+    with pytest.raises(SpecError, match="--iters 'many': expected an integer"):
+        from_mapping({"iters": "many"})
+    with pytest.raises(SpecError, match="--concurrent 'yes': expected true or false"):
+        from_mapping({"concurrent": "yes"})
+
+
+def test_env_passes_communication_variables():
+    assert SweepSpec(env=("NCCL_ALGO=Ring", "GLOO_SOCKET_IFNAME=eth1")).env_vars() == {
+        "NCCL_ALGO": "Ring",
+        "GLOO_SOCKET_IFNAME": "eth1",
+    }
