@@ -53,7 +53,7 @@ def _place(row: dict) -> str:
 
 
 def group_line(group, base: dict) -> str:
-    nodes = ", ".join(dict.fromkeys(base["hosts"]))
+    nodes = ", ".join(dict.fromkeys(f"{h} {ip}" for h, ip in zip(base["hosts"], base["node_ips"])))
     return (
         f"# group {group.group_id} ({group.pattern}, {base['topology']}): {base['world_size']} ranks on "
         f"{base['n_nodes']} node(s) [{nodes}], round {group.round}, {base['groups_in_round']} group(s) in round"

@@ -62,8 +62,8 @@ def order_nodes(nodes: list[Node]) -> tuple[Node, ...]:
 
 def from_ray_nodes(ray_nodes: list[dict], ranks_per_node: int) -> Inventory:
     """Inventory from `ray.nodes()` output. Dead nodes are ignored. When any node has GPUs,
-    every node gets one rank per GPU (a CPU-only head gets none); otherwise every node gets
-    `ranks_per_node` CPU ranks."""
+    every node gets one rank per GPU (a CPU-only head gets none); otherwise every node that
+    advertises CPUs gets `ranks_per_node` CPU ranks (a head started with --num-cpus=0 gets none)."""
     alive = [n for n in ray_nodes if n.get("Alive")]
     any_gpu = any(n.get("Resources", {}).get("GPU", 0) >= 1 for n in alive)
     nodes = []
@@ -77,7 +77,7 @@ def from_ray_nodes(ray_nodes: list[dict], ranks_per_node: int) -> Inventory:
                 ip=n["NodeManagerAddress"],
                 hostname=n.get("NodeManagerHostname", ""),
                 gpus=gpus,
-                ranks=gpus if any_gpu else ranks_per_node,
+                ranks=gpus if any_gpu else (ranks_per_node if resources.get("CPU", 0) > 0 else 0),
                 accelerator=accelerator,
             )
         )

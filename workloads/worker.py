@@ -24,7 +24,8 @@ class BenchWorker:
     def __init__(self, env: dict[str, str] | None = None) -> None:
         # Communication variables must be in place before any communicator is created.
         os.environ.update(env or {})
-        self._device = torch.device("cpu")
+        self._gpu: torch.device | None = None
+        self._device = torch.device("cpu")  # where the current group's buffers live
         self._store: dist.TCPStore | None = None
         self._rank = 0
         self._world_size = 1
@@ -56,7 +57,7 @@ class BenchWorker:
         """See every GPU of the node's group members and use one of them (NVLink/P2P between
         actors of one node needs this); must run before anything initialises CUDA."""
         os.environ["CUDA_VISIBLE_DEVICES"] = visible_devices
-        self._device = torch.device("cuda", local_index)
+        self._gpu = torch.device("cuda", local_index)
 
     def open_store(self, timeout_s: float) -> tuple[str, int]:
         """Create the group's rendezvous store on a free port; return its address."""
@@ -77,6 +78,8 @@ class BenchWorker:
             dist.destroy_process_group()
         self._rank, self._world_size = group["rank"], group["world_size"]
         kwargs = {}
+        # gloo measures host memory even on GPU nodes (--backend gloo there tests the TCP path).
+        self._device = self._gpu if group["backend"] == "nccl" else torch.device("cpu")
         if group["backend"] == "nccl":
             torch.cuda.set_device(self._device)
             kwargs["device_id"] = self._device  # set up the communicator now, not in a timed call

@@ -1,0 +1,280 @@
+"""A real multi-node Ray cluster on one Linux machine: one network namespace per node on a
+bridge, inter-node links shaped with `tc tbf`, token authentication, private temp dir and ports.
+
+The head runs in the root namespace on the bridge address, advertising no CPUs, so it holds no
+ranks and a driver in the root namespace joins it directly; node i is namespace `cb-NAME-i` at
+10.X.0.(10+i). Traffic inside a namespace uses its loopback (unshaped); traffic between nodes
+crosses two veths, each shaped to the link rate in both directions.
+
+Everything `up` creates is recorded in a state file before it is created, so `down` (and a
+failed `up`) removes exactly that: processes by session id and by network namespace, then the
+namespaces, veths and bridge. Never `ray stop`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field
+
+from orchestrator import raynodes
+from orchestrator.spec import SpecError
+
+AUTH_ENV = {"RAY_AUTH_MODE": "token"}
+_RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit)$", re.IGNORECASE)
+_RATE_SCALE = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
+
+
+class LabError(RuntimeError):
+    pass
+
+
+def link_rate_bps(text: str) -> float:
+    """`1gbit` -> 1e9 bits per second (tc's units, powers of 1000)."""
+    m = _RATE.match(text.strip())
+    if not m:
+        raise SpecError(f"--link {text!r}: expected a rate such as 400mbit or 1gbit")
+    return float(m.group(1)) * _RATE_SCALE[m.group(2).lower()]
+
+
+@dataclass
+class LabState:
+    name: str
+    nodes: int
+    ranks_per_node: int
+    link: str
+    subnet: str
+    state_dir: str
+    temp_dir: str
+    port: int = 0
+    bridge: str = ""
+    namespaces: list[str] = field(default_factory=list)
+    veths: list[str] = field(default_factory=list)
+    sessions: list[int] = field(default_factory=list)
+
+    @property
+    def head_ip(self) -> str:
+        return str(ipaddress.ip_network(self.subnet)[1])
+
+    def node_ip(self, i: int) -> str:
+        return str(ipaddress.ip_network(self.subnet)[10 + i])
+
+    @property
+    def address(self) -> str:
+        return f"{self.head_ip}:{self.port}"
+
+    def save(self) -> None:
+        tmp = os.path.join(self.state_dir, ".state.json.tmp")
+        with open(tmp, "w") as f:
+            json.dump(asdict(self), f, indent=1)
+        os.replace(tmp, state_path(self.name))
+
+
+def state_dir(name: str) -> str:
+    return f"/tmp/collbench-lab-{name}"
+
+
+def state_path(name: str) -> str:
+    return os.path.join(state_dir(name), "state.json")
+
+
+def load(name: str) -> LabState:
+    try:
+        with open(state_path(name)) as f:
+            return LabState(**json.load(f))
+    except FileNotFoundError:
+        raise SpecError(f"--name {name}: no lab of that name is up (no {state_path(name)})") from None
+
+
+def check_host(name: str, nodes: int, ranks_per_node: int, link: str, subnet: str) -> None:
+    """Refuse what cannot work, before creating anything."""
+    if not re.fullmatch(r"[a-z][a-z0-9]{0,5}", name):
+        raise SpecError(f"--name {name!r}: 1-6 lower-case letters or digits, starting with a letter")
+    if nodes < 1 or nodes > 200:
+        raise SpecError(f"--nodes {nodes}: must be between 1 and 200")
+    if ranks_per_node < 1:
+        raise SpecError(f"--ranks-per-node {ranks_per_node}: must be at least 1")
+    link_rate_bps(link)
+    try:
+        net = ipaddress.ip_network(subnet)
+    except ValueError:
+        raise SpecError(f"--subnet {subnet!r}: not an IPv4 network such as 10.213.0.0/24") from None
+    if net.num_addresses < nodes + 12:
+        raise SpecError(f"--subnet {subnet}: too small for {nodes} nodes")
+    if os.geteuid() != 0:
+        raise SpecError("collbench lab needs root (network namespaces, veths and tc)")
+    if not shutil.which("ip") or not shutil.which("tc"):
+        raise SpecError("collbench lab needs iproute2 (`ip` and `tc`)")
+    if os.path.exists(state_path(name)):
+        raise SpecError(f"--name {name}: a lab of that name is already up (collbench lab down --name {name})")
+    # Names are recorded before they are created, so none of them may exist already: `down`
+    # must never remove something this lab did not make.
+    for dev in [f"cb{name}br", *(f"cb{name}{i}{end}" for i in range(nodes) for end in "hn")]:
+        if _exists_link(dev):
+            raise SpecError(f"--name {name}: network interface {dev} already exists")
+    for i in range(nodes):
+        if _exists_netns(f"cb-{name}-{i}"):
+            raise SpecError(f"--name {name}: network namespace cb-{name}-{i} already exists")
+
+
+def up(name: str, nodes: int, ranks_per_node: int, link: str, subnet: str, timeout_s: float = 120.0) -> LabState:
+    check_host(name, nodes, ranks_per_node, link, subnet)
+    os.makedirs(state_dir(name), exist_ok=True)
+    st = LabState(name, nodes, ranks_per_node, link, subnet, state_dir(name), f"/tmp/cbl-{name}")
+    st.save()
+    try:
+        _build_network(st)
+        _start_ray(st, timeout_s)
+    except BaseException:
+        down(st)
+        raise
+    return st
+
+
+def _build_network(st: LabState) -> None:
+    prefix = ipaddress.ip_network(st.subnet).prefixlen
+    rate_bps = link_rate_bps(st.link)
+    # tbf needs a bucket of at least one timer tick's worth of bytes to reach its rate.
+    burst = max(128 * 1024, int(rate_bps / 8 / 100))
+    st.bridge = f"cb{st.name}br"
+    st.save()
+    _ip("link", "add", st.bridge, "type", "bridge")
+    _ip("addr", "add", f"{st.head_ip}/{prefix}", "dev", st.bridge)
+    _ip("link", "set", st.bridge, "up")
+    for i in range(st.nodes):
+        ns, host_end, node_end = f"cb-{st.name}-{i}", f"cb{st.name}{i}h", f"cb{st.name}{i}n"
+        st.namespaces.append(ns)
+        st.veths.append(host_end)
+        st.save()
+        _ip("netns", "add", ns)
+        _ip("link", "add", host_end, "type", "veth", "peer", "name", node_end)
+        _ip("link", "set", node_end, "netns", ns)
+        _ip("link", "set", host_end, "master", st.bridge, "up")
+        _ip("-n", ns, "addr", "add", f"{st.node_ip(i)}/{prefix}", "dev", node_end)
+        _ip("-n", ns, "link", "set", node_end, "up")
+        _ip("-n", ns, "link", "set", "lo", "up")
+        tbf = ["root", "tbf", "rate", st.link, "burst", str(burst), "latency", "50ms"]
+        _run(["tc", "qdisc", "add", "dev", host_end, *tbf])
+        _run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", node_end, *tbf])
+
+
+def _start_ray(st: LabState, timeout_s: float) -> None:
+    os.makedirs(st.temp_dir, exist_ok=True)
+    st.port = raynodes.free_port()
+    log = os.path.join(st.state_dir, "head.log")
+    st.sessions.append(
+        raynodes.ray_start(
+            ["--head", f"--port={st.port}", f"--node-ip-address={st.head_ip}", f"--temp-dir={st.temp_dir}",
+             "--num-cpus=0", "--include-dashboard=false", "--object-store-memory=100000000",
+             *raynodes.private_port_args(head=True)],
+            log, env=AUTH_ENV,
+        )
+    )
+    st.save()
+    if not raynodes.wait_port(st.head_ip, st.port, timeout_s):
+        raise LabError(f"the lab's Ray head did not open {st.address}; see {log}")
+    # One node at a time: nodes started together race for the same socket names in the
+    # shared session directory ("bind: Address already in use" in the raylet).
+    for i, ns in enumerate(st.namespaces):
+        st.sessions.append(
+            raynodes.ray_start(
+                [f"--address={st.address}", f"--node-ip-address={st.node_ip(i)}", f"--num-cpus={st.ranks_per_node}",
+                 "--object-store-memory=100000000"],
+                os.path.join(st.state_dir, f"node{i}.log"), netns=ns, env=AUTH_ENV,
+            )
+        )
+        st.save()
+        _wait_nodes(st, i + 1, timeout_s)
+
+
+def _wait_nodes(st: LabState, nodes: int, timeout_s: float) -> None:
+    """Until `nodes` nodes besides the head are alive (checked from a short-lived client)."""
+    script = (
+        "import ray,sys; ray.init(address=sys.argv[1], logging_level='ERROR');"
+        "print(sum(1 for n in ray.nodes() if n['Alive']))"
+    )
+    deadline = time.monotonic() + timeout_s
+    alive = 0
+    while time.monotonic() < deadline:
+        proc = subprocess.run(
+            [_python(), "-c", script, st.address], capture_output=True, text=True,
+            env={**os.environ, **AUTH_ENV}, timeout=max(5.0, deadline - time.monotonic()),
+        )
+        lines = proc.stdout.strip().splitlines()
+        alive = int(lines[-1]) if lines and lines[-1].isdigit() else 0
+        if alive == nodes + 1:
+            return
+        time.sleep(1)
+    raise LabError(f"only {max(alive - 1, 0)} of {st.nodes} lab nodes joined within {timeout_s:.0f}s")
+
+
+def down(st: LabState) -> list[str]:
+    """Remove everything recorded in `st`; return what could not be removed."""
+    problems = []
+    raynodes.stop_sessions(st.sessions)
+    for ns in st.namespaces:
+        raynodes.kill_pids(netns_pids(ns), signal.SIGKILL)
+    for ns in st.namespaces:
+        if _exists_netns(ns) and subprocess.run(["ip", "netns", "del", ns], capture_output=True).returncode:
+            problems.append(f"namespace {ns}")
+    for dev in [*st.veths, st.bridge]:
+        if dev and _exists_link(dev) and subprocess.run(["ip", "link", "del", dev], capture_output=True).returncode:
+            problems.append(f"link {dev}")
+    shutil.rmtree(st.temp_dir, ignore_errors=True)
+    if not problems:
+        shutil.rmtree(st.state_dir, ignore_errors=True)
+    return problems
+
+
+def netns_pids(ns: str) -> list[int]:
+    """Processes whose network namespace is `ns` (Ray renames its processes: match by inode)."""
+    try:
+        target = os.stat(f"/run/netns/{ns}").st_ino
+    except OSError:
+        return []
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.stat(f"/proc/{entry}/ns/net").st_ino == target:
+                    pids.append(int(entry))
+            except OSError:
+                continue
+    return pids
+
+
+def _exists_netns(ns: str) -> bool:
+    return os.path.exists(f"/run/netns/{ns}")
+
+
+def _exists_link(dev: str) -> bool:
+    return os.path.exists(f"/sys/class/net/{dev}")
+
+
+def _ip(*args: str) -> None:
+    _run(["ip", *args])
+
+
+def _run(cmd: list[str]) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode:
+        raise LabError(f"`{' '.join(cmd)}` failed: {proc.stderr.strip() or proc.returncode}")
+
+
+def _python() -> str:
+    import sys
+
+    return sys.executable
+
+
+def run_command(st: LabState) -> str:
+    return (
+        f"RAY_AUTH_MODE=token collbench run --address {st.address} --ranks-per-node {st.ranks_per_node} "
+        f"--patterns intra,inter,mixed,pairwise"
+    )

@@ -1,0 +1,57 @@
+"""`collbench lab up|down|exec`: a real multi-node Ray cluster on this machine (root, Linux)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+
+from orchestrator import lab
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "lab",
+        help="build or remove a multi-node Ray cluster on this machine (network namespaces, shaped links)",
+        description="A real Ray cluster of N nodes on one Linux machine: one network namespace per node "
+        "joined by a bridge, links shaped with tc tbf, token authentication. Needs root and iproute2.",
+    )
+    verbs = p.add_subparsers(dest="verb", metavar="VERB", required=True, parser_class=type(p))
+    u = verbs.add_parser("up", help="build the lab and print how to run against it")
+    u.add_argument("--nodes", type=int, default=2, help="nodes, one network namespace each (default: 2)")
+    u.add_argument("--ranks-per-node", type=int, default=2, help="CPUs each node advertises (default: 2)")
+    u.add_argument("--link", default="1gbit", help="rate of every node's link, tc units: 400mbit, 1gbit (default: 1gbit)")
+    u.add_argument("--subnet", default="10.213.0.0/24", help="addresses of the lab (default: 10.213.0.0/24)")
+    u.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the nodes to join (default: 120)")
+    d = verbs.add_parser("down", help="remove exactly what `up` created")
+    e = verbs.add_parser("exec", help="run a command with RAY_ADDRESS and token auth set for the lab")
+    e.add_argument("cmd", nargs=argparse.REMAINDER, help="the command, after --")
+    for q in (u, d, e):
+        q.add_argument("--name", default="lab", help="lab name, 1-6 letters or digits (default: lab)")
+    p.set_defaults(handler=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.verb == "up":
+        try:
+            st = lab.up(args.name, args.nodes, args.ranks_per_node, args.link, args.subnet, args.timeout)
+        except lab.LabError as e:
+            print(f"collbench: lab up failed and was cleaned up: {e}", file=sys.stderr)
+            return 1
+        print(f"lab {st.name} is up: {st.nodes} node(s) x {st.ranks_per_node} rank(s), links shaped to {st.link}")
+        print(f"  address: {st.address} (head {st.head_ip}, nodes {st.node_ip(0)}..{st.node_ip(st.nodes - 1)})")
+        print(f"  run:     {lab.run_command(st)}")
+        print(f"  down:    collbench lab down --name {st.name}")
+        return 0
+    st = lab.load(args.name)
+    if args.verb == "down":
+        problems = lab.down(st)
+        if problems:
+            print(f"collbench: could not remove: {', '.join(problems)}", file=sys.stderr)
+            return 1
+        print(f"lab {st.name} removed")
+        return 0
+    cmd = [c for c in args.cmd if c != "--"] or [os.environ.get("SHELL", "/bin/sh")]
+    env = {**os.environ, **lab.AUTH_ENV, "RAY_ADDRESS": st.address}
+    return subprocess.call(cmd, env=env)

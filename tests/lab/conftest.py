@@ -1,0 +1,51 @@
+import os
+import re
+import secrets
+import shutil
+
+import pytest
+
+from tests.conftest import run_cli
+
+
+def require_lab() -> None:
+    """Lab tests need root and iproute2; in CI (COLLBENCH_REQUIRE_LAB=1) they must not skip."""
+    missing = []
+    if os.geteuid() != 0:
+        missing.append("root")
+    if not shutil.which("ip") or not shutil.which("tc"):
+        missing.append("iproute2")
+    if missing:
+        message = f"the multi-node lab needs {' and '.join(missing)}"
+        if os.environ.get("COLLBENCH_REQUIRE_LAB"):
+            pytest.fail(message + " (required: COLLBENCH_REQUIRE_LAB is set)")
+        pytest.skip(message)
+
+
+class Lab:
+    def __init__(self, nodes: int, ranks_per_node: int, link: str) -> None:
+        self.name = "t" + secrets.token_hex(2)
+        self.subnet = f"10.214.{secrets.randbelow(200) + 20}.0/24"
+        self.link = link
+        proc = run_cli(["lab", "up", "--name", self.name, "--nodes", str(nodes), "--ranks-per-node",
+                        str(ranks_per_node), "--link", link, "--subnet", self.subnet], timeout=240)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        self.address = re.search(r"address: (\S+)", proc.stdout).group(1)
+        self.up_output = proc.stdout
+        self.node_ips = [self.subnet.replace(".0/24", f".{10 + i}") for i in range(nodes)]
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+        return {**env, "RAY_AUTH_MODE": "token"}
+
+    def down(self) -> None:
+        proc = run_cli(["lab", "down", "--name", self.name], timeout=120)
+        assert proc.returncode == 0, proc.stderr
+
+
+@pytest.fixture(scope="package")
+def lab2x2():
+    require_lab()
+    lab = Lab(nodes=2, ranks_per_node=2, link="1gbit")
+    yield lab
+    lab.down()

@@ -1,0 +1,99 @@
+"""End to end on a real multi-node cluster: namespaces joined by a bridge, links shaped to a
+known rate, which is the ground truth the measured bandwidths are checked against."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pandas as pd
+import pytest
+
+from orchestrator import lab as labmod
+from tests.conftest import run_cli
+
+pytestmark = pytest.mark.lab
+LINK_GBPS = 0.125  # 1 gbit/s in GB/s
+
+
+def test_all_patterns_against_the_shaped_link(lab2x2, tmp_path):
+    out = tmp_path / "results"
+    proc = run_cli(
+        ["run", "--address", lab2x2.address, "--ranks-per-node", "2", "--patterns", "intra,inter,mixed,pairwise",
+         "--collectives", "all_reduce,all_gather,send_recv", "-b", "4M", "-e", "16M", "-f", "4",
+         "-n", "4", "-w", "1", "-c", "1", "--no-concurrent", "--output", str(out)],
+        env=lab2x2.env(), timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    df = pd.read_parquet(out)
+    assert (df.status == "ok").all() and (df.n_wrong == 0).all()
+    assert set(df.pattern) == {"intra", "inter", "mixed", "pairwise"}
+    # every row's topology matches where its ranks really ran (the actors' node IPs)
+    for _, row in df.iterrows():
+        ips = list(row.node_ips)
+        assert set(ips) <= set(lab2x2.node_ips)
+        want = "intra" if len(set(ips)) == 1 else "inter" if len(set(ips)) == len(ips) else "mixed"
+        assert row.topology == want, (row.group_id, ips)
+    pair = df[df.pattern == "pairwise"]
+    assert pair.pair_nodes.map(len).eq(2).all() and pair.n_nodes.eq(2).all()
+
+    big = df[(df.collective == "all_reduce") & (df.msg_bytes >= 4 << 20)]
+    inter = big[(big.topology == "inter") & (big.world_size == 2)]
+    intra = big[(big.topology == "intra") & (big.world_size == 2)]
+    assert len(inter) and len(intra)
+    for size, bw in inter.groupby("msg_bytes").busbw_gbps.median().items():
+        assert 0.70 * LINK_GBPS <= bw <= 1.05 * LINK_GBPS, f"inter busbw {bw:.4f} GB/s at {size} B"
+        intra_bw = intra[intra.msg_bytes == size].busbw_gbps.median()
+        assert intra_bw >= 3 * bw, f"intra {intra_bw:.4f} vs inter {bw:.4f} GB/s at {size} B"
+
+
+def test_plan_against_the_live_lab(lab2x2):
+    proc = run_cli(["plan", "--address", lab2x2.address, "--ranks-per-node", "2", "--patterns",
+                    "intra,inter,mixed,pairwise", "--groups"], env=lab2x2.env(), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "inventory: 2 node(s), 4 rank(s) (CPU)" in proc.stdout  # the head holds no ranks
+    assert "total: 6 groups in 4 rounds" in proc.stdout
+
+
+def test_lab_down_removes_exactly_what_up_created():
+    from tests.lab.conftest import Lab, require_lab
+
+    require_lab()
+    lab = Lab(nodes=3, ranks_per_node=1, link="400mbit")
+    st = labmod.load(lab.name)
+    assert len(st.namespaces) == 3 and all(os.path.exists(f"/run/netns/{ns}") for ns in st.namespaces)
+    assert any(labmod.netns_pids(ns) for ns in st.namespaces)
+    sessions = list(st.sessions)
+    lab.down()
+    assert not any(os.path.exists(f"/run/netns/{ns}") for ns in st.namespaces)
+    assert not any(os.path.exists(f"/sys/class/net/{d}") for d in [*st.veths, st.bridge])
+    from orchestrator.raynodes import session_pids
+
+    assert not any(session_pids(s) for s in sessions)
+    assert not os.path.exists(st.state_dir) and not os.path.exists(st.temp_dir)
+    ip = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert f"cb{lab.name}" not in ip
+
+
+def test_refused_or_failed_lab_up_leaves_nothing():
+    from tests.lab.conftest import require_lab
+
+    require_lab()
+    name = "tfail"
+    # Refused before anything exists: a subnet too small, an interface name already taken.
+    proc = run_cli(["lab", "up", "--name", name, "--nodes", "3", "--subnet", "10.215.0.0/30"])
+    assert proc.returncode == 2 and "--subnet 10.215.0.0/30: too small for 3 nodes" in proc.stderr
+    subprocess.run(["ip", "link", "add", f"cb{name}1h", "type", "bridge"], check=True)
+    try:
+        proc = run_cli(["lab", "up", "--name", name, "--nodes", "2", "--subnet", "10.215.1.0/24"])
+        assert proc.returncode == 2 and f"network interface cb{name}1h already exists" in proc.stderr
+        assert os.path.exists(f"/sys/class/net/cb{name}1h")  # not ours: left alone
+    finally:
+        subprocess.run(["ip", "link", "del", f"cb{name}1h"], check=False)
+    # Failing half-way (the network is built, Ray started, the nodes cannot join in 0.5 s):
+    # everything it made is removed.
+    proc = run_cli(["lab", "up", "--name", name, "--nodes", "2", "--subnet", "10.215.1.0/24", "--timeout", "0.5"])
+    assert proc.returncode == 1 and "lab up failed and was cleaned up" in proc.stderr
+    assert not os.path.exists(f"/run/netns/cb-{name}-0") and not os.path.exists(f"/sys/class/net/cb{name}br")
+    assert not os.path.exists(labmod.state_dir(name)) and not os.path.exists(f"/tmp/cbl-{name}")
+    assert f"cb{name}" not in subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
