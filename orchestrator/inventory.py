@@ -21,6 +21,7 @@ class Node:
     gpus: int
     ranks: int  # ranks placed on this node: its GPUs, or --ranks-per-node CPU ranks, or 0
     accelerator: str | None = None
+    memory_bytes: int = 0  # host memory Ray may use on the node (0: unknown)
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,7 @@ def from_ray_nodes(ray_nodes: list[dict], ranks_per_node: int) -> Inventory:
                 gpus=gpus,
                 ranks=gpus if any_gpu else (ranks_per_node if resources.get("CPU", 0) > 0 else 0),
                 accelerator=accelerator,
+                memory_bytes=int(resources.get("memory", 0)),
             )
         )
     return Inventory(order_nodes(nodes))

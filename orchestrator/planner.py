@@ -69,9 +69,11 @@ def make_plan(spec: SweepSpec, inv: Inventory) -> Plan:
     patterns = resolve_patterns(spec.patterns, len(inv.nodes))
     sizes = set(spec.group_sizes)
     rounds: list[tuple[str, list[tuple[tuple[int, ...], tuple[int, int] | None]]]] = []
+    sizes_seen: set[int] = set()
     for pattern in patterns:
         for members in _pattern_rounds(pattern, inv):
             if sizes and pattern in ("intra", "inter", "mixed"):
+                sizes_seen.update(len(m[0]) for m in members)
                 members = [m for m in members if len(m[0]) in sizes]
             if not members:
                 continue
@@ -79,6 +81,12 @@ def make_plan(spec: SweepSpec, inv: Inventory) -> Plan:
                 rounds.append((pattern, members))
             else:
                 rounds.extend((pattern, [m]) for m in members)
+    impossible = sorted(sizes - sizes_seen) if any(p in ("intra", "inter", "mixed") for p in patterns) else []
+    if impossible:
+        raise SpecError(
+            f"--group-sizes {','.join(map(str, impossible))}: no intra/inter/mixed group of that many ranks on "
+            f"{len(inv.nodes)} node(s) of {inv.world_size} rank(s) (possible: {','.join(map(str, sorted(sizes_seen)))})"
+        )
     if not rounds:
         raise SpecError(
             f"--patterns {','.join(spec.patterns)}: no group to run on {len(inv.nodes)} node(s) "

@@ -34,18 +34,31 @@ class ActorPool:
         self.actors: list = [None] * len(self.slots)
         self.info: list[dict] = [{}] * len(self.slots)
         self.respawns = 0
+        self.dead_nodes: set[str] = set()
 
     def start(self) -> None:
         self._spawn(range(len(self.slots)))
 
+    def refresh_nodes(self) -> set[str]:
+        """Node ids of the inventory that Ray no longer reports alive."""
+        alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+        self.dead_nodes = {node.node_id for node in self.inv.nodes if node.node_id not in alive}
+        return self.dead_nodes
+
+    def node_of(self, rank: int):
+        return self.inv.nodes[self.slots[rank][0]]
+
     def respawn(self, ranks: list[int]) -> None:
-        """Kill the actors of `ranks` (if alive) and start fresh ones in the same slots."""
+        """Kill the actors of `ranks` (if alive) and start fresh ones in the same slots; slots
+        on nodes that are gone stay empty."""
         for r in ranks:
             if self.actors[r] is not None:
                 ray.kill(self.actors[r], no_restart=True)
                 self.actors[r] = None
-        self.respawns += len(ranks)
-        self._spawn(ranks)
+        self.refresh_nodes()
+        live = [r for r in ranks if self.node_of(r).node_id not in self.dead_nodes]
+        self.respawns += len(live)
+        self._spawn(live)
 
     def shutdown(self) -> None:
         for i, actor in enumerate(self.actors):
@@ -64,7 +77,7 @@ class ActorPool:
                 num_gpus=1 if use_gpus else 0,
                 max_restarts=0,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False),
-            ).remote(self.env)
+            ).remote(self.env, node.ip)
         refs = {self.actors[r].describe.remote(): r for r in ranks}
         ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=self.start_timeout_s)
         if pending:

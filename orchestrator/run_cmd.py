@@ -39,6 +39,7 @@ def main(args: argparse.Namespace) -> int:
     import ray
 
     from orchestrator import connect, inventory
+    from orchestrator.memcheck import check_memory, probe_gpu_memory
     from orchestrator.planner import make_plan
     from orchestrator.pool import ActorPool, PlacementError
     from orchestrator.runner import Runner, check_plan
@@ -54,6 +55,7 @@ def main(args: argparse.Namespace) -> int:
         check_backend_dtypes(backend, spec)
         plan = make_plan(spec, inv)
         check_plan(spec, plan)
+        check_memory(spec, inv, probe_gpu_memory(inv))
 
         now = dt.datetime.now(dt.timezone.utc)
         run_id = args.resume or new_run_id(now)
@@ -90,7 +92,7 @@ def main(args: argparse.Namespace) -> int:
         manifest.update(
             state="finished",
             finished_at=dt.datetime.now(dt.timezone.utc),
-            groups_done=len(skip) + outcome.groups_ok + outcome.groups_failed,
+            groups_done=len(skip) + outcome.groups_ok + outcome.groups_failed + outcome.groups_skipped,
             device_models=sorted(set(manifest["device_models"]) | outcome.device_names),
         )
         store.write_manifest(manifest)
@@ -104,8 +106,8 @@ def main(args: argparse.Namespace) -> int:
 
 def _report_end(spec: SweepSpec, store: ResultStore, outcome) -> int:
     print(
-        f"collbench: {outcome.rows} row(s) in {outcome.groups_ok} ok and {outcome.groups_failed} failed group(s) "
-        f"written to {store.run_dir}",
+        f"collbench: {outcome.rows} row(s) in {outcome.groups_ok} ok, {outcome.groups_failed} failed and "
+        f"{outcome.groups_skipped} skipped group(s) written to {store.run_dir}",
         flush=True,
     )
     code = 0

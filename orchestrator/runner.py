@@ -78,6 +78,7 @@ class _GroupRun:
 class Outcome:
     groups_ok: int = 0
     groups_failed: int = 0
+    groups_skipped: int = 0
     rows: int = 0
     n_wrong: int = 0
     failures: list[dict] = field(default_factory=list)  # status, error, group_id, ranks, hosts
@@ -107,12 +108,20 @@ class Runner:
     # -- one round ------------------------------------------------------------------------
     def _run_round(self, groups: list[Group], groups_in_round: int, progress) -> None:
         now = time.monotonic()
+        dead = self.pool.refresh_nodes()
         runs = []
         for g in groups:
             base = self._base(g, groups_in_round)
             cases = self._cases.setdefault(len(g.ranks), build_cases(self.spec, len(g.ranks)))
-            runs.append(_GroupRun(g, base, cases, now + self.spec.group_timeout_s, now))
+            run = _GroupRun(g, base, cases, now + self.spec.group_timeout_s, now)
             print(console.group_line(g, base), flush=True)
+            reason = self._unavailable(g, dead)
+            if reason:
+                self._skip(run, reason)
+                if progress:
+                    progress.group_done()
+                continue
+            runs.append(run)
         stores = {r.group.group_id: self._actor(r, 0).open_store.remote(self.spec.group_timeout_s) for r in runs}
         owner = {}
         for r in runs:
@@ -141,7 +150,9 @@ class Runner:
                 "store_ip": ip,
                 "store_port": port,
                 "backend": self.backend,
-                "timeout_s": self.spec.group_timeout_s,
+                # Longer than the group's deadline, so the driver's deadline fires first and
+                # names the ranks that hang, instead of a backend error on the ranks that wait.
+                "timeout_s": self.spec.group_timeout_s + 30,
             }
             r.join_refs.append(actor.join.remote(spec))
         r.case_refs = [[self._actor(r, j).run.remote(case) for j in range(n)] for case in r.cases]
@@ -161,7 +172,7 @@ class Runner:
             for r in active:
                 if not r.done and now >= r.deadline:
                     late = [j for j, ref in enumerate(self._stage_refs(r)) if not _is_ready(ref)]
-                    hosts = sorted({r.base["hosts"][j] for j in late})
+                    hosts = sorted({_where(r.base, j) for j in late})
                     self._abandon(
                         r, "timeout", late,
                         f"group deadline of {self.spec.group_timeout_s:g}s passed during {r.stage}; "
@@ -192,7 +203,7 @@ class Runner:
                     try:
                         ray.get(ref, timeout=0)
                     except Exception as e:
-                        host = r.base["hosts"][j]
+                        host = _where(r.base, j)
                         self._abandon(r, "failed", [j], f"rank {j} on {host}: {_error_text(e)}")
                         return
             if len(ready) < len(refs):
@@ -264,15 +275,38 @@ class Runner:
                 "error": error,
                 "group_id": r.group.group_id,
                 "ranks": [r.group.ranks[j] for j in failed],
-                "hosts": sorted({r.base["hosts"][j] for j in failed}),
+                "hosts": sorted({_where(r.base, j) for j in failed}),
             }
         )
         self.outcome.groups_failed += 1
         self._write(r)
+        r.done = True
         try:
             self.pool.respawn(list(r.group.ranks))
         except PlacementError as e:
             print(f"  could not replace the workers of group {r.group.group_id}: {e}", flush=True)
+
+    def _unavailable(self, g: Group, dead: set[str]) -> str | None:
+        """Why the group cannot run (a node gone, a worker that could not be replaced), or None."""
+        gone = sorted({self.pool.node_of(rank).ip for rank in g.ranks if self.pool.node_of(rank).node_id in dead})
+        if gone:
+            return f"node(s) {', '.join(gone)} left the cluster"
+        missing = [rank for rank in g.ranks if self.pool.actors[rank] is None]
+        if missing:
+            return f"no worker for rank(s) {_ranks(missing)} (it could not be replaced)"
+        return None
+
+    def _skip(self, r: _GroupRun, reason: str) -> None:
+        for case in r.cases:
+            for count in case["counts"]:
+                r.rows.append({**self._case_fields(r, case, count), "status": "skipped", "error": reason})
+        print(f"  SKIPPED: group {r.group.group_id}: {reason}", flush=True)
+        self.outcome.groups_skipped += 1
+        self.outcome.failures.append(
+            {"status": "skipped", "error": reason, "group_id": r.group.group_id, "ranks": list(r.group.ranks),
+             "hosts": sorted({_where(r.base, j) for j in range(len(r.group.ranks))})}
+        )
+        self._write(r)
         r.done = True
 
     def _finish(self, r: _GroupRun) -> None:
@@ -313,8 +347,14 @@ class Runner:
             "node_ips": [i["node_ip"] for i in infos],
             "node_ids": node_ids,
             "devices": [f"gpu:{i['gpu_ids'][0]}" if i["gpu_ids"] else "cpu" for i in infos],
+            "pids": [i["pid"] for i in infos],
             "pair_nodes": pair,
         }
+
+
+def _where(base: dict, j: int) -> str:
+    """Group rank j's host, with its IP (hostnames can coincide, as in the lab's namespaces)."""
+    return f"{base['hosts'][j]} ({base['node_ips'][j]})"
 
 
 def _is_ready(ref) -> bool:

@@ -39,6 +39,7 @@ ROW_SCHEMA = pa.schema(
         ("node_ips", _str_list),
         ("node_ids", _str_list),
         ("devices", _str_list),
+        ("pids", pa.list_(pa.int64())),  # worker process ids, by group rank
         ("pair_nodes", _str_list),  # pairwise only: the two node ids
         # how it was measured
         ("iters", pa.int32()),

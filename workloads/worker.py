@@ -21,7 +21,7 @@ from workloads.comm_env import COMM_ENV_PREFIXES, pin_interfaces
 
 
 class BenchWorker:
-    def __init__(self, env: dict[str, str] | None = None) -> None:
+    def __init__(self, env: dict[str, str] | None = None, node_ip: str | None = None) -> None:
         # Communication variables must be in place before any communicator is created.
         os.environ.update(env or {})
         self._gpu: torch.device | None = None
@@ -29,7 +29,8 @@ class BenchWorker:
         self._store: dist.TCPStore | None = None
         self._rank = 0
         self._world_size = 1
-        self._ip = _node_ip()
+        # The node's address as the cluster knows it (the driver passes it from ray.nodes()).
+        self._ip = node_ip or _node_ip()
         self._ifname = pin_interfaces(self._ip)
 
     def describe(self) -> dict:

@@ -97,3 +97,35 @@ def test_refused_or_failed_lab_up_leaves_nothing():
     assert not os.path.exists(f"/run/netns/cb-{name}-0") and not os.path.exists(f"/sys/class/net/cb{name}br")
     assert not os.path.exists(labmod.state_dir(name)) and not os.path.exists(f"/tmp/cbl-{name}")
     assert f"cb{name}" not in subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+
+
+def test_lost_node_fails_or_skips_only_its_groups(tmp_path):
+    from orchestrator.raynodes import stop_sessions
+    from tests.faults import LiveRun
+    from tests.lab.conftest import Lab, require_lab
+
+    require_lab()
+    lab = Lab(nodes=3, ranks_per_node=1, link="1gbit")
+    try:
+        st = labmod.load(lab.name)
+        out = tmp_path / "results"
+        run = LiveRun(["run", "--address", lab.address, "--ranks-per-node", "1", "--patterns", "inter,pairwise",
+                       "--no-concurrent", "--collectives", "all_reduce", "-b", "1M", "-e", "1M", "-n", "20",
+                       "--group-timeout", "30", "--output", str(out)], env=lab.env())
+        try:
+            run.wait_for("# group r0-g0", timeout=120)
+            stop_sessions([st.sessions[3]], grace_s=0)  # node 2's Ray processes, by session
+            rc = run.finish(timeout=400)
+        finally:
+            run.kill()
+        assert rc == 1
+        df = pd.read_parquet(out)
+        lost = lab.node_ips[2]
+        needs = df.node_ips.map(lambda ips: lost in list(ips))
+        assert (df[~needs].status == "ok").all() and (~needs).sum() == 2  # inter (0,1) and pair (0,1)
+        assert not (df[needs].status == "ok").any()
+        skipped = df[df.status == "skipped"]
+        assert len(skipped) >= 1 and skipped.error.str.contains(f"{lost}").all()
+        assert "skipped" in "".join(run.stderr)
+    finally:
+        lab.down()

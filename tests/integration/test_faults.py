@@ -1,0 +1,146 @@
+"""Real faults injected from outside (no hooks in the product): a hung rank (SIGSTOP), a dead rank
+(SIGKILL), a killed driver followed by --resume, and Ctrl-C. Each test checks the rows on disk."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pandas as pd
+import pytest
+
+from tests.conftest import run_cli
+from tests.faults import LiveRun, worker_pids
+
+# ~1-3 s of work per group on this machine; groups: intra r0-g0 (ranks 0,1), r1-g0 (ranks 0,1,2)
+SWEEP = ["--collectives", "all_reduce", "-b", "1M", "-e", "1M", "-n", "600", "-w", "1", "-c", "1"]
+
+
+def _inject(ray_head, tmp_path, sig: int, timeout_s: int):
+    out = tmp_path / "results"
+    run = LiveRun(["run", "--ranks-per-node", "3", "--group-timeout", str(timeout_s), "--output", str(out), *SWEEP],
+                  env=ray_head.env())
+    victim = None
+    try:
+        t_group = run.wait_for("# group r0-g0", timeout=120)
+        deadline = time.monotonic() + 30
+        while victim is None and time.monotonic() < deadline:
+            busy = worker_pids(executing="run")
+            victim = next(iter(busy), None)
+            time.sleep(0.05)
+        assert victim, "no worker was measuring"
+        os.kill(victim, sig)
+        t_fail = run.wait_for("group r0-g0:", timeout=timeout_s + 60)
+        rc = run.finish(timeout=180)
+    finally:
+        if victim and sig == signal.SIGSTOP:
+            try:
+                os.kill(victim, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        run.kill()
+    df = pd.read_parquet(out)
+    return run, rc, df, victim, t_fail - t_group
+
+
+def test_hung_rank_times_out_and_the_next_group_runs(ray_head, tmp_path):
+    run, rc, df, victim, elapsed = _inject(ray_head, tmp_path, signal.SIGSTOP, timeout_s=15)
+    assert rc == 1  # a failure and no --allow-failures
+    # the deadline covers rendezvous and measurement: it fires within the deadline plus a margin
+    assert 14 <= elapsed <= 15 + 10, elapsed
+    first = df[df.group_id == "r0-g0"]
+    assert list(first.status) == ["timeout"]
+    row = first.iloc[0]
+    victim_rank = list(row.pids).index(victim)
+    assert victim_rank in list(row.failed_ranks)
+    assert "deadline of 15s passed during measure" in row.error and f"ranks 0,1 on {row.hosts[0]} ({row.node_ips[0]})" in row.error
+    second = df[df.group_id == "r1-g0"]
+    assert list(second.status) == ["ok"] and second.n_wrong.iloc[0] == 0
+    assert victim not in list(second.pids.iloc[0])  # a fresh worker took the hung one's slot
+    assert "timeout: group deadline" in "".join(run.stderr)  # the failure summary
+
+
+def test_killed_rank_fails_its_group_and_the_run_goes_on(ray_head, tmp_path):
+    run, rc, df, victim, elapsed = _inject(ray_head, tmp_path, signal.SIGKILL, timeout_s=60)
+    assert rc == 1
+    assert elapsed < 30  # noticed at once, not at the deadline
+    row = df[df.group_id == "r0-g0"].iloc[0]
+    assert row.status == "failed"
+    victim_rank = list(row.pids).index(victim)
+    assert list(row.failed_ranks) == [victim_rank]
+    assert f"rank {victim_rank} on" in row.error and "Actor" in row.error
+    second = df[df.group_id == "r1-g0"].iloc[0]
+    assert second.status == "ok" and victim not in list(second.pids)
+    summary = "".join(run.stderr)
+    assert f"[ranks {row.ranks[victim_rank]} on" in summary and "failed: rank" in summary
+
+
+def _groups_on_disk(out):
+    run_dirs = [p for p in out.iterdir() if not p.name.startswith("_")]
+    assert len(run_dirs) == 1
+    return run_dirs[0].name, sorted(p.name for p in run_dirs[0].glob("*.parquet"))
+
+
+def test_killed_driver_then_resume_measures_each_group_once(ray_head, tmp_path):
+    out = tmp_path / "results"
+    args = ["run", "--ranks-per-node", "4", "--patterns", "intra", "--no-concurrent", "--output", str(out),
+            *SWEEP[:-6], "-n", "300", "-w", "1", "-c", "1"]
+    run = LiveRun(args, env=ray_head.env())
+    try:
+        run.wait_for("[progress] 1/3 groups done", timeout=180)
+        run.proc.send_signal(signal.SIGKILL)
+        run.finish(timeout=30)
+    finally:
+        run.kill()
+    run_id, before = _groups_on_disk(out)
+    assert 1 <= len(before) < 3
+    pd.read_parquet(out)  # everything on disk is readable
+    proc = run_cli(["run", "--resume", run_id, "--output", str(out)], env=ray_head.env(), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"resuming: {len(before)} group(s) already on disk are skipped" in proc.stdout
+    _, after = _groups_on_disk(out)
+    assert after == ["r0-g0.parquet", "r1-g0.parquet", "r2-g0.parquet"]
+    df = pd.read_parquet(out)
+    assert len(df) == 3 and df.group_id.is_unique and (df.status == "ok").all()
+    assert set(df.run_id) == {run_id}
+
+
+def test_ctrl_c_saves_finished_groups_and_says_how_to_resume(ray_head, tmp_path):
+    out = tmp_path / "results"
+    args = ["run", "--ranks-per-node", "4", "--patterns", "intra", "--no-concurrent", "--output", str(out),
+            *SWEEP[:-6], "-n", "300", "-w", "1", "-c", "1"]
+    run = LiveRun(args, env=ray_head.env())
+    try:
+        run.wait_for("[progress] 1/3 groups done", timeout=180)
+        run.proc.send_signal(signal.SIGINT)
+        rc = run.finish(timeout=60)
+    finally:
+        run.kill()
+    assert rc == 130
+    run_id, files = _groups_on_disk(out)
+    assert "r0-g0.parquet" in files
+    assert f"collbench run --resume {run_id} --output {out}" in "".join(run.stderr)
+    assert pd.read_parquet(out / "_runs").loc[0, "state"] == "interrupted"
+    assert (pd.read_parquet(out).status == "ok").all()
+    time.sleep(1)
+    assert not worker_pids()  # actors released
+
+
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        ("collectives: []\n", "--collectives: empty list"),
+        ("group_sizes: [2, 7]\n", "--group-sizes 7: no intra/inter/mixed group of that many ranks"),
+        ("max_bytes: 64G\n", "--max-bytes 64G: each rank needs about"),
+        ("patterns: [intra, mixed]\n", "--patterns mixed: needs at least 2 nodes, the cluster has 1"),
+    ],
+)
+def test_bad_config_for_this_cluster(ray_head, tmp_path, config, message):
+    cfg = tmp_path / "sweep.yaml"
+    cfg.write_text(config)
+    proc = run_cli(["run", "--config", str(cfg), "--output", str(tmp_path / "out")], env=ray_head.env())
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert message in lines[-1] and lines[-1].startswith("collbench: error:")
+    assert not (tmp_path / "out").exists() and not worker_pids()
