@@ -3,6 +3,7 @@ known rate, which is the ground truth the measured bandwidths are checked agains
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 
@@ -45,6 +46,12 @@ def test_all_patterns_against_the_shaped_link(lab2x2, tmp_path):
         assert 0.70 * LINK_GBPS <= bw <= 1.05 * LINK_GBPS, f"inter busbw {bw:.4f} GB/s at {size} B"
         intra_bw = intra[intra.msg_bytes == size].busbw_gbps.median()
         assert intra_bw >= 3 * bw, f"intra {intra_bw:.4f} vs inter {bw:.4f} GB/s at {size} B"
+
+    # the report on this real lab run shows intra above inter at every size
+    rep = run_cli(["report", str(out), "--format", "json"])
+    assert rep.returncode in (0, 1), rep.stderr
+    head = json.loads(rep.stdout)[f"all_reduce: busbw (GBps) by message size, run {df.run_id.iloc[0]}"]
+    assert head and all(r["intra"] > r["inter"] for r in head)
 
 
 def test_plan_against_the_live_lab(lab2x2):

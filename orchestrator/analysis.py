@@ -1,0 +1,172 @@
+"""What a user reads out of a run: intra vs inter, latency-bandwidth fits, bad pairs, nodes and
+ranks, failures. Pure functions of a rows DataFrame; no Ray, no I/O."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+TOPOLOGIES = ("intra", "inter", "mixed")
+
+
+def ok_rows(df: pd.DataFrame) -> pd.DataFrame:
+    return df[df.status == "ok"]
+
+
+def headline(df: pd.DataFrame, collective: str) -> tuple[list[dict], dict]:
+    """busbw by msg_bytes per topology (largest group of each), the intra/inter ratio, and per
+    topology the peak and the smallest size reaching half of it."""
+    d = ok_rows(df)
+    d = d[d.collective == collective]
+    widest = {t: d[d.topology == t].world_size.max() for t in TOPOLOGIES if (d.topology == t).any()}
+    series = {
+        t: d[(d.topology == t) & (d.world_size == n)].groupby("msg_bytes").busbw_gbps.median()
+        for t, n in widest.items()
+    }
+    rows = []
+    for size in sorted(set().union(*[s.index for s in series.values()]) if series else []):
+        row = {"msg_bytes": int(size)}
+        for t in TOPOLOGIES:
+            row[t] = float(series[t][size]) if t in series and size in series[t].index else None
+        row["intra/inter"] = row["intra"] / row["inter"] if row["intra"] and row["inter"] else None
+        rows.append(row)
+    summary = {}
+    for t, s in series.items():
+        peak = float(s.max())
+        half = int(s[s >= peak / 2].index.min())
+        summary[t] = {"world_size": int(widest[t]), "peak_busbw": peak, "half_peak_bytes": half}
+    return rows, summary
+
+
+@dataclass(frozen=True)
+class Fit:
+    alpha_us: float
+    bandwidth_gbps: float  # algorithm bandwidth: bytes moved per second / 1e9
+    r2: float
+    max_rel_err: float
+    points: int
+
+    @property
+    def poor(self) -> bool:
+        return self.points < 3 or self.alpha_us < 0 or self.bandwidth_gbps <= 0 or self.r2 < 0.9 or self.max_rel_err > 0.5
+
+
+def fit_alpha_beta(msg_bytes: np.ndarray, time_us: np.ndarray) -> Fit:
+    """Least squares of time = alpha + bytes / bandwidth, weighted by 1/time so that small
+    (latency-bound) and large (bandwidth-bound) sizes count alike."""
+    x = np.asarray(msg_bytes, dtype=float)
+    y = np.asarray(time_us, dtype=float)
+    w = 1.0 / y
+    a = np.column_stack([np.ones_like(x), x]) * w[:, None]
+    (alpha, beta), *_ = np.linalg.lstsq(a, y * w, rcond=None)
+    pred = alpha + beta * x
+    ss_res = float(((y - pred) ** 2).sum())
+    ss_tot = float(((y - y.mean()) ** 2).sum()) or 1.0
+    bandwidth = 1.0 / (beta * 1e3) if beta > 0 else float("nan")
+    return Fit(float(alpha), bandwidth, 1.0 - ss_res / ss_tot, float(np.max(np.abs(pred - y) / y)), len(x))
+
+
+def fits(df: pd.DataFrame) -> list[dict]:
+    out = []
+    d = ok_rows(df)
+    for (coll, topo, n), g in d.groupby(["collective", "topology", "world_size"]):
+        per_size = g.groupby("msg_bytes").time_us.median()
+        fit = fit_alpha_beta(per_size.index.values, per_size.values)
+        out.append(
+            {"collective": coll, "topology": topo, "world_size": int(n), "sizes": fit.points,
+             "alpha_us": None if fit.poor else fit.alpha_us,
+             "bandwidth": None if fit.poor else fit.bandwidth_gbps,
+             "r2": fit.r2, "quality": "poor fit: not shown" if fit.poor else "good"}
+        )
+    return out
+
+
+def _node_label(ip: str, host: str) -> str:
+    return f"{host} ({ip})" if host else ip
+
+
+def pair_results(df: pd.DataFrame, collective: str) -> pd.DataFrame:
+    """busbw per node pair at the largest message size: pairwise groups and 2-node inter groups."""
+    d = ok_rows(df)
+    d = d[(d.collective == collective) & (d.n_nodes == 2) & d.pattern.isin(["pairwise", "inter"])]
+    if d.empty:
+        return pd.DataFrame(columns=["pair", "nodes", "busbw_gbps", "msg_bytes"])
+    d = d[d.msg_bytes == d.msg_bytes.max()]
+    recs = []
+    for _, row in d.iterrows():
+        labels = {}
+        for nid, ip, host in zip(row.node_ids, row.node_ips, row.hosts):
+            labels[nid] = _node_label(ip, host)
+        nodes = tuple(sorted(labels))
+        recs.append({"pair": " - ".join(labels[n] for n in nodes), "nodes": nodes, "busbw_gbps": row.busbw_gbps,
+                     "msg_bytes": int(row.msg_bytes), "labels": labels})
+    out = pd.DataFrame(recs)
+    agg = out.groupby(["pair"]).agg(busbw_gbps=("busbw_gbps", "median"), nodes=("nodes", "first"),
+                                    msg_bytes=("msg_bytes", "first"), labels=("labels", "first"))
+    return agg.reset_index()
+
+
+def diagnose(df: pd.DataFrame, collective: str, threshold: float) -> dict:
+    """Pairs and nodes whose busbw is more than `threshold` below the median of their peers;
+    ranks whose mean time is more than `threshold` above their group's median (stragglers);
+    failed, timed-out and skipped groups."""
+    pairs = pair_results(df, collective)
+    slow_pairs, slow_nodes = [], []
+    if len(pairs) >= 2:
+        median = pairs.busbw_gbps.median()
+        for _, p in pairs.iterrows():
+            if p.busbw_gbps < (1 - threshold) * median:
+                slow_pairs.append({"pair": p.pair, "busbw": p.busbw_gbps, "median": median,
+                                   "below_median": 1 - p.busbw_gbps / median, "msg_bytes": p.msg_bytes})
+        per_node: dict[str, list[float]] = {}
+        labels: dict[str, str] = {}
+        for _, p in pairs.iterrows():
+            for n in p.nodes:
+                per_node.setdefault(n, []).append(p.busbw_gbps)
+                labels[n] = p.labels[n]
+        scores = {n: float(np.median(v)) for n, v in per_node.items()}
+        node_median = float(np.median(list(scores.values())))
+        for n, s in sorted(scores.items(), key=lambda kv: kv[1]):
+            if s < (1 - threshold) * node_median:
+                slow_nodes.append({"node": labels[n], "busbw": s, "median": node_median, "below_median": 1 - s / node_median})
+    return {
+        "slow_pairs": slow_pairs,
+        "slow_nodes": slow_nodes,
+        "stragglers": stragglers(df, threshold),
+        "failures": failures(df),
+    }
+
+
+def stragglers(df: pd.DataFrame, threshold: float, top: int = 10) -> list[dict]:
+    """Ranks whose own mean time is consistently above their group's median rank."""
+    d = ok_rows(df)
+    d = d[d.world_size >= 3] if (d.world_size >= 3).any() else d[d.world_size >= 2]
+    ratios: dict[tuple, list[float]] = {}
+    for _, row in d.iterrows():
+        times = np.asarray(row.rank_time_us, dtype=float)
+        med = float(np.median(times))
+        if med <= 0:
+            continue
+        for j, t in enumerate(times):
+            key = (int(row.ranks[j]), _node_label(row.node_ips[j], row.hosts[j]))
+            ratios.setdefault(key, []).append(t / med)
+    out = []
+    for (rank, node), rs in ratios.items():
+        score = float(np.median(rs))
+        if score > 1 + threshold:
+            out.append({"rank": rank, "node": node, "time_vs_median": score, "rows": len(rs)})
+    return sorted(out, key=lambda s: -s["time_vs_median"])[:top]
+
+
+def failures(df: pd.DataFrame) -> list[dict]:
+    bad = df[df.status != "ok"]
+    out = []
+    for gid, g in bad.groupby("group_id", sort=False):
+        row = g.iloc[0]
+        failed = list(row.failed_ranks) if row.failed_ranks is not None else []
+        out.append({"group_id": gid, "status": row.status, "pattern": row.pattern,
+                    "hosts": ", ".join(dict.fromkeys(_node_label(i, h) for i, h in zip(row.node_ips, row.hosts))),
+                    "failed_ranks": ",".join(str(row.ranks[j]) for j in failed), "error": row.error})
+    return out

@@ -1,0 +1,90 @@
+"""`collbench report PATH`: intra vs inter per collective, alpha-beta fits, diagnosis, plots.
+
+Exit codes: 0 nothing flagged, 1 something flagged (slow pair, node or rank, failed group),
+2 unusable input. Never touches Ray.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from orchestrator import analysis, console, dataset
+from orchestrator.sizes import format_bytes
+from orchestrator.spec import SpecError
+
+UNITS = {"GBps": 1.0, "Gbps": 8.0}  # from GB/s (1e9 bytes/s)
+
+
+def add_common(p: argparse.ArgumentParser, threshold: float) -> None:
+    p.add_argument("--threshold", type=float, default=threshold,
+                   help=f"flag values this fraction worse than the reference (default: {threshold:g})")
+    p.add_argument("--unit", choices=list(UNITS), default="GBps",
+                   help="bandwidth unit: GBps (1e9 bytes/s, as nccl-tests; default) or Gbps (1e9 bits/s, link speeds)")
+    p.add_argument("--format", choices=["table", "markdown", "csv", "json"], default="table", help="output format")
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "report",
+        help="intra- vs inter-node tables, latency-bandwidth fits, slow pairs/nodes/ranks, failures",
+        description="Summarise one run of a results dataset (directory, file or s3://, gs:// URI). "
+        "Exit 0 when nothing is flagged, 1 when something is, 2 for unusable input.",
+    )
+    p.add_argument("path", help="results dataset (default output: results)")
+    p.add_argument("--run", metavar="RUN_ID", help="run to report (default: the latest)")
+    p.add_argument("--collective", default=None, help="collective for the diagnosis (default: all_reduce if measured)")
+    p.add_argument("--plots", metavar="DIR", help="write PNG plots here (needs the plot extra: pip install 'collbench[plot]')")
+    add_common(p, threshold=0.10)
+    p.set_defaults(handler=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    if not 0 < args.threshold < 1:
+        raise SpecError(f"--threshold {args.threshold}: must be between 0 and 1")
+    if args.plots:
+        _require_matplotlib()
+    df = dataset.load(args.path, args.run)
+    scale = UNITS[args.unit]
+    unit = args.unit
+    tables = []
+    run_id = df.run_id.iloc[0]
+    collectives = list(dict.fromkeys(df.collective))
+    for coll in collectives:
+        rows, summary = analysis.headline(df, coll)
+        tables.append((f"{coll}: busbw ({unit}) by message size, run {run_id}",
+                       [_scaled(r, scale, keep=("msg_bytes", "intra/inter")) for r in rows]))
+        tables.append((f"{coll}: peak busbw ({unit}) and half-peak size",
+                       [{"topology": t, "world_size": s["world_size"], "peak_busbw": s["peak_busbw"] * scale,
+                         "half_peak_at": format_bytes(s["half_peak_bytes"])} for t, s in summary.items()]))
+    tables.append((f"latency-bandwidth fits: time = alpha + bytes / bandwidth ({unit})",
+                   [{**f, "bandwidth": None if f["bandwidth"] is None else f["bandwidth"] * scale} for f in analysis.fits(df)]))
+    target = args.collective or ("all_reduce" if "all_reduce" in collectives else collectives[0])
+    if target not in collectives:
+        raise SpecError(f"--collective {target}: not in run {run_id} (measured: {', '.join(collectives)})")
+    diag = analysis.diagnose(df, target, args.threshold)
+    tables.append((f"slow node pairs ({target}, >{args.threshold:.0%} below the median pair)",
+                   [_scaled(p, scale, keep=("below_median", "msg_bytes")) for p in diag["slow_pairs"]]))
+    tables.append((f"slow nodes ({target}, >{args.threshold:.0%} below the median node)",
+                   [_scaled(n, scale, keep=("below_median",)) for n in diag["slow_nodes"]]))
+    tables.append((f"stragglers (rank time >{args.threshold:.0%} above its group's median)", diag["stragglers"]))
+    tables.append(("failed, timed-out and skipped groups", diag["failures"]))
+    print(console.render_tables(tables, args.format))
+    if args.plots:
+        from orchestrator import plots
+
+        for path in plots.write(df, args.plots, scale, unit):
+            print(f"wrote {path}", file=sys.stderr)
+    flagged = sum(len(diag[k]) for k in ("slow_pairs", "slow_nodes", "stragglers", "failures"))
+    return 1 if flagged else 0
+
+
+def _scaled(row: dict, scale: float, keep: tuple[str, ...]) -> dict:
+    return {k: (v * scale if isinstance(v, float) and k not in keep else v) for k, v in row.items()}
+
+
+def _require_matplotlib() -> None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise SpecError("--plots needs matplotlib: pip install 'collbench[plot]'") from None
