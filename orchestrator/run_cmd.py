@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 import sys
@@ -11,7 +12,7 @@ import uuid
 from orchestrator import console, provenance
 from orchestrator.cli import add_spec_options, spec_from_args
 from orchestrator.spec import SpecError, SweepSpec, check_backend_dtypes, from_mapping
-from orchestrator.store import ResultStore, check_writable
+from orchestrator.store import ResultStore, check_writable, resolve_output
 
 
 def add_parser(sub) -> None:
@@ -32,6 +33,7 @@ def new_run_id(now: dt.datetime) -> str:
 
 def main(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
+    spec = dataclasses.replace(spec, output=resolve_output(spec.output))
     check_writable(spec.output)
     if args.resume:
         spec = _resumed_spec(spec.output, args.resume)

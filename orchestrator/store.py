@@ -14,6 +14,7 @@ torn file; object stores make each put atomic by themselves.
 from __future__ import annotations
 
 import os
+import urllib.parse
 import uuid
 
 import pyarrow as pa
@@ -32,6 +33,8 @@ def is_uri(output: str) -> bool:
 
 def resolve(output: str) -> tuple[pafs.FileSystem, str]:
     """(filesystem, root path) for a directory or an object-store URI."""
+    if output.startswith("s3://"):
+        return _s3(output)
     if is_uri(output):
         try:
             return pafs.FileSystem.from_uri(output)
@@ -40,10 +43,38 @@ def resolve(output: str) -> tuple[pafs.FileSystem, str]:
     return pafs.LocalFileSystem(), os.path.abspath(output)
 
 
+_S3_OPTIONS = {"region": str, "endpoint_override": str, "scheme": str}
+
+
+def _s3(uri: str) -> tuple[pafs.FileSystem, str]:
+    """s3://bucket/prefix[?region=..&endpoint_override=..&scheme=..]. Small objects are written
+    with one PUT (allow_delayed_open), which also suits S3-compatible servers."""
+    parts = urllib.parse.urlsplit(uri)
+    query = dict(urllib.parse.parse_qsl(parts.query))
+    unknown = sorted(set(query) - set(_S3_OPTIONS))
+    if unknown:
+        raise SpecError(f"--output {uri}: unknown option {unknown[0]} (known: {', '.join(_S3_OPTIONS)})")
+    if not parts.netloc:
+        raise SpecError(f"--output {uri}: no bucket")
+    fs = pafs.S3FileSystem(allow_delayed_open=True, **query)
+    return fs, f"{parts.netloc}{parts.path}".rstrip("/")
+
+
+def resolve_output(output: str) -> str:
+    """An absolute location for --output. A relative path under `ray job submit` resolves against
+    the home directory: the job's working directory is a temporary copy that Ray deletes."""
+    if is_uri(output) or os.path.isabs(output):
+        return output
+    if "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ:
+        return os.path.join(os.path.expanduser("~"), output)
+    return os.path.abspath(output)
+
+
 def check_writable(output: str) -> None:
-    """Refuse an output that cannot be written, before anything runs and without creating it."""
+    """Refuse an output that cannot be written, before anything runs and without leaving files."""
     if is_uri(output):
-        return  # checked by probe_uri once credentials are in play
+        _probe_object_store(output)
+        return
     path = os.path.abspath(output)
     if os.path.exists(path) and not os.path.isdir(path):
         raise SpecError(f"--output {output}: exists and is not a directory")
@@ -52,6 +83,21 @@ def check_writable(output: str) -> None:
         probe = os.path.dirname(probe)
     if not os.path.isdir(probe) or not os.access(probe, os.W_OK | os.X_OK):
         raise SpecError(f"--output {output}: {probe} is not writable")
+
+
+def _probe_object_store(output: str) -> None:
+    """The bucket exists and an object can be written and deleted with these credentials."""
+    fs, root = resolve(output)
+    bucket = root.split("/", 1)[0]
+    probe = f"{root.rstrip('/')}/_collbench_probe_{uuid.uuid4().hex}"
+    try:
+        if fs.get_file_info(bucket).type == pafs.FileType.NotFound:
+            raise SpecError(f"--output {output}: bucket {bucket} does not exist")
+        with fs.open_output_stream(probe) as f:
+            f.write(b"probe")
+        fs.delete_file(probe)
+    except (OSError, pa.ArrowException) as e:
+        raise SpecError(f"--output {output}: cannot write there ({_first_line(e)})") from None
 
 
 class ResultStore:

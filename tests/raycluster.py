@@ -13,16 +13,22 @@ AUTH_ENV = {"RAY_AUTH_MODE": "token"}
 
 
 class RayHead:
-    def __init__(self, num_cpus: int = 2, ip: str = "127.0.0.1") -> None:
+    def __init__(self, num_cpus: int = 2, ip: str = "127.0.0.1", dashboard: bool = False) -> None:
         # Short path: Ray's unix socket names must stay under ~107 characters.
         self.temp_dir = tempfile.mkdtemp(prefix="cbt", dir="/tmp")
         self.port = raynodes.free_port()
         self.ip = ip
         self.address = f"{ip}:{self.port}"
         self.log = os.path.join(self.temp_dir, "head.log")
+        ports = raynodes.private_port_args(head=True)
+        self.dashboard_url = None
+        if dashboard:
+            dash_port = next(p.split("=")[1] for p in ports if p.startswith("--dashboard-port="))
+            self.dashboard_url = f"http://127.0.0.1:{dash_port}"
         self.sid = raynodes.ray_start(
             ["--head", f"--port={self.port}", f"--node-ip-address={ip}", f"--temp-dir={self.temp_dir}",
-             f"--num-cpus={num_cpus}", "--include-dashboard=false", *raynodes.private_port_args(head=True)],
+             f"--num-cpus={num_cpus}", f"--include-dashboard={'true' if dashboard else 'false'}",
+             "--dashboard-host=127.0.0.1", *ports],
             self.log,
             env=AUTH_ENV,
         )
@@ -30,6 +36,11 @@ class RayHead:
             self.stop()
             raise RuntimeError(f"Ray head did not open {self.address}; see {self.log}")
         time.sleep(2)  # the raylet registers right after the GCS opens its port
+        if dashboard:
+            dash = self.dashboard_url.rsplit(":", 1)
+            if not raynodes.wait_port("127.0.0.1", int(dash[1]), 60):
+                self.stop()
+                raise RuntimeError(f"Ray dashboard did not open {self.dashboard_url}; see {self.log}")
 
     def env(self) -> dict[str, str]:
         """Environment for a client process of this cluster."""

@@ -1,0 +1,87 @@
+"""How users run it on clusters: `ray job submit` against a token-authenticated head, and results
+written straight to object storage (a local S3-compatible server)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator import dataset
+from orchestrator.raynodes import free_port
+from orchestrator.store import resolve_output
+from tests.conftest import run_cli
+from tests.faults import worker_pids
+
+REPO = Path(__file__).resolve().parents[2]
+RAY = os.path.join(os.path.dirname(sys.executable), "ray")
+
+
+def test_ray_job_submit_end_to_end(tmp_path):
+    from tests.raycluster import RayHead
+
+    head = RayHead(dashboard=True)
+    try:
+        env = {**head.env(), "RAY_ADDRESS": head.dashboard_url}
+        out = tmp_path / "results"
+        sub = subprocess.run(
+            [RAY, "job", "submit", "--submission-id", "cbjob1", "--working-dir", str(REPO), "--",
+             "python", "-m", "orchestrator", "run", "--collectives", "all_reduce,all_gather", "-b", "1K", "-e", "16K",
+             "-n", "3", "--output", str(out)],
+            capture_output=True, text=True, env=env, timeout=300,
+        )
+        status = subprocess.run([RAY, "job", "status", "cbjob1"], capture_output=True, text=True, env=env, timeout=60)
+        assert "job 'cbjob1' succeeded" in (status.stdout + status.stderr).lower(), sub.stdout[-3000:] + sub.stderr[-3000:]
+        logs = subprocess.run([RAY, "job", "logs", "cbjob1"], capture_output=True, text=True, env=env, timeout=60).stdout
+        assert f"results -> {out}" in logs and "[progress] 1/1 groups done" in logs
+        df = dataset.load(str(out))
+        assert len(df) == 3 * 3 and (df.status == "ok").all() and (df.n_wrong == 0).all()  # 3 sizes x 3 cases
+    finally:
+        head.stop()
+
+
+def test_relative_output_under_a_ray_job_goes_home(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    assert resolve_output("results") == str(tmp_path / "results")
+    monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", "{}")
+    assert resolve_output("results") == os.path.join(os.path.expanduser("~"), "results")
+    assert resolve_output("/abs/x") == "/abs/x" and resolve_output("s3://b/p") == "s3://b/p"
+
+
+@pytest.fixture()
+def s3_server():
+    moto_server = pytest.importorskip("moto.server")
+    import boto3
+
+    port = free_port()
+    srv = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    srv.start()
+    creds = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_EC2_METADATA_DISABLED": "true"}
+    boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1",
+                 aws_access_key_id="test", aws_secret_access_key="test").create_bucket(Bucket="cbresults")
+    yield f"?endpoint_override=127.0.0.1:{port}&scheme=http&region=us-east-1", creds
+    srv.stop()
+
+
+def test_results_to_object_storage(ray_head, s3_server, monkeypatch):
+    query, creds = s3_server
+    uri = f"s3://cbresults/sweeps/a{query}"
+    env = {**ray_head.env(), **creds}
+    proc = run_cli(["run", "--collectives", "all_reduce", "-b", "1K", "-e", "4K", "-n", "2", "--output", uri], env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for k, v in creds.items():
+        monkeypatch.setenv(k, v)
+    df = dataset.load(uri)
+    assert len(df) == 2 and (df.status == "ok").all()
+    rep = run_cli(["report", uri, "--format", "json"], env=env)
+    assert rep.returncode == 0, rep.stderr
+
+    bad = run_cli(["run", "--output", f"s3://nosuchbucket/x{query}"], env=env)
+    assert bad.returncode == 2 and "bucket nosuchbucket does not exist" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1 and not worker_pids()
+    no_creds = {k: v for k, v in env.items() if not k.startswith("AWS_ACCESS") and not k.startswith("AWS_SECRET")}
+    bad = run_cli(["run", "--output", uri], env={**no_creds, "AWS_EC2_METADATA_DISABLED": "true"})
+    assert bad.returncode == 2 and "cannot write there" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
