@@ -87,25 +87,28 @@ def _node_label(ip: str, host: str) -> str:
     return f"{host} ({ip})" if host else ip
 
 
+def node_labels(df: pd.DataFrame) -> dict[str, str]:
+    """node id -> "host (ip)" for every node in the rows."""
+    ex = df[["node_ids", "node_ips", "hosts"]].explode(["node_ids", "node_ips", "hosts"]).drop_duplicates("node_ids")
+    return {nid: _node_label(ip, host) for nid, ip, host in zip(ex.node_ids, ex.node_ips, ex.hosts)}
+
+
 def pair_results(df: pd.DataFrame, collective: str) -> pd.DataFrame:
-    """busbw per node pair at the largest message size: pairwise groups and 2-node inter groups."""
+    """Median busbw per node pair at the largest message size: pairwise and 2-node inter groups.
+    Columns: pair (labels), nodes (sorted node ids), busbw_gbps, msg_bytes, labels."""
     d = ok_rows(df)
     d = d[(d.collective == collective) & (d.n_nodes == 2) & d.pattern.isin(["pairwise", "inter"])]
     if d.empty:
-        return pd.DataFrame(columns=["pair", "nodes", "busbw_gbps", "msg_bytes"])
+        return pd.DataFrame(columns=["pair", "nodes", "busbw_gbps", "msg_bytes", "labels"])
     d = d[d.msg_bytes == d.msg_bytes.max()]
-    recs = []
-    for _, row in d.iterrows():
-        labels = {}
-        for nid, ip, host in zip(row.node_ids, row.node_ips, row.hosts):
-            labels[nid] = _node_label(ip, host)
-        nodes = tuple(sorted(labels))
-        recs.append({"pair": " - ".join(labels[n] for n in nodes), "nodes": nodes, "busbw_gbps": row.busbw_gbps,
-                     "msg_bytes": int(row.msg_bytes), "labels": labels})
-    out = pd.DataFrame(recs)
-    agg = out.groupby(["pair"]).agg(busbw_gbps=("busbw_gbps", "median"), nodes=("nodes", "first"),
-                                    msg_bytes=("msg_bytes", "first"), labels=("labels", "first"))
-    return agg.reset_index()
+    labels = node_labels(d)
+    keys = d.node_ids.map(lambda ids: tuple(sorted(set(ids))))
+    agg = d.busbw_gbps.groupby(keys).median()
+    out = pd.DataFrame({"nodes": list(agg.index), "busbw_gbps": agg.values})
+    out["pair"] = out.nodes.map(lambda ns: " - ".join(labels[n] for n in ns))
+    out["msg_bytes"] = int(d.msg_bytes.iloc[0])
+    out["labels"] = out.nodes.map(lambda ns: {n: labels[n] for n in ns})
+    return out
 
 
 def diagnose(df: pd.DataFrame, collective: str, threshold: float) -> dict:
@@ -115,22 +118,17 @@ def diagnose(df: pd.DataFrame, collective: str, threshold: float) -> dict:
     pairs = pair_results(df, collective)
     slow_pairs, slow_nodes = [], []
     if len(pairs) >= 2:
-        median = pairs.busbw_gbps.median()
-        for _, p in pairs.iterrows():
-            if p.busbw_gbps < (1 - threshold) * median:
-                slow_pairs.append({"pair": p.pair, "busbw": p.busbw_gbps, "median": median,
-                                   "below_median": 1 - p.busbw_gbps / median, "msg_bytes": p.msg_bytes})
-        per_node: dict[str, list[float]] = {}
-        labels: dict[str, str] = {}
-        for _, p in pairs.iterrows():
-            for n in p.nodes:
-                per_node.setdefault(n, []).append(p.busbw_gbps)
-                labels[n] = p.labels[n]
-        scores = {n: float(np.median(v)) for n, v in per_node.items()}
-        node_median = float(np.median(list(scores.values())))
-        for n, s in sorted(scores.items(), key=lambda kv: kv[1]):
-            if s < (1 - threshold) * node_median:
-                slow_nodes.append({"node": labels[n], "busbw": s, "median": node_median, "below_median": 1 - s / node_median})
+        median = float(pairs.busbw_gbps.median())
+        slow = pairs[pairs.busbw_gbps < (1 - threshold) * median].sort_values("busbw_gbps")
+        slow_pairs = [{"pair": p.pair, "busbw": p.busbw_gbps, "median": median,
+                       "below_median": 1 - p.busbw_gbps / median, "msg_bytes": p.msg_bytes}
+                      for p in slow.itertuples()]
+        per_node = pairs[["nodes", "busbw_gbps"]].explode("nodes").groupby("nodes").busbw_gbps.median()
+        node_median = float(per_node.median())
+        labels = {n: lbl for m in pairs.labels for n, lbl in m.items()}
+        for n, score in per_node[per_node < (1 - threshold) * node_median].sort_values().items():
+            slow_nodes.append({"node": labels[n], "busbw": float(score), "median": node_median,
+                               "below_median": 1 - score / node_median})
     return {
         "slow_pairs": slow_pairs,
         "slow_nodes": slow_nodes,
@@ -140,24 +138,22 @@ def diagnose(df: pd.DataFrame, collective: str, threshold: float) -> dict:
 
 
 def stragglers(df: pd.DataFrame, threshold: float, top: int = 10) -> list[dict]:
-    """Ranks whose own mean time is consistently above their group's median rank."""
+    """Ranks whose own mean time is above their group's median rank, in the median over at least
+    three rows."""
     d = ok_rows(df)
     d = d[d.world_size >= 3] if (d.world_size >= 3).any() else d[d.world_size >= 2]
-    ratios: dict[tuple, list[float]] = {}
-    for _, row in d.iterrows():
-        times = np.asarray(row.rank_time_us, dtype=float)
-        med = float(np.median(times))
-        if med <= 0:
-            continue
-        for j, t in enumerate(times):
-            key = (int(row.ranks[j]), _node_label(row.node_ips[j], row.hosts[j]))
-            ratios.setdefault(key, []).append(t / med)
-    out = []
-    for (rank, node), rs in ratios.items():
-        score = float(np.median(rs))
-        if score > 1 + threshold:
-            out.append({"rank": rank, "node": node, "time_vs_median": score, "rows": len(rs)})
-    return sorted(out, key=lambda s: -s["time_vs_median"])[:top]
+    if d.empty:
+        return []
+    d = d[["ranks", "node_ips", "hosts", "rank_time_us"]].copy()
+    d["median"] = d.rank_time_us.map(lambda t: float(np.median(t)))
+    d = d[d["median"] > 0].explode(["ranks", "node_ips", "hosts", "rank_time_us"])
+    d["ratio"] = d.rank_time_us.astype(float) / d["median"]
+    score = d.groupby(["ranks", "node_ips", "hosts"]).ratio.agg(["median", "size"]).reset_index()
+    # A rank is flagged on evidence from several rows, not on one noisy measurement.
+    score = score[(score["median"] > 1 + threshold) & (score["size"] >= 3)]
+    score = score.sort_values("median", ascending=False).head(top)
+    return [{"rank": int(r.ranks), "node": _node_label(r.node_ips, r.hosts), "time_vs_median": float(r["median"]),
+             "rows": int(r["size"])} for _, r in score.iterrows()]
 
 
 def failures(df: pd.DataFrame) -> list[dict]:

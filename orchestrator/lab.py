@@ -225,7 +225,9 @@ def down(st: LabState) -> list[str]:
             problems.append(f"namespace {ns}")
     for dev in [*st.veths, st.bridge]:
         if dev and _exists_link(dev) and subprocess.run(["ip", "link", "del", dev], capture_output=True).returncode:
-            problems.append(f"link {dev}")
+            time.sleep(0.5)  # a veth whose peer's namespace was just deleted goes away by itself
+            if _exists_link(dev):
+                problems.append(f"link {dev}")
     shutil.rmtree(st.temp_dir, ignore_errors=True)
     if not problems:
         shutil.rmtree(st.state_dir, ignore_errors=True)

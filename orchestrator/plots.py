@@ -39,7 +39,7 @@ def write(df: pd.DataFrame, out_dir: str, scale: float, unit: str) -> list[str]:
         paths.append(path)
     pairs = analysis.pair_results(df, "all_reduce" if "all_reduce" in set(df.collective) else df.collective.iloc[0])
     if len(pairs):
-        labels = sorted({lbl for m in pairs.labels for lbl in m.values()})
+        labels = sorted({lbl for m in pairs.labels for lbl in m.values()})  # noqa: C416
         index = {lbl: i for i, lbl in enumerate(labels)}
         grid = np.full((len(labels), len(labels)), np.nan)
         for _, p in pairs.iterrows():

@@ -7,6 +7,7 @@ import dataclasses
 import datetime as dt
 import json
 import sys
+import time
 import uuid
 
 from orchestrator import console, provenance
@@ -32,6 +33,7 @@ def new_run_id(now: dt.datetime) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
+    t_start = time.monotonic()
     spec = spec_from_args(args)
     spec = dataclasses.replace(spec, output=resolve_output(spec.output))
     check_writable(spec.output)
@@ -103,10 +105,18 @@ def main(args: argparse.Namespace) -> int:
         return 1
     finally:
         connect.disconnect()
-    return _report_end(spec, store, outcome)
+    return _report_end(spec, store, outcome, t_start)
 
 
-def _report_end(spec: SweepSpec, store: ResultStore, outcome) -> int:
+def _report_end(spec: SweepSpec, store: ResultStore, outcome, t_start: float) -> int:
+    wall = time.monotonic() - t_start
+    first = f"{outcome.first_row_at - t_start:.1f}s" if outcome.first_row_at else "-"
+    print(
+        f"collbench: wall {wall:.1f}s, measuring {outcome.measured_s:.1f}s ({outcome.measured_s / wall:.0%}), "
+        f"first row after {first}, group set-up median {_median(outcome.setup_s):.2f}s, "
+        f"tear-down median {_median(outcome.teardown_s):.2f}s",
+        flush=True,
+    )
     print(
         f"collbench: {outcome.rows} row(s) in {outcome.groups_ok} ok, {outcome.groups_failed} failed and "
         f"{outcome.groups_skipped} skipped group(s) written to {store.run_dir}",
@@ -123,6 +133,10 @@ def _report_end(spec: SweepSpec, store: ResultStore, outcome) -> int:
         print(f"collbench: {outcome.n_wrong} wrong element(s) in the checks", file=sys.stderr)
         code = 1
     return code
+
+
+def _median(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2] if values else 0.0
 
 
 def _resumed_spec(output: str, run_id: str) -> SweepSpec:

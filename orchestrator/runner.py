@@ -70,6 +70,7 @@ class _GroupRun:
     join_refs: list = field(default_factory=list)
     leave_refs: list = field(default_factory=list)
     next_case: int = 0
+    t_measured: float = 0.0
     rows: list[dict] = field(default_factory=list)
     done: bool = False
 
@@ -84,7 +85,9 @@ class Outcome:
     failures: list[dict] = field(default_factory=list)  # status, error, group_id, ranks, hosts
     device_names: set[str] = field(default_factory=set)
     measured_s: float = 0.0
-    setup_s: list[float] = field(default_factory=list)
+    setup_s: list[float] = field(default_factory=list)  # round start -> group formed, per group
+    teardown_s: list[float] = field(default_factory=list)  # last measurement -> group left, per group
+    first_row_at: float | None = None  # time.monotonic() of the first row
 
 
 class Runner:
@@ -219,6 +222,7 @@ class Runner:
                 r.next_case += 1
                 if r.next_case == len(r.cases):
                     r.stage = "leave"
+                    r.t_measured = time.monotonic()
             else:
                 self._finish(r)
 
@@ -240,6 +244,8 @@ class Runner:
                 "status": "ok",
             }
             self.outcome.measured_s += sum(timing["iter_time_us"]) / 1e6
+            if self.outcome.first_row_at is None:
+                self.outcome.first_row_at = time.monotonic()
             self.outcome.n_wrong += row["n_wrong"]
             r.rows.append(row)
             print(console.row_line(row), flush=True)
@@ -310,6 +316,8 @@ class Runner:
         r.done = True
 
     def _finish(self, r: _GroupRun) -> None:
+        if r.t_measured:
+            self.outcome.teardown_s.append(time.monotonic() - r.t_measured)
         self.outcome.groups_ok += 1
         self._write(r)
         r.done = True

@@ -77,7 +77,8 @@ def test_results_to_object_storage(ray_head, s3_server, monkeypatch):
     df = dataset.load(uri)
     assert len(df) == 2 and (df.status == "ok").all()
     rep = run_cli(["report", uri, "--format", "json"], env=env)
-    assert rep.returncode == 0, rep.stderr
+    assert rep.returncode in (0, 1), rep.stderr  # 1 would mean a real run's noise was flagged
+    assert '"all_reduce: busbw (GBps) by message size, run ' in rep.stdout
 
     bad = run_cli(["run", "--output", f"s3://nosuchbucket/x{query}"], env=env)
     assert bad.returncode == 2 and "bucket nosuchbucket does not exist" in bad.stderr

@@ -1,0 +1,117 @@
+"""Scale of the driver: `collbench plan` and `collbench report` on synthetic clusters and datasets
+of growing size, and Parquet write/read rates for a million rows.
+
+    python benchmarks/scale.py                    # 64, 256, 1024 nodes x 8 GPUs
+
+Each command runs in its own process under /usr/bin/time (wall seconds, peak RSS).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from orchestrator.planner import circle_rounds  # noqa: E402
+from orchestrator.schema import ROW_SCHEMA, SCHEMA_VERSION  # noqa: E402
+
+PATTERNS = "intra,inter,mixed,pairwise,kbatch:8"
+
+
+def timed(cmd: list[str]) -> tuple[float, float, str]:
+    """(wall seconds, peak RSS MiB, stdout) of one command."""
+    proc = subprocess.run(["/usr/bin/time", "-f", "%e %M", *cmd], capture_output=True, text=True)
+    wall, rss_kb = proc.stderr.strip().splitlines()[-1].split()
+    return float(wall), int(rss_kb) / 1024, proc.stdout
+
+
+def pairwise_dataset(root: str, nodes: int, sizes: list[int], files: int = 16) -> int:
+    """A run of all_reduce over every node pair (2 ranks each) at `sizes`; returns its row count."""
+    pairs = np.array([p for rnd in circle_rounds(nodes) for p in rnd])
+    n = len(pairs) * len(sizes)
+    a = np.repeat(pairs[:, 0], len(sizes))
+    b = np.repeat(pairs[:, 1], len(sizes))
+    msg = np.tile(np.array(sizes, dtype=np.int64), len(pairs))
+    rng = np.random.default_rng(1)
+    time_us = 20 + msg / 40e3 * rng.uniform(0.95, 1.05, n)
+    ip = np.array([f"10.{i // 250}.{i % 250}.1" for i in range(nodes)], dtype=object)
+    nid = np.array([f"node-{i:05d}" for i in range(nodes)], dtype=object)
+    lists = lambda x, y: [[u, v] for u, v in zip(x, y)]  # noqa: E731
+    cols = {
+        "schema_version": np.full(n, SCHEMA_VERSION, np.int32), "run_id": np.full(n, "bench", object),
+        "started_at": np.full(n, dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)),
+        "collective": np.full(n, "all_reduce", object), "backend": np.full(n, "nccl", object),
+        "dtype": np.full(n, "bfloat16", object), "op": np.full(n, "sum", object), "in_place": np.ones(n, bool),
+        "msg_bytes": msg, "count": msg // 2, "world_size": np.full(n, 2, np.int32), "n_nodes": np.full(n, 2, np.int32),
+        "ranks_per_node": np.ones(n, np.int32), "topology": np.full(n, "inter", object),
+        "pattern": np.full(n, "pairwise", object), "group_id": np.repeat(np.arange(len(pairs)), len(sizes)).astype(str),
+        "round": np.zeros(n, np.int32), "groups_in_round": np.full(n, nodes // 2, np.int32),
+        "ranks": lists(a, b), "hosts": lists(nid[a], nid[b]), "node_ips": lists(ip[a], ip[b]),
+        "node_ids": lists(nid[a], nid[b]), "devices": [["cuda:0", "cuda:0"]] * n, "pids": [[1, 2]] * n,
+        "iters": np.full(n, 20, np.int32), "warmup": np.full(n, 5, np.int32), "check_iters": np.ones(n, np.int32),
+        "time_us": time_us, "time_us_p50": time_us, "time_us_p99": time_us, "time_us_min": time_us,
+        "time_us_max": time_us, "time_cv": np.zeros(n), "algbw_gbps": msg / time_us / 1e3,
+        "busbw_gbps": msg / time_us / 1e3, "n_wrong": np.zeros(n, np.int64), "status": np.full(n, "ok", object),
+        "error": np.full(n, None, object), "failed_ranks": [None] * n, "pair_nodes": lists(nid[a], nid[b]),
+        "iter_time_us": [[t] * 4 for t in time_us], "rank_time_us": lists(time_us, time_us),
+    }
+    table = pa.table({f.name: pa.array(cols[f.name], type=f.type) for f in ROW_SCHEMA}, schema=ROW_SCHEMA)
+    os.makedirs(f"{root}/bench", exist_ok=True)
+    step = -(-n // files)
+    for i in range(files):
+        pq.write_table(table.slice(i * step, step), f"{root}/bench/part-{i:03d}.parquet")
+    return n
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--nodes", default="64,256,1024")
+    a = p.parse_args()
+    cli = [sys.executable, "-m", "orchestrator"]
+    print(f"{'nodes':>6} {'plan_s':>8} {'plan_MiB':>9} {'groups':>8} {'rows':>9} {'report_s':>9} {'report_MiB':>11}")
+    for nodes in map(int, a.nodes.split(",")):
+        wall_p, rss_p, out = timed([*cli, "plan", "--inventory", f"{nodes}x8", "--patterns", PATTERNS])
+        groups = out.strip().splitlines()[-1].split()[1]
+        root = tempfile.mkdtemp(prefix="cbscale")
+        rows = pairwise_dataset(root, nodes, [1 << 20, 1 << 28])
+        wall_r, rss_r, _ = timed([*cli, "report", root, "--format", "json"])
+        print(f"{nodes:>6} {wall_p:8.2f} {rss_p:9.0f} {groups:>8} {rows:>9} {wall_r:9.2f} {rss_r:11.0f}", flush=True)
+        shutil.rmtree(root)
+
+    # Parquet: a million rows written by the product's writer (one file per group of 1000 rows)
+    # and read back as one dataset.
+    from orchestrator import dataset
+    from orchestrator.store import ResultStore
+
+    root = tempfile.mkdtemp(prefix="cbpq")
+    src = tempfile.mkdtemp(prefix="cbsrc")
+    pairwise_dataset(src, 1024, [1 << 20, 1 << 28], files=1)
+    rows = pq.read_table(f"{src}/bench").to_pylist()[:1_000_000]
+    store = ResultStore(root, "bench")
+    store.create()
+    t0 = time.perf_counter()
+    for g in range(0, len(rows), 1000):
+        store.write_group(f"g{g // 1000}", rows[g : g + 1000])
+    t_write = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    df = dataset.load(root)
+    t_read = time.perf_counter() - t0
+    print(f"parquet: {len(rows)} rows written in {t_write:.1f}s ({len(rows) / t_write:,.0f} rows/s, "
+          f"{len(rows) // 1000} files); read back in {t_read:.1f}s ({len(df) / t_read:,.0f} rows/s)")
+    shutil.rmtree(root)
+    shutil.rmtree(src)
+
+
+if __name__ == "__main__":
+    main()
