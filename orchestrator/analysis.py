@@ -166,3 +166,18 @@ def failures(df: pd.DataFrame) -> list[dict]:
                     "hosts": ", ".join(dict.fromkeys(_node_label(i, h) for i, h in zip(row.node_ips, row.hosts))),
                     "failed_ranks": ",".join(str(row.ranks[j]) for j in failed), "error": row.error})
     return out
+
+
+def precision(df: pd.DataFrame, collective: str) -> list[dict]:
+    """Time and busbw across dtypes at equal element counts (the widest group measured), so the
+    effect of fewer bytes per element is read off, measured rather than assumed."""
+    d = ok_rows(df)
+    d = d[d.collective == collective]
+    if d.dtype.nunique() < 2:
+        return []
+    d = d[d.world_size == d.world_size.max()]
+    agg = d.groupby(["count", "dtype"]).agg(msg_bytes=("msg_bytes", "first"), time_us=("time_us", "median"),
+                                            busbw_gbps=("busbw_gbps", "median")).reset_index()
+    shared = agg.groupby("count").dtype.transform("nunique") >= 2
+    return [{"count": int(r["count"]), "dtype": r["dtype"], "msg_bytes": int(r.msg_bytes), "time_us": float(r.time_us),
+             "busbw": float(r.busbw_gbps)} for _, r in agg[shared].sort_values(["count", "msg_bytes"]).iterrows()]

@@ -62,14 +62,14 @@ def _load_yaml(path: str) -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from orchestrator import compare_cmd, lab_cmd, plan_cmd, report_cmd, run_cmd
+    from orchestrator import compare_cmd, lab_cmd, plan_cmd, predict_cmd, report_cmd, run_cmd
 
     parser = _Parser(
         prog="collbench",
         description="Cluster-wide benchmarks of collective communication (NCCL on GPUs, gloo on CPUs) on Ray.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for module in (run_cmd, plan_cmd, report_cmd, compare_cmd, lab_cmd):
+    for module in (run_cmd, plan_cmd, report_cmd, compare_cmd, predict_cmd, lab_cmd):
         module.add_parser(sub)
     return parser
 

@@ -43,9 +43,13 @@ def row_line(row: dict) -> str:
         row["busbw_gbps"],
         row["n_wrong"],
     )
-    return "  " + " ".join(
-        f"{v:<{w}{f}}" if f == "s" else f"{v:>{w}{f}}" for v, (_, w, f) in zip(values, _COLUMNS)
-    )
+    line = "  " + " ".join(f"{v:<{w}{f}}" if f == "s" else f"{v:>{w}{f}}" for v, (_, w, f) in zip(values, _COLUMNS))
+    if row.get("t_step_us") is not None:
+        line += (
+            f"  comp {row['t_comp_us']:.1f} step {row['t_step_us']:.1f} overlap {row['t_overlap_us']:.1f} us "
+            f"({row['overlap_efficiency']:.0%})"
+        )
+    return line
 
 
 def _place(row: dict) -> str:

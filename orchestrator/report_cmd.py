@@ -57,6 +57,14 @@ def main(args: argparse.Namespace) -> int:
         tables.append((f"{coll}: peak busbw ({unit}) and half-peak size",
                        [{"topology": t, "world_size": s["world_size"], "peak_busbw": s["peak_busbw"] * scale,
                          "half_peak_at": format_bytes(s["half_peak_bytes"])} for t, s in summary.items()]))
+    for coll in collectives:
+        rows = analysis.precision(df, coll)
+        if rows:
+            tables.append((f"{coll}: dtypes at equal element counts (busbw in {unit})",
+                           [_scaled(r, scale, keep=("time_us",)) for r in rows]))
+        elif df[df.collective == coll].dtype.nunique() > 1:
+            tables.append((f"{coll}: dtypes at equal element counts", [{"note": "no element count was measured in "
+                           "two dtypes: sweep with -f 2 so that counts coincide"}]))
     tables.append((f"latency-bandwidth fits: time = alpha + bytes / bandwidth ({unit})",
                    [{**f, "bandwidth": None if f["bandwidth"] is None else f["bandwidth"] * scale} for f in analysis.fits(df)]))
     target = args.collective or ("all_reduce" if "all_reduce" in collectives else collectives[0])

@@ -20,20 +20,23 @@ from orchestrator.pool import ActorPool, PlacementError
 from orchestrator.spec import SpecError, SweepSpec
 from workloads import registry
 from workloads.dtypes import ELEMENT_BYTES, NO_OP
+from workloads.harness import OVERLAP
 
 
 def build_cases(spec: SweepSpec, n: int) -> list[dict]:
     """Every (collective, dtype, op, in_place) with its rounded element counts, for n ranks."""
     cases = []
     for name in spec.collectives:
-        coll = registry.get(name)
+        # overlap measures all_reduce (sum, in place) against a matmul
+        coll = registry.get("all_reduce" if name == OVERLAP else name)
         if n < coll.min_ranks:
             continue
         for dtype in spec.dtypes:
-            counts = sorted({registry.round_count(name, b, ELEMENT_BYTES[dtype], n) for b in spec.sizes()} - {0})
+            counts = sorted({registry.round_count(coll.name, b, ELEMENT_BYTES[dtype], n) for b in spec.sizes()} - {0})
             if not counts:
                 continue
-            for op in spec.ops if coll.reduces else (NO_OP,):
+            ops = ("sum",) if name == OVERLAP else spec.ops if coll.reduces else (NO_OP,)
+            for op in ops:
                 for in_place in coll.in_place_modes:
                     cases.append(
                         {
@@ -46,6 +49,7 @@ def build_cases(spec: SweepSpec, n: int) -> list[dict]:
                             "warmup": spec.warmup,
                             "check_iters": spec.check_iters,
                             "root": spec.root,
+                            "compute_flops": spec.compute_flops,
                         }
                     )
     return cases
@@ -229,7 +233,8 @@ class Runner:
     # -- rows -----------------------------------------------------------------------------
     def _record(self, r: _GroupRun, case: dict, per_rank: list[list[dict]]) -> None:
         n = len(r.group.ranks)
-        factor = registry.get(case["collective"]).busbw_factor(n)
+        overlap = case["collective"] == OVERLAP
+        factor = registry.get("all_reduce" if overlap else case["collective"]).busbw_factor(n)
         for k, count in enumerate(case["counts"]):
             samples = [rank_results[k] for rank_results in per_rank]
             timing = stats.combine([s["iter_time_us"] for s in samples])
@@ -243,6 +248,8 @@ class Runner:
                 "n_wrong": sum(s["n_wrong"] for s in samples),
                 "status": "ok",
             }
+            if overlap:
+                row.update(_overlap_fields(samples, timing["time_us"]))
             self.outcome.measured_s += sum(timing["iter_time_us"]) / 1e6
             if self.outcome.first_row_at is None:
                 self.outcome.first_row_at = time.monotonic()
@@ -358,6 +365,15 @@ class Runner:
             "pids": [i["pid"] for i in infos],
             "pair_nodes": pair,
         }
+
+
+def _overlap_fields(samples: list[dict], comm_us: float) -> dict:
+    """T_comp, T_step (means of per-iteration maxima over ranks) and what follows from them."""
+    comp = stats.combine([s["comp_us"] for s in samples])["time_us"]
+    step = stats.combine([s["step_us"] for s in samples])["time_us"]
+    hidden = comp + comm_us - step
+    return {"t_comp_us": comp, "t_comm_us": comm_us, "t_step_us": step, "t_overlap_us": hidden,
+            "overlap_efficiency": hidden / min(comp, comm_us), "compute_flops": samples[0]["compute_flops"]}
 
 
 def _where(base: dict, j: int) -> str:

@@ -58,6 +58,13 @@ ROW_SCHEMA = pa.schema(
         ("status", pa.string()),  # ok | failed | timeout | skipped
         ("error", pa.string()),
         ("failed_ranks", pa.list_(pa.int32())),  # group ranks that failed or never answered
+        # overlap workload only: T_step = T_comp + T_comm - T_overlap (each a mean of per-iteration maxima)
+        ("t_comp_us", pa.float64()),
+        ("t_comm_us", pa.float64()),
+        ("t_step_us", pa.float64()),
+        ("t_overlap_us", pa.float64()),
+        ("overlap_efficiency", pa.float64()),  # t_overlap_us / min(t_comp_us, t_comm_us)
+        ("compute_flops", pa.float64()),
         ("iter_time_us", pa.list_(pa.float64())),  # slowest rank per iteration
         ("rank_time_us", pa.list_(pa.float64())),  # each rank's mean, by group rank
     ]

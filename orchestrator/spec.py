@@ -17,6 +17,7 @@ from workloads.comm_env import COMM_ENV_PREFIXES as ENV_PREFIXES
 from workloads.dtypes import ELEMENT_BYTES, OPS, unsupported_pair
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "send_recv")
+WORKLOADS = (*COLLECTIVES, "overlap")  # overlap: compute and all_reduce alone and together
 PATTERNS = ("intra", "inter", "mixed", "pairwise")  # and kbatch:K
 BACKENDS = ("auto", "nccl", "gloo")
 
@@ -35,7 +36,11 @@ def _opt(default: Any, flags: tuple[str, ...], help: str, kind: str = "str", **e
 @dataclass(frozen=True, kw_only=True)
 class SweepSpec:
     collectives: tuple[str, ...] = _opt(
-        COLLECTIVES, ("--collectives",), "collectives to run, comma-separated: " + ",".join(COLLECTIVES), "list"
+        COLLECTIVES,
+        ("--collectives",),
+        "collectives to run, comma-separated: " + ",".join(COLLECTIVES) + "; also overlap (a matmul and "
+        "all_reduce alone and together, not in the default)",
+        "list",
     )
     dtypes: tuple[str, ...] = _opt(
         ("float32",), ("-d", "--dtypes"), "element types, comma-separated: " + ",".join(ELEMENT_BYTES), "list"
@@ -78,10 +83,14 @@ class SweepSpec:
         "NAME=VALUE for the workers; only " + ", ".join(p + "*" for p in ENV_PREFIXES) + " (repeatable)",
         "env",
     )
+    compute_flops: float = _opt(
+        0.0, ("--compute-flops",), "overlap: flops of the matmul (2*m^3); 0 matches its time to the collective's",
+        "float",
+    )
     allow_failures: bool = _opt(False, ("--allow-failures",), "exit 0 even when groups failed", "bool")
 
     def __post_init__(self) -> None:
-        _check_choices("collectives", self.collectives, COLLECTIVES)
+        _check_choices("collectives", self.collectives, WORKLOADS)
         _check_choices("dtypes", self.dtypes, tuple(ELEMENT_BYTES))
         _check_choices("ops", self.ops, OPS)
         _check_choices("backend", (self.backend,), BACKENDS)
@@ -94,6 +103,8 @@ class SweepSpec:
             raise SpecError(
                 f"{_flag('min_bytes')} {self.min_bytes} is larger than {_flag('max_bytes')} {self.max_bytes}"
             )
+        if self.compute_flops < 0:
+            raise SpecError(f"{_flag('compute_flops')} {self.compute_flops!r}: must be 0 or positive")
         if self.group_timeout_s <= 0:
             raise SpecError(f"{_flag('group_timeout_s')} {self.group_timeout_s!r}: must be positive")
         for size in self.group_sizes:

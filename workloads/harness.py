@@ -42,10 +42,16 @@ class Case:
     warmup: int
     check_iters: int
     root: int = 0
+    compute_flops: float = 0.0  # overlap only: matmul size (0: matched to the collective's time)
+
+
+OVERLAP = "overlap"
 
 
 def run_case(case: Case, rank: int, n: int, device: torch.device) -> list[dict]:
     """Measure and check every count of `case`; return this rank's samples per count."""
+    if case.collective == OVERLAP:
+        return run_overlap(case, rank, n, device)
     coll = registry.get(case.collective)
     op = _OPS.get(case.op) if case.op != NO_OP else None
     out = []
@@ -69,6 +75,73 @@ def run_case(case: Case, rank: int, n: int, device: torch.device) -> list[dict]:
         out.append({"count": count, "iter_time_us": samples, "n_wrong": n_wrong})
         del send, recv
     return out
+
+
+def run_overlap(case: Case, rank: int, n: int, device: torch.device) -> list[dict]:
+    """Per count, on the same group: a matmul alone, all_reduce alone, and both issued together
+    (the collective started with async_op=True while the matmul runs; on a GPU NCCL runs on its
+    own stream). The all_reduce result of the overlapped step is checked like any other."""
+    coll = registry.get("all_reduce")
+    op = _OPS["sum"]
+    out = []
+    for count in case.counts:
+        c = Ctx(rank, n, count, case.dtype, "sum", case.root, True, str(device))
+        send, recv = _buffers(coll, c, device)
+        _fill(coll, c, send, recv, it=0)
+        comm = functools.partial(coll.call, c, send, recv, op)
+        for _ in range(case.warmup):
+            comm()
+        _barrier(device)
+        comm_us = _timed(comm, case.iters, device)
+        dim = _matmul_dim(case.compute_flops, sum(comm_us) / len(comm_us), device)
+        mat_dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
+        a, b = (torch.ones(dim, dim, dtype=mat_dtype, device=device) for _ in range(2))
+        prod = torch.empty(dim, dim, dtype=mat_dtype, device=device)
+        compute = functools.partial(torch.mm, a, b, out=prod)
+
+        def both() -> None:
+            work = dist.all_reduce(recv, op=op, async_op=True)
+            compute()
+            work.wait()
+
+        for fn in (compute, both):
+            for _ in range(case.warmup):
+                fn()
+        _barrier(device)
+        comp_us = _timed(compute, case.iters, device)
+        _barrier(device)
+        step_us = _timed(both, case.iters, device)
+        n_wrong = 0
+        for it in range(1, case.check_iters + 1):
+            _fill(coll, c, send, recv, it)
+            both()
+            _sync(device)
+            n_wrong += count_wrong(recv, coll.expected(c, it), tolerance(c.dtype, n, "sum"))
+        out.append({"count": count, "iter_time_us": comm_us, "comp_us": comp_us, "step_us": step_us,
+                    "compute_flops": 2.0 * dim**3, "n_wrong": n_wrong})
+    return out
+
+
+def _matmul_dim(flops: float, comm_us: float, device: torch.device) -> int:
+    """Side of the square matmul: from the requested flops, or timed so one matmul takes about as
+    long as the collective. Every rank uses the largest side any rank chose."""
+    if flops > 0:
+        dim = round((flops / 2) ** (1 / 3))
+    else:
+        probe = 256
+        dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
+        a = torch.ones(probe, probe, dtype=dtype, device=device)
+        torch.mm(a, a)
+        _sync(device)
+        t0 = time.perf_counter()
+        for _ in range(5):
+            torch.mm(a, a)
+        _sync(device)
+        probe_us = (time.perf_counter() - t0) / 5 * 1e6
+        dim = int(probe * max(comm_us / probe_us, 1e-3) ** (1 / 3))
+    agreed = torch.tensor([max(dim, 16)], dtype=torch.float64, device=device)
+    dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
+    return int(agreed.item())
 
 
 def _buffers(coll, c: Ctx, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:

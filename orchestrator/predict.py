@@ -1,0 +1,136 @@
+"""From measured alpha-beta fits to the communication time of a training step. Pure functions.
+
+Layout: world = tp x pp x dp ranks (x cp is not modelled), ranks ordered tensor-parallel fastest,
+then data-parallel, then pipeline (Megatron's order), `gpus_per_node` ranks per node. A group whose
+ranks lie on one node uses the `intra` fits; one rank per node, `inter`; otherwise `mixed` (then
+`inter`). Terms per optimizer step:
+- dp (without --fsdp): gradient all_reduce of the stage's shard in buckets,
+  n_buckets x (alpha + bucket_bytes / bw);
+- fsdp: per layer, all_gather twice (forward, backward) and reduce_scatter once of the layer's
+  parameters: layers x (2 t_ag(S_layer) + t_rs(S_layer));
+- tp: per layer and micro-batch, 4 activation all_reduces (2 forward, 2 backward) of
+  micro_batch x seq x hidden elements: layers/pp x micro_batches x 4 x t_ar(S_act);
+- pp: per micro-batch, one activation send forward and one gradient send backward across each
+  stage boundary on the critical path: micro_batches x 2 x t_sr(S_act).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pandas as pd
+
+from orchestrator.analysis import fit_alpha_beta
+
+
+@dataclass(frozen=True)
+class Layout:
+    params: float
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    fsdp: bool = False
+    dtype_bytes: int = 2
+    bucket_mb: float = 25.0
+    layers: int = 32
+    hidden: int = 4096
+    seq: int = 4096
+    micro_batch: int = 1
+    micro_batches: int = 1
+    gpus_per_node: int = 8
+
+
+@dataclass(frozen=True)
+class FitRef:
+    collective: str
+    topology: str
+    world_size: int
+    alpha_us: float
+    bandwidth_gbps: float  # algorithm bandwidth: time = alpha + bytes / bandwidth
+    min_bytes: int
+    max_bytes: int
+    note: str = ""
+
+    def time_us(self, msg_bytes: float) -> float:
+        return self.alpha_us + msg_bytes / (self.bandwidth_gbps * 1e3)
+
+    def outside(self, msg_bytes: float, factor: float = 4.0) -> bool:
+        return msg_bytes > self.max_bytes * factor or msg_bytes < self.min_bytes / factor
+
+
+def fit_table(df: pd.DataFrame) -> dict[tuple[str, str, int], FitRef]:
+    out = {}
+    d = df[df.status == "ok"]
+    for (coll, topo, n), g in d.groupby(["collective", "topology", "world_size"]):
+        per_size = g.groupby("msg_bytes").time_us.median()
+        if len(per_size) < 2:
+            continue
+        fit = fit_alpha_beta(per_size.index.values, per_size.values)
+        if fit.bandwidth_gbps > 0 and fit.alpha_us == fit.alpha_us:
+            out[(coll, topo, int(n))] = FitRef(coll, topo, int(n), max(fit.alpha_us, 0.0), fit.bandwidth_gbps,
+                                               int(per_size.index.min()), int(per_size.index.max()))
+    return out
+
+
+def group_topology(size: int, stride: int, gpus_per_node: int) -> str:
+    """Topology of a group of `size` ranks spaced `stride` apart, from rank 0."""
+    nodes = len({i * stride // gpus_per_node for i in range(size)})
+    return "intra" if nodes == 1 else "inter" if nodes == size else "mixed"
+
+
+def choose_fit(fits: dict, collective: str, topology: str, world: int) -> FitRef | None:
+    """The fit for exactly this group, else the nearest measured world size of the same topology
+    (said in `note`); `mixed` falls back to `inter`."""
+    for topo in (topology, "inter") if topology == "mixed" else (topology,):
+        if (collective, topo, world) in fits:
+            return fits[(collective, topo, world)]
+        same = [k for k in fits if k[0] == collective and k[1] == topo]
+        if same:
+            k = min(same, key=lambda k: (abs(math.log2(k[2]) - math.log2(world)), k[2]))
+            ref = fits[k]
+            return FitRef(**{**ref.__dict__, "note": f"nearest measured: {topo} world {k[2]} for world {world}"})
+    return None
+
+
+def predict(layout: Layout, fits: dict) -> list[dict]:
+    """One dict per term: name, formula, fit used, bytes per operation, count, time."""
+    lay = layout
+    terms = []
+    shard = lay.params * lay.dtype_bytes / (lay.tp * lay.pp)
+    act = lay.micro_batch * lay.seq * lay.hidden * lay.dtype_bytes
+
+    def term(name: str, formula: str, coll: str, size: int, stride: int, msg: float, count: float) -> None:
+        topo = group_topology(size, stride, lay.gpus_per_node)
+        ref = choose_fit(fits, coll, topo, size)
+        if ref is None:
+            terms.append({"term": name, "formula": formula, "fit": f"no {coll} measurement ({topo})",
+                          "msg_bytes": msg, "count": count, "time_ms": None, "warning": "not measured"})
+            return
+        warn = "EXTRAPOLATED beyond the measured sizes" if ref.outside(msg) else ""
+        terms.append({
+            "term": name, "formula": formula,
+            "fit": f"{coll} {ref.topology} world {ref.world_size}: alpha {ref.alpha_us:.1f} us, "
+                   f"{ref.bandwidth_gbps:.3g} GB/s" + (f" ({ref.note})" if ref.note else ""),
+            "msg_bytes": msg, "count": count, "time_ms": count * ref.time_us(msg) / 1e3,
+            "warning": "; ".join(x for x in (warn, ref.note and "other world size") if x),
+        })
+
+    if lay.dp > 1 and not lay.fsdp:
+        bucket = min(lay.bucket_mb * 1e6, shard)
+        n_buckets = math.ceil(shard / bucket)
+        term("dp gradient all_reduce", "ceil(shard/bucket) x (alpha + bucket/bw)", "all_reduce",
+             lay.dp, lay.tp, bucket, n_buckets)
+    if lay.dp > 1 and lay.fsdp:
+        layer = shard / lay.layers
+        term("fsdp all_gather (fwd+bwd)", "layers x 2 x (alpha + S_layer/bw)", "all_gather", lay.dp, lay.tp,
+             layer, 2 * lay.layers)
+        term("fsdp reduce_scatter", "layers x (alpha + S_layer/bw)", "reduce_scatter", lay.dp, lay.tp,
+             layer, lay.layers)
+    if lay.tp > 1:
+        term("tp activation all_reduce", "layers/pp x micro_batches x 4 x (alpha + S_act/bw)", "all_reduce",
+             lay.tp, 1, act, lay.layers / lay.pp * lay.micro_batches * 4)
+    if lay.pp > 1:
+        term("pp activation send/recv", "micro_batches x 2 x (alpha + S_act/bw)", "send_recv", 2,
+             lay.tp * lay.dp, act, lay.micro_batches * 2)
+    return terms

@@ -1,0 +1,48 @@
+"""The overlap workload and the dtype comparison on real CPU runs."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+
+from tests.conftest import run_cli
+
+
+def test_overlap_rows_are_consistent(ray_head, tmp_path):
+    out = tmp_path / "results"
+    # float32: gloo's bfloat16 reduction is software arithmetic that competes with the matmul for
+    # this machine's two cores, which makes overlap negative (a real effect, not the one tested).
+    proc = run_cli(["run", "--collectives", "overlap", "--dtypes", "float32", "-b", "2M", "-e", "8M", "-f", "2",
+                    "-n", "20", "-w", "3", "-c", "1", "--output", str(out)], env=ray_head.env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ov = pd.read_parquet(out)
+    assert len(ov) == 3 and (ov.status == "ok").all() and (ov.n_wrong == 0).all()
+    for _, r in ov.iterrows():
+        # This 2-core machine jitters by a millisecond or more: a wide noise band, but a real one.
+        noise = 0.35 * (r.t_comp_us + r.t_comm_us)
+        assert r.t_comp_us > 0 and r.t_comm_us > 0 and r.t_step_us > 0
+        assert r.t_overlap_us == r.t_comp_us + r.t_comm_us - r.t_step_us
+        assert -noise <= r.t_overlap_us <= min(r.t_comp_us, r.t_comm_us) + noise, r.to_dict()
+        assert r.t_step_us <= r.t_comp_us + r.t_comm_us + noise
+        assert r.overlap_efficiency == r.t_overlap_us / min(r.t_comp_us, r.t_comm_us)
+        assert r.compute_flops > 0 and r.time_us == r.t_comm_us
+    assert "overlap" in proc.stdout and "comp " in proc.stdout
+
+
+def test_float32_moves_twice_the_bytes_of_bfloat16(ray_head, tmp_path):
+    out = tmp_path / "results"
+    proc = run_cli(["run", "--collectives", "all_reduce", "--dtypes", "float32,bfloat16", "-b", "1M", "-e", "4M",
+                    "-f", "2", "-n", "10", "-w", "2", "--output", str(out)], env=ray_head.env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert pd.read_parquet(out).t_step_us.isna().all()
+    rep = run_cli(["report", str(out), "--format", "json"])
+    assert rep.returncode in (0, 1), rep.stderr
+    table = json.loads(rep.stdout)["all_reduce: dtypes at equal element counts (busbw in GBps)"]
+    by_count: dict[int, dict[str, dict]] = {}
+    for r in table:
+        by_count.setdefault(r["count"], {})[r["dtype"]] = r
+    assert sorted(by_count) == [512 << 10, 1 << 20]  # the counts measured in both dtypes
+    for pair in by_count.values():
+        assert pair["float32"]["msg_bytes"] == 2 * pair["bfloat16"]["msg_bytes"]
+        assert pair["float32"]["time_us"] > 0 and pair["bfloat16"]["time_us"] > 0
