@@ -66,7 +66,8 @@ def pairwise_dataset(root: str, nodes: int, sizes: list[int], files: int = 16) -
         "error": np.full(n, None, object), "failed_ranks": [None] * n, "pair_nodes": lists(nid[a], nid[b]),
         "iter_time_us": [[t] * 4 for t in time_us], "rank_time_us": lists(time_us, time_us),
     }
-    table = pa.table({f.name: pa.array(cols[f.name], type=f.type) for f in ROW_SCHEMA}, schema=ROW_SCHEMA)
+    nulls = np.full(n, None, object)  # columns of other workloads (overlap)
+    table = pa.table({f.name: pa.array(cols.get(f.name, nulls), type=f.type) for f in ROW_SCHEMA}, schema=ROW_SCHEMA)
     os.makedirs(f"{root}/bench", exist_ok=True)
     step = -(-n // files)
     for i in range(files):

@@ -89,8 +89,11 @@ def _node_label(ip: str, host: str) -> str:
 
 def node_labels(df: pd.DataFrame) -> dict[str, str]:
     """node id -> "host (ip)" for every node in the rows."""
-    ex = df[["node_ids", "node_ips", "hosts"]].explode(["node_ids", "node_ips", "hosts"]).drop_duplicates("node_ids")
-    return {nid: _node_label(ip, host) for nid, ip, host in zip(ex.node_ids, ex.node_ips, ex.hosts)}
+    ids = np.concatenate(df.node_ids.values)
+    ips = np.concatenate(df.node_ips.values)
+    hosts = np.concatenate(df.hosts.values)
+    _, first = np.unique(ids, return_index=True)
+    return {ids[i]: _node_label(ips[i], hosts[i]) for i in first}
 
 
 def pair_results(df: pd.DataFrame, collective: str) -> pd.DataFrame:
@@ -102,12 +105,13 @@ def pair_results(df: pd.DataFrame, collective: str) -> pd.DataFrame:
         return pd.DataFrame(columns=["pair", "nodes", "busbw_gbps", "msg_bytes", "labels"])
     d = d[d.msg_bytes == d.msg_bytes.max()]
     labels = node_labels(d)
-    keys = d.node_ids.map(lambda ids: tuple(sorted(set(ids))))
+    # Group ranks are ordered by node: a 2-node group's first and last ranks are on its two nodes.
+    keys = pd.Series([tuple(sorted((ids[0], ids[-1]))) for ids in d.node_ids.values], index=d.index)
     agg = d.busbw_gbps.groupby(keys).median()
     out = pd.DataFrame({"nodes": list(agg.index), "busbw_gbps": agg.values})
-    out["pair"] = out.nodes.map(lambda ns: " - ".join(labels[n] for n in ns))
+    out["pair"] = [" - ".join(labels[n] for n in ns) for ns in out.nodes]
     out["msg_bytes"] = int(d.msg_bytes.iloc[0])
-    out["labels"] = out.nodes.map(lambda ns: {n: labels[n] for n in ns})
+    out["labels"] = [{n: labels[n] for n in ns} for ns in out.nodes]
     return out
 
 
@@ -144,16 +148,25 @@ def stragglers(df: pd.DataFrame, threshold: float, top: int = 10) -> list[dict]:
     d = d[d.world_size >= 3] if (d.world_size >= 3).any() else d[d.world_size >= 2]
     if d.empty:
         return []
-    d = d[["ranks", "node_ips", "hosts", "rank_time_us"]].copy()
-    d["median"] = d.rank_time_us.map(lambda t: float(np.median(t)))
-    d = d[d["median"] > 0].explode(["ranks", "node_ips", "hosts", "rank_time_us"])
-    d["ratio"] = d.rank_time_us.astype(float) / d["median"]
-    score = d.groupby(["ranks", "node_ips", "hosts"]).ratio.agg(["median", "size"]).reset_index()
+    ranks, ratios, where = [], [], {}
+    for n, g in d.groupby("world_size"):
+        times = np.stack(g.rank_time_us.values).astype(float)  # rows x ranks
+        med = np.median(times, axis=1, keepdims=True)
+        keep = med[:, 0] > 0
+        r = np.stack(g.ranks.values)[keep]
+        ranks.append(r.ravel())
+        ratios.append((times[keep] / med[keep]).ravel())
+        ips, hosts = np.stack(g.node_ips.values)[keep].ravel(), np.stack(g.hosts.values)[keep].ravel()
+        _, first = np.unique(r.ravel(), return_index=True)
+        for i in first:
+            where.setdefault(int(r.ravel()[i]), _node_label(ips[i], hosts[i]))
+    flat = pd.DataFrame({"rank": np.concatenate(ranks), "ratio": np.concatenate(ratios)})
+    score = flat.groupby("rank").ratio.agg(["median", "size"])
     # A rank is flagged on evidence from several rows, not on one noisy measurement.
     score = score[(score["median"] > 1 + threshold) & (score["size"] >= 3)]
     score = score.sort_values("median", ascending=False).head(top)
-    return [{"rank": int(r.ranks), "node": _node_label(r.node_ips, r.hosts), "time_vs_median": float(r["median"]),
-             "rows": int(r["size"])} for _, r in score.iterrows()]
+    return [{"rank": int(rank), "node": where[int(rank)], "time_vs_median": float(r["median"]), "rows": int(r["size"])}
+            for rank, r in score.iterrows()]
 
 
 def failures(df: pd.DataFrame) -> list[dict]:
