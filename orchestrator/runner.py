@@ -75,6 +75,7 @@ class _GroupRun:
     leave_refs: list = field(default_factory=list)
     next_case: int = 0
     t_measured: float = 0.0
+    measured_s: float = 0.0  # inside timed iterations
     rows: list[dict] = field(default_factory=list)
     done: bool = False
 
@@ -88,7 +89,7 @@ class Outcome:
     n_wrong: int = 0
     failures: list[dict] = field(default_factory=list)  # status, error, group_id, ranks, hosts
     device_names: set[str] = field(default_factory=set)
-    measured_s: float = 0.0
+    measured_s: float = 0.0  # wall time inside timed iterations (per round, its longest group)
     setup_s: list[float] = field(default_factory=list)  # round start -> group formed, per group
     teardown_s: list[float] = field(default_factory=list)  # last measurement -> group left, per group
     first_row_at: float | None = None  # time.monotonic() of the first row
@@ -142,6 +143,8 @@ class Runner:
             for ref in r.join_refs + [x for refs in r.case_refs for x in refs] + r.leave_refs:
                 owner[ref] = r
         self._event_loop([r for r in runs if not r.done], owner, progress)
+        # Groups of a round measure at the same time: the round measured as long as its longest.
+        self.outcome.measured_s += max((r.measured_s for r in runs), default=0.0)
         abandoned_early = sum(1 for r in runs if r.stage == "rendezvous")
         if progress and abandoned_early:
             progress.group_done(abandoned_early)
@@ -250,7 +253,7 @@ class Runner:
             }
             if overlap:
                 row.update(_overlap_fields(samples, timing["time_us"]))
-            self.outcome.measured_s += sum(timing["iter_time_us"]) / 1e6
+            r.measured_s += sum(timing["iter_time_us"]) / 1e6
             if self.outcome.first_row_at is None:
                 self.outcome.first_row_at = time.monotonic()
             self.outcome.n_wrong += row["n_wrong"]
