@@ -57,24 +57,39 @@ def run_case(case: Case, rank: int, n: int, device: torch.device) -> list[dict]:
     out = []
     for count in case.counts:
         c = Ctx(rank, n, count, case.dtype, case.op, case.root, case.in_place, str(device))
-        send, recv = _buffers(coll, c, device)
-        _fill(coll, c, send, recv, it=0)
-        call = functools.partial(coll.call, c, send, recv, op)
-        for _ in range(case.warmup):
-            call()
-        _barrier(device)
-        samples = _timed(call, case.iters, device)
-        n_wrong = 0
-        for it in range(1, case.check_iters + 1):
-            _fill(coll, c, send, recv, it)
-            call()
-            _sync(device)
-            expected = coll.expected(c, it)
-            if expected is not None:
-                n_wrong += count_wrong(recv, expected, tolerance(c.dtype, n, c.op))
+        send, recv, call = _prepare(coll, c, op, device)
+        samples = _warm_and_time(call, case, device)
+        n_wrong = _check(coll, c, send, recv, call, case, device)
         out.append({"count": count, "iter_time_us": samples, "n_wrong": n_wrong})
         del send, recv
     return out
+
+
+def _prepare(coll, c: Ctx, op, device: torch.device):
+    """Buffers filled with iteration 0's inputs, and the call on them."""
+    send, recv = _buffers(coll, c, device)
+    _fill(coll, c, send, recv, it=0)
+    return send, recv, functools.partial(coll.call, c, send, recv, op)
+
+
+def _warm_and_time(call: Callable[[], None], case: Case, device: torch.device) -> list[float]:
+    for _ in range(case.warmup):
+        call()
+    _barrier(device)
+    return _timed(call, case.iters, device)
+
+
+def _check(coll, c: Ctx, send, recv, call: Callable[[], None], case: Case, device: torch.device) -> int:
+    """Wrong elements over the check iterations, each on fresh inputs."""
+    n_wrong = 0
+    for it in range(1, case.check_iters + 1):
+        _fill(coll, c, send, recv, it)
+        call()
+        _sync(device)
+        expected = coll.expected(c, it)
+        if expected is not None:
+            n_wrong += count_wrong(recv, expected, tolerance(c.dtype, c.n, c.op))
+    return n_wrong
 
 
 def run_overlap(case: Case, rank: int, n: int, device: torch.device) -> list[dict]:
@@ -86,13 +101,8 @@ def run_overlap(case: Case, rank: int, n: int, device: torch.device) -> list[dic
     out = []
     for count in case.counts:
         c = Ctx(rank, n, count, case.dtype, "sum", case.root, True, str(device))
-        send, recv = _buffers(coll, c, device)
-        _fill(coll, c, send, recv, it=0)
-        comm = functools.partial(coll.call, c, send, recv, op)
-        for _ in range(case.warmup):
-            comm()
-        _barrier(device)
-        comm_us = _timed(comm, case.iters, device)
+        send, recv, comm = _prepare(coll, c, op, device)
+        comm_us = _warm_and_time(comm, case, device)
         dim = _matmul_dim(case.compute_flops, sum(comm_us) / len(comm_us), device)
         mat_dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
         a, b = (torch.ones(dim, dim, dtype=mat_dtype, device=device) for _ in range(2))
@@ -104,19 +114,9 @@ def run_overlap(case: Case, rank: int, n: int, device: torch.device) -> list[dic
             compute()
             work.wait()
 
-        for fn in (compute, both):
-            for _ in range(case.warmup):
-                fn()
-        _barrier(device)
-        comp_us = _timed(compute, case.iters, device)
-        _barrier(device)
-        step_us = _timed(both, case.iters, device)
-        n_wrong = 0
-        for it in range(1, case.check_iters + 1):
-            _fill(coll, c, send, recv, it)
-            both()
-            _sync(device)
-            n_wrong += count_wrong(recv, coll.expected(c, it), tolerance(c.dtype, n, "sum"))
+        comp_us = _warm_and_time(compute, case, device)
+        step_us = _warm_and_time(both, case, device)
+        n_wrong = _check(coll, c, send, recv, both, case, device)
         out.append({"count": count, "iter_time_us": comm_us, "comp_us": comp_us, "step_us": step_us,
                     "compute_flops": 2.0 * dim**3, "n_wrong": n_wrong})
     return out

@@ -82,17 +82,23 @@ def _groups_on_disk(out):
     return run_dirs[0].name, sorted(p.name for p in run_dirs[0].glob("*.parquet"))
 
 
-def test_killed_driver_then_resume_measures_each_group_once(ray_head, tmp_path):
-    out = tmp_path / "results"
+def _signal_driver_after_first_group(ray_head, out, sig: int) -> LiveRun:
+    """A 3-group run whose driver gets `sig` once the first group is on disk."""
     args = ["run", "--ranks-per-node", "4", "--patterns", "intra", "--no-concurrent", "--output", str(out),
             *SWEEP[:-6], "-n", "300", "-w", "1", "-c", "1"]
     run = LiveRun(args, env=ray_head.env())
     try:
         run.wait_for("[progress] 1/3 groups done", timeout=180)
-        run.proc.send_signal(signal.SIGKILL)
-        run.finish(timeout=30)
+        run.proc.send_signal(sig)
+        run.returncode = run.finish(timeout=60)
     finally:
         run.kill()
+    return run
+
+
+def test_killed_driver_then_resume_measures_each_group_once(ray_head, tmp_path):
+    out = tmp_path / "results"
+    _signal_driver_after_first_group(ray_head, out, signal.SIGKILL)
     run_id, before = _groups_on_disk(out)
     assert 1 <= len(before) < 3
     pd.read_parquet(out)  # everything on disk is readable
@@ -108,16 +114,8 @@ def test_killed_driver_then_resume_measures_each_group_once(ray_head, tmp_path):
 
 def test_ctrl_c_saves_finished_groups_and_says_how_to_resume(ray_head, tmp_path):
     out = tmp_path / "results"
-    args = ["run", "--ranks-per-node", "4", "--patterns", "intra", "--no-concurrent", "--output", str(out),
-            *SWEEP[:-6], "-n", "300", "-w", "1", "-c", "1"]
-    run = LiveRun(args, env=ray_head.env())
-    try:
-        run.wait_for("[progress] 1/3 groups done", timeout=180)
-        run.proc.send_signal(signal.SIGINT)
-        rc = run.finish(timeout=60)
-    finally:
-        run.kill()
-    assert rc == 130
+    run = _signal_driver_after_first_group(ray_head, out, signal.SIGINT)
+    assert run.returncode == 130
     run_id, files = _groups_on_disk(out)
     assert "r0-g0.parquet" in files
     assert f"collbench run --resume {run_id} --output {out}" in "".join(run.stderr)

@@ -136,3 +136,20 @@ def test_lost_node_fails_or_skips_only_its_groups(tmp_path):
         assert "skipped" in "".join(run.stderr)
     finally:
         lab.down()
+
+
+def test_overlap_hides_communication_behind_compute(lab2x2, tmp_path):
+    """Across the shaped link the network is the bottleneck and gloo's threads mostly wait, so a
+    matmul of the same duration can hide it: T_overlap lies in [0, min(T_comp, T_comm)] up to noise."""
+    out = tmp_path / "results"
+    proc = run_cli(["run", "--address", lab2x2.address, "--ranks-per-node", "1", "--patterns", "inter",
+                    "--collectives", "overlap", "-b", "1M", "-e", "4M", "-f", "2", "-n", "8", "-w", "2", "-c", "1",
+                    "--output", str(out)], env=lab2x2.env(), timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ov = pd.read_parquet(out)
+    assert len(ov) == 3 and (ov.status == "ok").all() and (ov.n_wrong == 0).all() and set(ov.topology) == {"inter"}
+    for _, r in ov.iterrows():
+        noise = 0.15 * (r.t_comp_us + r.t_comm_us)
+        assert -noise <= r.t_overlap_us <= min(r.t_comp_us, r.t_comm_us) + noise, r.to_dict()
+        assert r.t_step_us <= r.t_comp_us + r.t_comm_us + noise
+    assert ov.overlap_efficiency.median() > 0.3  # most of the shorter part is hidden
