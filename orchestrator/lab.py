@@ -118,6 +118,11 @@ def check_host(name: str, nodes: int, ranks_per_node: int, link: str, subnet: st
     for dev in [f"cb{name}br", *(f"cb{name}{i}{end}" for i in range(nodes) for end in "hn")]:
         if _exists_link(dev):
             raise SpecError(f"--name {name}: network interface {dev} already exists")
+    listing = subprocess.run(["ip", "-o", "-4", "addr"], capture_output=True, text=True).stdout
+    for line in listing.splitlines():
+        fields = line.split()
+        if len(fields) >= 4 and ipaddress.ip_interface(fields[3]).ip in net:
+            raise SpecError(f"--subnet {subnet}: already in use on interface {fields[1]} ({fields[3]})")
     for i in range(nodes):
         if _exists_netns(f"cb-{name}-{i}"):
             raise SpecError(f"--name {name}: network namespace cb-{name}-{i} already exists")

@@ -23,9 +23,11 @@ def require_lab() -> None:
 
 
 class Lab:
+    _third_octet = secrets.randbelow(100) + 20  # distinct subnets for the labs of one test session
     def __init__(self, nodes: int, ranks_per_node: int, link: str) -> None:
         self.name = "t" + secrets.token_hex(2)
-        self.subnet = f"10.214.{secrets.randbelow(200) + 20}.0/24"
+        Lab._third_octet += 1
+        self.subnet = f"10.214.{Lab._third_octet}.0/24"
         self.link = link
         proc = run_cli(["lab", "up", "--name", self.name, "--nodes", str(nodes), "--ranks-per-node",
                         str(ranks_per_node), "--link", link, "--subnet", self.subnet], timeout=240)

@@ -95,6 +95,9 @@ def test_refused_or_failed_lab_up_leaves_nothing():
         proc = run_cli(["lab", "up", "--name", name, "--nodes", "2", "--subnet", "10.215.1.0/24"])
         assert proc.returncode == 2 and f"network interface cb{name}1h already exists" in proc.stderr
         assert os.path.exists(f"/sys/class/net/cb{name}1h")  # not ours: left alone
+        subprocess.run(["ip", "addr", "add", "10.215.9.1/24", "dev", f"cb{name}1h"], check=True)
+        proc = run_cli(["lab", "up", "--name", "tfree", "--nodes", "2", "--subnet", "10.215.9.0/24"])
+        assert proc.returncode == 2 and f"--subnet 10.215.9.0/24: already in use on interface cb{name}1h" in proc.stderr
     finally:
         subprocess.run(["ip", "link", "del", f"cb{name}1h"], check=False)
     # Failing half-way (the network is built, Ray started, the nodes cannot join in 0.5 s):
@@ -143,7 +146,7 @@ def test_overlap_hides_communication_behind_compute(lab2x2, tmp_path):
     matmul of the same duration can hide it: T_overlap lies in [0, min(T_comp, T_comm)] up to noise."""
     out = tmp_path / "results"
     proc = run_cli(["run", "--address", lab2x2.address, "--ranks-per-node", "1", "--patterns", "inter",
-                    "--collectives", "overlap", "-b", "1M", "-e", "4M", "-f", "2", "-n", "8", "-w", "2", "-c", "1",
+                    "--collectives", "overlap", "-b", "4M", "-e", "16M", "-f", "2", "-n", "8", "-w", "2", "-c", "1",
                     "--output", str(out)], env=lab2x2.env(), timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     ov = pd.read_parquet(out)
