@@ -130,6 +130,8 @@ class Runner:
                     progress.group_done()
                 continue
             runs.append(run)
+        if runs:
+            print(console.header(), flush=True)
         stores = {r.group.group_id: self._actor(r, 0).open_store.remote(self.spec.group_timeout_s) for r in runs}
         owner = {}
         for r in runs:
