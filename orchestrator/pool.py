@@ -14,13 +14,17 @@ class PlacementError(RuntimeError):
     """Actors did not start on their nodes in time; the message names the nodes."""
 
 
+def _gpu_key(gpu_id: str) -> tuple[int, str]:
+    return (len(gpu_id), gpu_id)  # numeric order for decimal ids
+
+
 def gpu_assignment(gpu_ids: list[str]) -> tuple[str, list[int]]:
     """The actors of one node share visibility of all their GPUs and each uses its own.
 
     gpu_ids: the GPU id Ray gave each actor of the node. Returns the CUDA_VISIBLE_DEVICES value
     (the union, sorted numerically) and each actor's index into it.
     """
-    union = sorted(set(gpu_ids), key=lambda g: (len(g), g))
+    union = sorted(set(gpu_ids), key=_gpu_key)
     return ",".join(union), [union.index(g) for g in gpu_ids]
 
 
@@ -37,7 +41,7 @@ class ActorPool:
         self.dead_nodes: set[str] = set()
 
     def start(self) -> None:
-        self._spawn(range(len(self.slots)))
+        self._spawn(range(len(self.slots)), reorder=True)
 
     def refresh_nodes(self) -> set[str]:
         """Node ids of the inventory that Ray no longer reports alive."""
@@ -66,12 +70,14 @@ class ActorPool:
                 ray.kill(actor, no_restart=True)
                 self.actors[i] = None
 
-    def _spawn(self, ranks) -> None:
+    def _spawn(self, ranks, reorder: bool = False) -> None:
+        """Start workers for `ranks`. Slots whose worker did not start are left empty (None)
+        and reported in one PlacementError after the others are set up."""
         ranks = list(ranks)
         use_gpus = self.inv.use_gpus
         cls = ray.remote(BenchWorker)
         for r in ranks:
-            node = self.inv.nodes[self.slots[r][0]]
+            node = self.node_of(r)
             self.actors[r] = cls.options(
                 num_cpus=0,
                 num_gpus=1 if use_gpus else 0,
@@ -80,41 +86,53 @@ class ActorPool:
             ).remote(self.env, node.ip)
         refs = {self.actors[r].describe.remote(): r for r in ranks}
         ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=self.start_timeout_s)
-        if pending:
-            missing = sorted({self.inv.nodes[self.slots[refs[p]][0]].hostname or "?" for p in pending})
-            nodes = sorted({self.inv.nodes[self.slots[refs[p]][0]].ip for p in pending})
-            raise PlacementError(
-                f"{len(pending)} worker(s) did not start within {self.start_timeout_s:.0f}s on node(s) "
-                f"{', '.join(nodes)} ({', '.join(missing)})"
-            )
+        failed = {refs[p]: f"did not start within {self.start_timeout_s:.0f}s" for p in pending}
         for ref in ready:
-            r = refs[ref]
             try:
-                self.info[r] = ray.get(ref, timeout=self.start_timeout_s)
+                self.info[refs[ref]] = ray.get(ref, timeout=self.start_timeout_s)
             except Exception as e:  # an actor that died while starting
-                node = self.inv.nodes[self.slots[r][0]]
-                raise PlacementError(f"worker for rank {r} on node {node.ip} failed to start: {e}") from None
-        if use_gpus:
-            self._assign_gpus(ranks)
-        self._check_nodes(ranks)
+                failed[refs[ref]] = f"failed to start ({str(e).strip().splitlines()[0] if str(e).strip() else e!r})"
+        for r in failed:
+            ray.kill(self.actors[r], no_restart=True)
+            self.actors[r] = None
+        started = [r for r in ranks if r not in failed]
+        if use_gpus and started:
+            self._assign_gpus(started, reorder)
+        self._check_nodes(started)
+        if failed:
+            where = sorted({f"{self.node_of(r).ip} ({self.node_of(r).hostname or '?'})" for r in failed})
+            reasons = sorted(set(failed.values()))
+            raise PlacementError(
+                f"{len(failed)} worker(s) on node(s) {', '.join(where)}: {'; '.join(reasons)}"
+            )
 
-    def _assign_gpus(self, ranks: list[int]) -> None:
-        by_node: dict[int, list[int]] = {}
+    def _assign_gpus(self, ranks: list[int], reorder: bool) -> None:
+        """Give new workers the union of their node's GPU ids and their own index in it. At the
+        first start, also order each node's ranks by GPU id (rank order = local device order);
+        workers already running keep what they have (CUDA reads the variable once)."""
+        members_of: dict[int, list[int]] = {}
         for r, (node, _) in enumerate(self.slots):
-            by_node.setdefault(node, []).append(r)
-        touched = {self.slots[r][0] for r in ranks}
+            if self.actors[r] is not None:
+                members_of.setdefault(node, []).append(r)
+        new_of: dict[int, list[int]] = {}
+        for r in ranks:
+            new_of.setdefault(self.slots[r][0], []).append(r)
         refs = []
-        for node in touched:
-            members = by_node[node]
-            # Keep rank order = local device order: sort the node's actors by their GPU id.
-            ordered = sorted(members, key=lambda r: (len(self.info[r]["gpu_ids"][0]), self.info[r]["gpu_ids"][0]))
-            actors = [self.actors[r] for r in ordered]
-            infos = [self.info[r] for r in ordered]
-            for r, actor, info in zip(members, actors, infos):
-                self.actors[r], self.info[r] = actor, info
+        for node, new in new_of.items():
+            members = members_of[node]
+            if reorder:
+                ordered = sorted(members, key=lambda r: _gpu_key(self.info[r]["gpu_ids"][0]))
+                pairs = [(self.actors[r], self.info[r]) for r in ordered]
+                for r, (actor, info) in zip(members, pairs):
+                    self.actors[r], self.info[r] = actor, info
+                new = members
             visible, index = gpu_assignment([self.info[r]["gpu_ids"][0] for r in members])
-            refs += [self.actors[r].use_gpu.remote(visible, i) for r, i in zip(members, index)]
-        ray.get(refs, timeout=self.start_timeout_s)
+            position = dict(zip(members, index))
+            refs += [self.actors[r].use_gpu.remote(visible, position[r]) for r in new]
+        try:
+            ray.get(refs, timeout=self.start_timeout_s)
+        except Exception as e:
+            raise PlacementError(f"could not set the GPUs of new workers: {str(e).strip().splitlines()[0]}") from None
 
     def _check_nodes(self, ranks: list[int]) -> None:
         for r in ranks:

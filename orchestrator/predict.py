@@ -6,8 +6,8 @@ ranks lie on one node uses the `intra` fits; one rank per node, `inter`; otherwi
 `inter`). Terms per optimizer step:
 - dp (without --fsdp): gradient all_reduce of the stage's shard in buckets,
   n_buckets x (alpha + bucket_bytes / bw);
-- fsdp: per layer, all_gather twice (forward, backward) and reduce_scatter once of the layer's
-  parameters: layers x (2 t_ag(S_layer) + t_rs(S_layer));
+- fsdp: per layer of the stage, all_gather twice (forward, backward) and reduce_scatter once of
+  the layer's parameters: layers/pp x (2 t_ag(S_layer) + t_rs(S_layer));
 - tp: per layer and micro-batch, 4 activation all_reduces (2 forward, 2 backward) of
   micro_batch x seq x hidden elements: layers/pp x micro_batches x 4 x t_ar(S_act);
 - pp: per micro-batch, one activation send forward and one gradient send backward across each
@@ -122,11 +122,12 @@ def predict(layout: Layout, fits: dict) -> list[dict]:
         term("dp gradient all_reduce", "ceil(shard/bucket) x (alpha + bucket/bw)", "all_reduce",
              lay.dp, lay.tp, bucket, n_buckets)
     if lay.dp > 1 and lay.fsdp:
-        layer = shard / lay.layers
-        term("fsdp all_gather (fwd+bwd)", "layers x 2 x (alpha + S_layer/bw)", "all_gather", lay.dp, lay.tp,
-             layer, 2 * lay.layers)
-        term("fsdp reduce_scatter", "layers x (alpha + S_layer/bw)", "reduce_scatter", lay.dp, lay.tp,
-             layer, lay.layers)
+        layer = lay.params * lay.dtype_bytes / lay.tp / lay.layers  # one layer's parameters in a TP shard
+        stage_layers = lay.layers / lay.pp
+        term("fsdp all_gather (fwd+bwd)", "layers/pp x 2 x (alpha + S_layer/bw)", "all_gather", lay.dp, lay.tp,
+             layer, 2 * stage_layers)
+        term("fsdp reduce_scatter", "layers/pp x (alpha + S_layer/bw)", "reduce_scatter", lay.dp, lay.tp,
+             layer, stage_layers)
     if lay.tp > 1:
         term("tp activation all_reduce", "layers/pp x micro_batches x 4 x (alpha + S_act/bw)", "all_reduce",
              lay.tp, 1, act, lay.layers / lay.pp * lay.micro_batches * 4)

@@ -37,8 +37,11 @@ def main(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
     spec = dataclasses.replace(spec, output=resolve_output(spec.output))
     check_writable(spec.output)
+    saved_nodes = None
     if args.resume:
-        spec = _resumed_spec(spec.output, args.resume)
+        # The sweep is the run's own; where to write, whom to join and the exit policy are today's.
+        saved, saved_nodes = _resumed_run(spec.output, args.resume)
+        spec = dataclasses.replace(saved, output=spec.output, address=spec.address, allow_failures=spec.allow_failures)
     # Ray and everything that needs it are imported here, after the cheap checks.
     import ray
 
@@ -57,6 +60,11 @@ def main(args: argparse.Namespace) -> int:
         if backend == "nccl" and not inv.use_gpus:
             raise SpecError("--backend nccl: the cluster has no GPU")
         check_backend_dtypes(backend, spec)
+        if saved_nodes is not None and saved_nodes != [(n.node_id, n.ranks) for n in inv.nodes]:
+            raise SpecError(
+                f"--resume {args.resume}: the cluster's nodes changed since the run started, so its groups "
+                "would not be the same; start a new run"
+            )
         plan = make_plan(spec, inv)
         check_plan(spec, plan)
         check_memory(spec, inv, probe_gpu_memory(inv))
@@ -139,8 +147,8 @@ def _median(values: list[float]) -> float:
     return sorted(values)[len(values) // 2] if values else 0.0
 
 
-def _resumed_spec(output: str, run_id: str) -> SweepSpec:
-    """The spec a run was started with, from its manifest."""
+def _resumed_run(output: str, run_id: str) -> tuple[SweepSpec, list[tuple[str, int]]]:
+    """The spec a run was started with and its nodes (id, ranks), from its manifest."""
     import pyarrow.parquet as pq
 
     store = ResultStore(output, run_id)
@@ -150,4 +158,5 @@ def _resumed_spec(output: str, run_id: str) -> SweepSpec:
     except (OSError, FileNotFoundError):
         raise SpecError(f"--resume {run_id}: no such run in {output}") from None
     saved = json.loads(table.column("spec")[0].as_py())
-    return SweepSpec(**from_mapping(saved, source=f"--resume {run_id}"))
+    nodes = [(n["node_id"], n["ranks"]) for n in json.loads(table.column("inventory")[0].as_py())]
+    return SweepSpec(**from_mapping(saved, source=f"--resume {run_id}")), nodes

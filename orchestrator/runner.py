@@ -132,18 +132,23 @@ class Runner:
             runs.append(run)
         if runs:
             print(console.header(), flush=True)
-        stores = {r.group.group_id: self._actor(r, 0).open_store.remote(self.spec.group_timeout_s) for r in runs}
+        stores = {self._actor(r, 0).open_store.remote(self.spec.group_timeout_s): r for r in runs}
+        # One wait for every group's store, so a slow rank 0 costs no other group its deadline.
+        ready, _ = ray.wait(list(stores), num_returns=len(stores), timeout=self.spec.group_timeout_s)
+        ready = set(ready)
         owner = {}
-        for r in runs:
+        for ref, r in stores.items():
+            if ref not in ready:
+                self._abandon(r, "timeout", [0], "rendezvous store on rank 0 did not open before the deadline")
+                continue
             try:
-                ip, port = ray.get(stores[r.group.group_id], timeout=max(0.0, r.deadline - time.monotonic()))
+                ip, port = ray.get(ref, timeout=0)
             except Exception as e:
-                self._abandon(r, "timeout" if isinstance(e, ray.exceptions.GetTimeoutError) else "failed",
-                              [0], f"rendezvous store on rank 0: {_error_text(e)}")
+                self._abandon(r, "failed", [0], f"rendezvous store on rank 0: {_error_text(e)}")
                 continue
             self._submit(r, ip, port)
-            for ref in r.join_refs + [x for refs in r.case_refs for x in refs] + r.leave_refs:
-                owner[ref] = r
+            for x in r.join_refs + [x for refs in r.case_refs for x in refs] + r.leave_refs:
+                owner[x] = r
         self._event_loop([r for r in runs if not r.done], owner, progress)
         # Groups of a round measure at the same time: the round measured as long as its longest.
         self.outcome.measured_s += max((r.measured_s for r in runs), default=0.0)
@@ -182,6 +187,8 @@ class Runner:
                 self._advance(r)
             now = time.monotonic()
             for r in active:
+                if not r.done and now >= r.deadline:
+                    self._advance(r)  # results that arrived since the wait count
                 if not r.done and now >= r.deadline:
                     late = [j for j, ref in enumerate(self._stage_refs(r)) if not _is_ready(ref)]
                     hosts = sorted({_where(r.base, j) for j in late})

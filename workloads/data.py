@@ -1,7 +1,7 @@
 """Deterministic inputs whose reductions are known exactly.
 
 Every value is a small integer, so sums, maxima and products are exact in every type for the
-group sizes people run (sums stay within +-2n, products are +-1); above the exact range of a
+group sizes people run (sums stay within +-(2n+5), products are +-1); above the exact range of a
 reduced-precision type the check falls back to a relative tolerance (`tolerance`).
 The value of element `idx` of rank `rank` in check iteration `it` is a pure function of the three,
 so a stale output from an earlier iteration or a chunk landing on the wrong rank is caught.
@@ -38,9 +38,14 @@ SENTINEL = 77
 
 def _integers(rank: int, it: int, start: int, numel: int, op: str, device: str) -> torch.Tensor:
     idx = torch.arange(start, start + numel, dtype=torch.int64, device=device)
+    # Rank 0 adds a pattern of another period, so that no group size makes the reduction the
+    # same for every element (a chunk on the wrong rank, or a stale output, must differ).
     if op == "sum":
-        return (rank * 3 + idx + 7 * it) % 5 - 2
+        extra = (idx * 5 + it) % 11 - 5 if rank == 0 else 0
+        return (rank * 3 + idx + 7 * it) % 5 - 2 + extra
     if op == "prod":
+        if rank == 0:
+            return torch.where((idx + it) % 3 == 0, -1, 1)
         return ((rank + idx + it) % 2) * 2 - 1
     # max, min and the non-reducing collectives: a wide range so that ranks differ.
     return (rank * 131 + idx * 7 + it * 13) % 97 - 48
@@ -70,9 +75,10 @@ def reduced(
 def tolerance(dtype: str, n: int, op: str) -> float:
     """Relative tolerance of a reduction's result; 0 where the result is exact."""
     limit = _EXACT_INT.get(dtype)
-    if limit is None or op != "sum" or 2 * n <= limit:
+    if limit is None or op != "sum" or 2 * n + 5 <= limit:
         return 0.0
-    return float(torch.finfo(TORCH_DTYPES[dtype]).eps) * n
+    # Never 1 or more: a tolerance that wide would pass a zeroed or sign-flipped output.
+    return min(float(torch.finfo(TORCH_DTYPES[dtype]).eps) * n, 0.5)
 
 
 def count_wrong(out: torch.Tensor, expected: torch.Tensor, rtol: float) -> int:

@@ -40,3 +40,13 @@ def test_tolerance_only_beyond_exact_range():
     assert tolerance("bfloat16", 1024, "sum") > 0.0
     assert tolerance("int8", 1024, "sum") == 0.0
     assert tolerance("float16", 4096, "max") == 0.0
+
+
+def test_no_group_size_makes_a_reduction_constant():
+    # A constant result would let a chunk on the wrong rank or a stale output pass the check.
+    for n in (2, 4, 5, 10, 15, 22):
+        for op in ("sum", "prod"):
+            for it in (1, 2):
+                r = reduced(n, it, 0, 66, op, "int32")
+                assert len(set(r.tolist())) > 1, (n, op, it)
+                assert not torch.equal(r, reduced(n, it + 1, 0, 66, op, "int32")), (n, op, it)
