@@ -53,14 +53,14 @@ def netns_ifname(ns: str, ip: str) -> str:
     return interface_for_ip(ip, listing)
 
 
-def collbench(sizes: list[int], iters: int, warmup: int, address: str | None) -> pd.DataFrame:
+def collbench(sizes: list[int], iters: int, warmup: int, st) -> pd.DataFrame:
     out = tempfile.mkdtemp(prefix="cbfid")
     cmd = [sys.executable, "-m", "orchestrator", "run", "--collectives", "all_reduce", "-b", str(sizes[0]),
            "-e", str(sizes[-1]), "-f", str(sizes[1] // sizes[0]), "-n", str(iters), "-w", str(warmup), "-c", "0",
            "--output", out]
-    if address:
-        cmd += ["--address", address, "--ranks-per-node", "1", "--patterns", "inter"]
-    env = {**os.environ, "RAY_AUTH_MODE": "token"}
+    if st:
+        cmd += ["--address", st.address, "--ranks-per-node", "1", "--patterns", "inter"]
+    env = {**os.environ, **(st.auth_env() if st else {})}
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=env, cwd=os.path.dirname(HERE))
     return pd.read_parquet(out)
 
@@ -86,7 +86,7 @@ def main() -> None:
         for rep in range(a.repeat):
             for s, t in plain(sizes, a.n, a.w, netns, ips).items():
                 plain_t[s].append(t)
-            df = collbench(sizes, a.n, a.w, st.address if st else None)
+            df = collbench(sizes, a.n, a.w, st)
             for _, row in df.iterrows():
                 cb_t[row.msg_bytes].append(row.time_us)
                 cb_bw[row.msg_bytes].append(row.busbw_gbps)

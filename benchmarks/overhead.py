@@ -30,7 +30,7 @@ def main() -> None:
         out = tempfile.mkdtemp(prefix="cbovh")
         cmd = [sys.executable, "-m", "orchestrator", "run", "--address", st.address, "--ranks-per-node",
                str(a.ranks_per_node), "--patterns", "intra,inter,mixed,pairwise", "--output", out, *a.extra]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "RAY_AUTH_MODE": "token"})
+        proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **st.auth_env()})
         summary = [ln for ln in proc.stdout.splitlines() if ln.startswith("collbench:")]
         print("\n".join(summary))
         m = re.search(r"wall ([\d.]+)s, measuring ([\d.]+)s", proc.stdout)

@@ -26,7 +26,6 @@ from dataclasses import asdict, dataclass, field
 from orchestrator import raynodes
 from orchestrator.spec import SpecError
 
-AUTH_ENV = {"RAY_AUTH_MODE": "token"}
 _RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit)$", re.IGNORECASE)
 _RATE_SCALE = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
 
@@ -68,6 +67,10 @@ class LabState:
     @property
     def address(self) -> str:
         return f"{self.head_ip}:{self.port}"
+
+    def auth_env(self) -> dict[str, str]:
+        """Token authentication with the lab's own token (made at `up`, removed at `down`)."""
+        return raynodes.auth_env(os.path.join(self.state_dir, "auth_token"))
 
     def save(self) -> None:
         tmp = os.path.join(self.state_dir, ".state.json.tmp")
@@ -178,7 +181,7 @@ def _start_ray(st: LabState, timeout_s: float) -> None:
             ["--head", f"--port={st.port}", f"--node-ip-address={st.head_ip}", f"--temp-dir={st.temp_dir}",
              "--num-cpus=0", "--include-dashboard=false", "--object-store-memory=100000000",
              *raynodes.private_port_args(head=True)],
-            log, env=AUTH_ENV,
+            log, env=st.auth_env(),
         )
     )
     st.save()
@@ -191,7 +194,7 @@ def _start_ray(st: LabState, timeout_s: float) -> None:
             raynodes.ray_start(
                 [f"--address={st.address}", f"--node-ip-address={st.node_ip(i)}", f"--num-cpus={st.ranks_per_node}",
                  "--object-store-memory=100000000"],
-                os.path.join(st.state_dir, f"node{i}.log"), netns=ns, env=AUTH_ENV,
+                os.path.join(st.state_dir, f"node{i}.log"), netns=ns, env=st.auth_env(),
             )
         )
         st.save()
@@ -209,7 +212,7 @@ def _wait_nodes(st: LabState, nodes: int, timeout_s: float) -> None:
     while time.monotonic() < deadline:
         proc = subprocess.run(
             [_python(), "-c", script, st.address], capture_output=True, text=True,
-            env={**os.environ, **AUTH_ENV}, timeout=max(5.0, deadline - time.monotonic()),
+            env={**os.environ, **st.auth_env()}, timeout=max(5.0, deadline - time.monotonic()),
         )
         lines = proc.stdout.strip().splitlines()
         alive = int(lines[-1]) if lines and lines[-1].isdigit() else 0
@@ -282,6 +285,6 @@ def _python() -> str:
 
 def run_command(st: LabState) -> str:
     return (
-        f"RAY_AUTH_MODE=token collbench run --address {st.address} --ranks-per-node {st.ranks_per_node} "
+        f"RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH={st.auth_env()['RAY_AUTH_TOKEN_PATH']} collbench run --address {st.address} --ranks-per-node {st.ranks_per_node} "
         f"--patterns intra,inter,mixed,pairwise"
     )

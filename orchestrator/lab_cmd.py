@@ -53,5 +53,5 @@ def main(args: argparse.Namespace) -> int:
         print(f"lab {st.name} removed")
         return 0
     cmd = [c for c in args.cmd if c != "--"] or [os.environ.get("SHELL", "/bin/sh")]
-    env = {**os.environ, **lab.AUTH_ENV, "RAY_ADDRESS": st.address}
+    env = {**os.environ, **st.auth_env(), "RAY_ADDRESS": st.address}
     return subprocess.call(cmd, env=env)

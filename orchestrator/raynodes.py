@@ -8,6 +8,7 @@ it kills exactly those processes: never `ray stop`, which kills every Ray proces
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -94,3 +95,13 @@ def private_port_args(head: bool) -> list[str]:
     if head:
         names += ["--ray-client-server-port", "--dashboard-port"]
     return [f"{name}={free_port()}" for name in names]
+
+
+def auth_env(token_path: str) -> dict[str, str]:
+    """Environment for the processes and clients of a token-authenticated cluster whose token
+    is the file `token_path` (created, readable by its owner only, when missing)."""
+    if not os.path.exists(token_path):
+        fd = os.open(token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32))
+    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": token_path}

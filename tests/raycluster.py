@@ -9,8 +9,6 @@ import time
 
 from orchestrator import raynodes
 
-AUTH_ENV = {"RAY_AUTH_MODE": "token"}
-
 
 class RayHead:
     def __init__(self, num_cpus: int = 2, ip: str = "127.0.0.1", dashboard: bool = False) -> None:
@@ -20,6 +18,7 @@ class RayHead:
         self.ip = ip
         self.address = f"{ip}:{self.port}"
         self.log = os.path.join(self.temp_dir, "head.log")
+        self.auth_env = raynodes.auth_env(os.path.join(self.temp_dir, "auth_token"))
         ports = raynodes.private_port_args(head=True)
         self.dashboard_url = None
         if dashboard:
@@ -30,7 +29,7 @@ class RayHead:
              f"--num-cpus={num_cpus}", f"--include-dashboard={'true' if dashboard else 'false'}",
              "--dashboard-host=127.0.0.1", *ports],
             self.log,
-            env=AUTH_ENV,
+            env=self.auth_env,
         )
         if not raynodes.wait_port(ip, self.port, 60):
             self.stop()
@@ -45,7 +44,7 @@ class RayHead:
     def env(self) -> dict[str, str]:
         """Environment for a client process of this cluster."""
         env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-        return {**env, **AUTH_ENV, "RAY_ADDRESS": self.address}
+        return {**env, **self.auth_env, "RAY_ADDRESS": self.address}
 
     def stop(self) -> None:
         raynodes.stop_sessions([self.sid])

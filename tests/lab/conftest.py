@@ -5,6 +5,7 @@ import shutil
 
 import pytest
 
+from orchestrator import lab as labmod
 from tests.conftest import run_cli
 
 
@@ -38,7 +39,7 @@ class Lab:
 
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-        return {**env, "RAY_AUTH_MODE": "token"}
+        return {**env, **labmod.load(self.name).auth_env()}
 
     def down(self) -> None:
         proc = run_cli(["lab", "down", "--name", self.name], timeout=120)
