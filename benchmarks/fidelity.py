@@ -23,9 +23,9 @@ import pandas as pd
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from orchestrator import lab as labmod  # noqa: E402
-from orchestrator.raynodes import free_port  # noqa: E402
-from orchestrator.sizes import format_bytes, parse_bytes, sweep  # noqa: E402
+from orchestrator.lab import cluster as labmod  # noqa: E402
+from orchestrator.lab.raynodes import free_port  # noqa: E402
+from orchestrator.sweep.sizes import format_bytes, parse_bytes, sweep  # noqa: E402
 
 
 def plain(sizes: list[int], iters: int, warmup: int, netns: list[str] | None, ips: list[str]) -> dict[int, float]:

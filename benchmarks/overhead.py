@@ -15,7 +15,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from orchestrator import lab as labmod  # noqa: E402
+from orchestrator.lab import cluster as labmod  # noqa: E402
 
 
 def main() -> None:

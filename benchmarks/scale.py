@@ -23,8 +23,8 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from orchestrator.planner import circle_rounds  # noqa: E402
-from orchestrator.schema import ROW_SCHEMA, SCHEMA_VERSION  # noqa: E402
+from orchestrator.sweep.planner import circle_rounds  # noqa: E402
+from orchestrator.results.schema import ROW_SCHEMA, SCHEMA_VERSION  # noqa: E402
 
 PATTERNS = "intra,inter,mixed,pairwise,kbatch:8"
 
@@ -92,8 +92,8 @@ def main() -> None:
 
     # Parquet: a million rows written by the product's writer (one file per group of 1000 rows)
     # and read back as one dataset.
-    from orchestrator import dataset
-    from orchestrator.store import ResultStore
+    from orchestrator.results import dataset
+    from orchestrator.results.store import ResultStore
 
     root = tempfile.mkdtemp(prefix="cbpq")
     src = tempfile.mkdtemp(prefix="cbsrc")

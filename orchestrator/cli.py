@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from orchestrator.spec import SpecError, SweepSpec, convert, from_mapping, spec_fields
+from orchestrator.sweep.spec import SpecError, SweepSpec, convert, from_mapping, spec_fields
 
 
 class _Parser(argparse.ArgumentParser):
@@ -62,7 +62,12 @@ def _load_yaml(path: str) -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from orchestrator import compare_cmd, lab_cmd, plan_cmd, predict_cmd, report_cmd, run_cmd
+    from orchestrator.commands import compare as compare_cmd
+    from orchestrator.commands import lab as lab_cmd
+    from orchestrator.commands import plan as plan_cmd
+    from orchestrator.commands import predict as predict_cmd
+    from orchestrator.commands import report as report_cmd
+    from orchestrator.commands import run as run_cmd
 
     parser = _Parser(
         prog="collbench",

@@ -7,7 +7,7 @@ import shutil
 import tempfile
 import time
 
-from orchestrator import raynodes
+from orchestrator.lab import raynodes
 
 
 class RayHead:

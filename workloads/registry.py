@@ -95,7 +95,7 @@ def names() -> list[str]:
 
 def _load() -> None:
     # Importing the modules registers them; the order here is the order of a sweep.
-    from workloads import (  # noqa: F401
+    from workloads.collectives import (  # noqa: F401
         all_gather,
         all_reduce,
         all_to_all,

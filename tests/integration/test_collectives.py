@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from orchestrator.raynodes import free_port
+from orchestrator.lab.raynodes import free_port
 from workloads import registry
 from workloads.data import TORCH_DTYPES
 from workloads.dtypes import BACKEND_DTYPES, NO_OP, OPS

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import dataset
-from orchestrator.raynodes import free_port
-from orchestrator.store import resolve_output
+from orchestrator.results import dataset
+from orchestrator.lab.raynodes import free_port
+from orchestrator.results.store import resolve_output
 from tests.conftest import run_cli
 from tests.faults import worker_pids
 

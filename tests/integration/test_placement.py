@@ -11,12 +11,12 @@ import pytest
 import ray
 from ray.cluster_utils import Cluster
 
-from orchestrator.inventory import from_ray_nodes
-from orchestrator.planner import make_plan
-from orchestrator.pool import ActorPool
-from orchestrator.runner import Runner
-from orchestrator.spec import SweepSpec
-from orchestrator.store import ResultStore
+from orchestrator.sweep.inventory import from_ray_nodes
+from orchestrator.sweep.planner import make_plan
+from orchestrator.execution.pool import ActorPool
+from orchestrator.execution.runner import Runner
+from orchestrator.sweep.spec import SweepSpec
+from orchestrator.results.store import ResultStore
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from orchestrator import lab as labmod
+from orchestrator.lab import cluster as labmod
 from tests.conftest import run_cli
 
 

@@ -10,7 +10,7 @@ import subprocess
 import pandas as pd
 import pytest
 
-from orchestrator import lab as labmod
+from orchestrator.lab import cluster as labmod
 from tests.conftest import run_cli
 
 pytestmark = pytest.mark.lab
@@ -74,7 +74,7 @@ def test_lab_down_removes_exactly_what_up_created():
     lab.down()
     assert not any(os.path.exists(f"/run/netns/{ns}") for ns in st.namespaces)
     assert not any(os.path.exists(f"/sys/class/net/{d}") for d in [*st.veths, st.bridge])
-    from orchestrator.raynodes import session_pids
+    from orchestrator.lab.raynodes import session_pids
 
     assert not any(session_pids(s) for s in sessions)
     assert not os.path.exists(st.state_dir) and not os.path.exists(st.temp_dir)
@@ -110,7 +110,7 @@ def test_refused_or_failed_lab_up_leaves_nothing():
 
 
 def test_lost_node_fails_or_skips_only_its_groups(tmp_path):
-    from orchestrator.raynodes import stop_sessions
+    from orchestrator.lab.raynodes import stop_sessions
     from tests.faults import LiveRun
     from tests.lab.conftest import Lab, require_lab
 

@@ -5,7 +5,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from orchestrator import analysis, dataset
+from orchestrator.analysis import diagnosis as analysis
+from orchestrator.results import dataset
 from tests.conftest import run_cli
 from tests.synthetic import SIZES, write_run
 
@@ -75,7 +76,7 @@ def test_compare_lists_rows_present_in_one_run_only(tmp_path):
     write_run(b, "new", nodes=6)  # more nodes: intra rows match, pairwise groups too (same key)
     df = dataset.load(b)
     df2 = df[df.msg_bytes != SIZES[0]]
-    from orchestrator.compare_cmd import compare
+    from orchestrator.commands.compare import compare
 
     matched, only_base, only_new = compare(dataset.load(a), df2, 0.05)
     assert len(only_base) == 2 and set(only_base.msg_bytes) == {SIZES[0]}

@@ -3,10 +3,10 @@ import time
 
 import pytest
 
-from orchestrator.inventory import Node, from_description, from_ray_nodes, order_nodes
-from orchestrator.planner import circle_rounds, doubling, make_plan
-from orchestrator.pool import gpu_assignment
-from orchestrator.spec import SpecError, SweepSpec
+from orchestrator.sweep.inventory import Node, from_description, from_ray_nodes, order_nodes
+from orchestrator.sweep.planner import circle_rounds, doubling, make_plan
+from orchestrator.execution.pool import gpu_assignment
+from orchestrator.sweep.spec import SpecError, SweepSpec
 from workloads.comm_env import interface_for_ip
 
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from orchestrator.predict import group_topology
+from orchestrator.analysis.predict import group_topology
 from tests.conftest import run_cli
 from tests.synthetic import write_run
 

@@ -1,7 +1,7 @@
 import pytest
 
-from orchestrator import stats
-from orchestrator.sizes import format_bytes, parse_bytes, sweep
+from orchestrator.execution import stats
+from orchestrator.sweep.sizes import format_bytes, parse_bytes, sweep
 from workloads import registry
 
 

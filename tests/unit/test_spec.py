@@ -1,6 +1,6 @@
 import pytest
 
-from orchestrator.spec import SpecError, SweepSpec, from_mapping
+from orchestrator.sweep.spec import SpecError, SweepSpec, from_mapping
 
 
 def test_defaults_are_valid_and_sweep_sizes():

@@ -4,9 +4,9 @@ import pandas as pd
 import pyarrow.dataset as ds
 import pytest
 
-from orchestrator.schema import ROW_SCHEMA, SCHEMA_VERSION
-from orchestrator.spec import SpecError
-from orchestrator.store import ResultStore, check_writable
+from orchestrator.results.schema import ROW_SCHEMA, SCHEMA_VERSION
+from orchestrator.sweep.spec import SpecError
+from orchestrator.results.store import ResultStore, check_writable
 
 
 def _row(i: int) -> dict:

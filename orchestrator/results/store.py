@@ -21,8 +21,8 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from orchestrator.schema import MANIFEST_SCHEMA, SCHEMA_VERSION, rows_table
-from orchestrator.spec import SpecError
+from orchestrator.results.schema import MANIFEST_SCHEMA, SCHEMA_VERSION, rows_table
+from orchestrator.sweep.spec import SpecError
 
 MANIFEST_DIR = "_runs"
 

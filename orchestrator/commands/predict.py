@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import argparse
 
-from orchestrator import console, dataset, predict
-from orchestrator.spec import SpecError
+from orchestrator.execution import console
+from orchestrator.results import dataset
+from orchestrator.analysis import predict
+from orchestrator.sweep.spec import SpecError
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float8": 1}
 

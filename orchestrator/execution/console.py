@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 
-from orchestrator.sizes import format_bytes
+from orchestrator.sweep.sizes import format_bytes
 
 _COLUMNS = (
     ("collective", 14, "s"),

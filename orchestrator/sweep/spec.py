@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.sizes import parse_bytes, sweep
+from orchestrator.sweep.sizes import parse_bytes, sweep
 from workloads.comm_env import COMM_ENV_PREFIXES as ENV_PREFIXES
 from workloads.dtypes import ELEMENT_BYTES, OPS, unsupported_pair
 

@@ -10,7 +10,7 @@ import ipaddress
 import re
 from dataclasses import dataclass
 
-from orchestrator.spec import SpecError
+from orchestrator.sweep.spec import SpecError
 
 
 @dataclass(frozen=True)

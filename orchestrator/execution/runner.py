@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 
 import ray
 
-from orchestrator import console, stats
-from orchestrator.planner import Group, Plan
-from orchestrator.pool import ActorPool, PlacementError
-from orchestrator.spec import SpecError, SweepSpec
+from orchestrator.execution import console
+from orchestrator.execution import stats
+from orchestrator.sweep.planner import Group, Plan
+from orchestrator.execution.pool import ActorPool, PlacementError
+from orchestrator.sweep.spec import SpecError, SweepSpec
 from workloads import registry
 from workloads.dtypes import ELEMENT_BYTES, NO_OP
 from workloads.harness import OVERLAP

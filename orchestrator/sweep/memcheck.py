@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import subprocess
 
-from orchestrator.inventory import Inventory
-from orchestrator.sizes import format_bytes
-from orchestrator.spec import SpecError, SweepSpec
+from orchestrator.sweep.inventory import Inventory
+from orchestrator.sweep.sizes import format_bytes
+from orchestrator.sweep.spec import SpecError, SweepSpec
 from workloads.dtypes import ELEMENT_BYTES
 
 

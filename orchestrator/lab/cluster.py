@@ -23,8 +23,8 @@ import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 
-from orchestrator import raynodes
-from orchestrator.spec import SpecError
+from orchestrator.lab import raynodes
+from orchestrator.sweep.spec import SpecError
 
 _RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit)$", re.IGNORECASE)
 _RATE_SCALE = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}

@@ -6,9 +6,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.dataset as pads
 
-from orchestrator.schema import ROW_SCHEMA, SCHEMA_VERSION
-from orchestrator.spec import SpecError
-from orchestrator.store import resolve
+from orchestrator.results.schema import ROW_SCHEMA, SCHEMA_VERSION
+from orchestrator.sweep.spec import SpecError
+from orchestrator.results.store import resolve
 
 # Raw per-iteration samples are large and no report needs them.
 COLUMNS = [f.name for f in ROW_SCHEMA if f.name != "iter_time_us"]

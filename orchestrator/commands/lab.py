@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from orchestrator import lab
+from orchestrator.lab import cluster as lab
 
 
 def add_parser(sub) -> None:

@@ -10,7 +10,7 @@ import sys
 import ray
 
 import orchestrator
-from orchestrator.spec import ENV_PREFIXES
+from orchestrator.sweep.spec import ENV_PREFIXES
 
 
 def comm_env(infos: list[dict]) -> dict:

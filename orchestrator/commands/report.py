@@ -9,9 +9,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from orchestrator import analysis, console, dataset
-from orchestrator.sizes import format_bytes
-from orchestrator.spec import SpecError
+from orchestrator.analysis import diagnosis as analysis
+from orchestrator.execution import console
+from orchestrator.results import dataset
+from orchestrator.sweep.sizes import format_bytes
+from orchestrator.sweep.spec import SpecError
 
 UNITS = {"GBps": 1.0, "Gbps": 8.0}  # from GB/s (1e9 bytes/s)
 
@@ -79,7 +81,7 @@ def main(args: argparse.Namespace) -> int:
     tables.append(("failed, timed-out and skipped groups", diag["failures"]))
     print(console.render_tables(tables, args.format))
     if args.plots:
-        from orchestrator import plots
+        from orchestrator.analysis import plots
 
         for path in plots.write(df, args.plots, scale, unit):
             print(f"wrote {path}", file=sys.stderr)

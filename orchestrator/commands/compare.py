@@ -9,8 +9,9 @@ import argparse
 
 import pandas as pd
 
-from orchestrator import console, dataset
-from orchestrator.report_cmd import UNITS, add_common
+from orchestrator.execution import console
+from orchestrator.results import dataset
+from orchestrator.commands.report import UNITS, add_common
 
 KEY = ["collective", "dtype", "op", "in_place", "msg_bytes", "topology", "world_size", "pattern"]
 
@@ -53,7 +54,7 @@ def main(args: argparse.Namespace) -> int:
     if args.baseline == args.new and not base_run and not new_run:
         ids = dataset.runs(args.baseline)
         if len(ids) < 2:
-            from orchestrator.spec import SpecError
+            from orchestrator.sweep.spec import SpecError
 
             raise SpecError(f"{args.baseline}: holds {len(ids)} run(s); name two with --baseline-run/--new-run")
         base_run, new_run = ids[-2], ids[-1]

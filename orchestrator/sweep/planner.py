@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from orchestrator.inventory import Inventory
-from orchestrator.spec import SpecError, SweepSpec
+from orchestrator.sweep.inventory import Inventory
+from orchestrator.sweep.spec import SpecError, SweepSpec
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from orchestrator import analysis  # noqa: E402
+from orchestrator.analysis import diagnosis as analysis  # noqa: E402
 
 
 def write(df: pd.DataFrame, out_dir: str, scale: float, unit: str) -> list[str]:

@@ -9,8 +9,8 @@ import argparse
 from collections import Counter
 
 from orchestrator.cli import add_spec_options, spec_from_args
-from orchestrator.inventory import Inventory, from_description
-from orchestrator.planner import Plan, make_plan
+from orchestrator.sweep.inventory import Inventory, from_description
+from orchestrator.sweep.planner import Plan, make_plan
 
 
 def add_parser(sub) -> None:
@@ -27,7 +27,7 @@ def add_parser(sub) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from orchestrator.runner import build_cases, check_plan
+    from orchestrator.execution.runner import build_cases, check_plan
 
     spec = spec_from_args(args)
     inv = from_description(args.inventory) if args.inventory else _live_inventory(spec)
@@ -59,7 +59,8 @@ def describe(plan: Plan, inv: Inventory, list_groups: bool) -> str:
 def _live_inventory(spec) -> Inventory:
     import ray
 
-    from orchestrator import connect, inventory
+    from orchestrator.execution import connect
+    from orchestrator.sweep import inventory
 
     connect.connect(spec.address)
     try:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from orchestrator.analysis import fit_alpha_beta
+from orchestrator.analysis.diagnosis import fit_alpha_beta
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from orchestrator.inventory import Inventory
+from orchestrator.sweep.inventory import Inventory
 from workloads.worker import BenchWorker
 
 

@@ -10,10 +10,11 @@ import sys
 import time
 import uuid
 
-from orchestrator import console, provenance
+from orchestrator.execution import console
+from orchestrator.execution import provenance
 from orchestrator.cli import add_spec_options, spec_from_args
-from orchestrator.spec import SpecError, SweepSpec, check_backend_dtypes, from_mapping
-from orchestrator.store import ResultStore, check_writable, resolve_output
+from orchestrator.sweep.spec import SpecError, SweepSpec, check_backend_dtypes, from_mapping
+from orchestrator.results.store import ResultStore, check_writable, resolve_output
 
 
 def add_parser(sub) -> None:
@@ -45,11 +46,12 @@ def main(args: argparse.Namespace) -> int:
     # Ray and everything that needs it are imported here, after the cheap checks.
     import ray
 
-    from orchestrator import connect, inventory
-    from orchestrator.memcheck import check_memory, probe_gpu_memory
-    from orchestrator.planner import make_plan
-    from orchestrator.pool import ActorPool, PlacementError
-    from orchestrator.runner import Runner, check_plan
+    from orchestrator.execution import connect
+    from orchestrator.sweep import inventory
+    from orchestrator.sweep.memcheck import check_memory, probe_gpu_memory
+    from orchestrator.sweep.planner import make_plan
+    from orchestrator.execution.pool import ActorPool, PlacementError
+    from orchestrator.execution.runner import Runner, check_plan
 
     where = connect.connect(spec.address)
     try:

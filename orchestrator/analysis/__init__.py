@@ -1,0 +1,1 @@
+"""What a user reads out of results: diagnosis, fits, predictions, plots. Pure; no Ray."""

@@ -1,0 +1,1 @@
+"""The Parquet schema, the result store and the dataset reader."""

@@ -1,0 +1,1 @@
+"""One small module per collective; importing one registers it (workloads.registry)."""
