@@ -23,8 +23,8 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from orchestrator.sweep.planner import circle_rounds  # noqa: E402
 from orchestrator.results.schema import ROW_SCHEMA, SCHEMA_VERSION  # noqa: E402
+from orchestrator.sweep.planner import circle_rounds  # noqa: E402
 
 PATTERNS = "intra,inter,mixed,pairwise,kbatch:8"
 

@@ -1,6 +1,4 @@
 import os
-import subprocess
-import sys
 
 import pytest
 
@@ -17,11 +15,3 @@ def ray_head():
     head = RayHead()
     yield head
     head.stop()
-
-
-def run_cli(args: list[str], env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    """`python -m orchestrator ARGS` in a subprocess, as a user would run it."""
-    return subprocess.run(
-        [sys.executable, "-m", "orchestrator", *args],
-        capture_output=True, text=True, timeout=timeout, env=env,
-    )

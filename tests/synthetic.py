@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import datetime as dt
 
-from orchestrator.sweep.planner import circle_rounds
 from orchestrator.results.store import ResultStore
+from orchestrator.sweep.planner import circle_rounds
 
 SIZES = [1 << k for k in range(10, 27, 2)]  # 1K .. 64M
 

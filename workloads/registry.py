@@ -1,17 +1,30 @@
-"""The collective interface and the one registry of collectives.
+"""The collective interface and the one registry of workloads.
 
 A collective module fills in one `Collective`: buffer sizes, inputs whose result is known, the
 expected output, the bus-bandwidth factor and the call. The harness (`workloads.harness`) owns
 every loop, timer and check; nothing here loops over sizes or iterations.
+
+This module imports no torch at import time: the driver reads the names below to validate a
+sweep. The collective modules (which do import torch) load on the first `get()`.
 """
 
 from __future__ import annotations
 
+import importlib
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
     import torch
+
+# The collectives, in the order a sweep runs them; each is `workloads.collectives.<name>`.
+COLLECTIVES: tuple[str, ...] = (
+    "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "send_recv",
+)
+# A matmul and all_reduce alone and together on the same group (`workloads.overlap`).
+OVERLAP = "overlap"
+WORKLOADS: tuple[str, ...] = (*COLLECTIVES, OVERLAP)
 
 
 @dataclass(frozen=True)
@@ -33,7 +46,7 @@ class Ctx:
         return self.count // self.n
 
 
-class Collective:
+class Collective(ABC):
     """Base record; a collective module subclasses it and overrides what differs."""
 
     name: ClassVar[str]
@@ -43,8 +56,9 @@ class Collective:
     min_ranks: ClassVar[int] = 1
 
     @staticmethod
+    @abstractmethod
     def busbw_factor(n: int) -> float:
-        raise NotImplementedError
+        """nccl-tests' bus-bandwidth factor for n ranks (README: Bandwidth)."""
 
     def send_numel(self, c: Ctx) -> int:
         return c.count
@@ -56,21 +70,26 @@ class Collective:
         """In-place buffers: by default the send buffer is the receive buffer."""
         return send, send
 
+    @abstractmethod
     def inputs(self, c: Ctx, it: int) -> torch.Tensor:
-        raise NotImplementedError
+        """This rank's send buffer for check iteration `it`."""
 
+    @abstractmethod
     def expected(self, c: Ctx, it: int) -> torch.Tensor | None:
         """The exact receive buffer on this rank, or None where it is undefined."""
-        raise NotImplementedError
 
+    @abstractmethod
     def call(self, c: Ctx, send: torch.Tensor, recv: torch.Tensor, op: object) -> None:
-        raise NotImplementedError
+        """One blocking call of the collective."""
 
 
 REGISTRY: dict[str, Collective] = {}
 
 
 def register(cls: type[Collective]) -> type[Collective]:
+    """Class decorator: one instance per collective, under its name (which must be listed)."""
+    if cls.name not in COLLECTIVES:
+        raise ValueError(f"collective {cls.name!r} is not in registry.COLLECTIVES")
     REGISTRY[cls.name] = cls()
     return cls
 
@@ -88,19 +107,16 @@ def get(name: str) -> Collective:
     return REGISTRY[name]
 
 
+def collective_of(workload: str) -> Collective:
+    """The collective a workload measures: itself, or all_reduce for overlap."""
+    return get("all_reduce" if workload == OVERLAP else workload)
+
+
 def names() -> list[str]:
-    _load()
-    return list(REGISTRY)
+    return list(COLLECTIVES)
 
 
 def _load() -> None:
-    # Importing the modules registers them; the order here is the order of a sweep.
-    from workloads.collectives import (  # noqa: F401
-        all_gather,
-        all_reduce,
-        all_to_all,
-        broadcast,
-        reduce,
-        reduce_scatter,
-        send_recv,
-    )
+    if len(REGISTRY) < len(COLLECTIVES):
+        for name in COLLECTIVES:
+            importlib.import_module(f"workloads.collectives.{name}")

@@ -1,7 +1,8 @@
 """BenchWorker: one rank. A plain class; the driver turns it into a Ray actor.
 
 Lifecycle per group: the group's rank 0 `open_store()`s a TCP store on a free port of its node,
-every member `join()`s with that address, the driver sends `run()` cases, then `leave()`.
+every member `join()`s with that address, the driver sends `run()` cases, then `leave()`. Messages are the dataclasses of
+`workloads.messages`.
 The same worker serves many groups in turn; it is never in two groups at once.
 """
 
@@ -10,14 +11,14 @@ from __future__ import annotations
 import os
 import platform
 import socket
-import time
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
-from workloads.harness import Case, run_case
 from workloads.comm_env import COMM_ENV_PREFIXES, pin_interfaces
+from workloads.harness import run_case
+from workloads.messages import Case, Joined, JoinRequest, Sample, WorkerInfo
 
 
 class BenchWorker:
@@ -33,26 +34,24 @@ class BenchWorker:
         self._ip = node_ip or _node_ip()
         self._ifname = pin_interfaces(self._ip)
 
-    def describe(self) -> dict:
+    def describe(self) -> WorkerInfo:
         """Where this rank runs; cheap, and touches no device."""
         import ray
 
-        ctx = ray.get_runtime_context()
         nccl = None
         if torch.version.cuda and ray.get_gpu_ids():
             nccl = ".".join(map(str, torch.cuda.nccl.version()))
-        return {
-            "node_id": ctx.get_node_id(),
-            "node_ip": self._ip,
-            "hostname": socket.gethostname(),
-            "pid": os.getpid(),
-            "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
-            "ifname": self._ifname,
-            "cpu_model": _cpu_model(),
-            "torch_version": torch.__version__,
-            "nccl_version": nccl,
-            "comm_env": {k: v for k, v in os.environ.items() if k.startswith(COMM_ENV_PREFIXES)},
-        }
+        return WorkerInfo(
+            node_id=ray.get_runtime_context().get_node_id(),
+            node_ip=self._ip,
+            hostname=socket.gethostname(),
+            pid=os.getpid(),
+            gpu_ids=tuple(str(g) for g in ray.get_gpu_ids()),
+            cpu_model=_cpu_model(),
+            torch_version=torch.__version__,
+            nccl_version=nccl,
+            comm_env={k: v for k, v in os.environ.items() if k.startswith(COMM_ENV_PREFIXES)},
+        )
 
     def use_gpu(self, visible_devices: str, local_index: int) -> None:
         """See every GPU of the node's group members and use one of them (NVLink/P2P between
@@ -67,37 +66,36 @@ class BenchWorker:
         )
         return self._ip, self._store.port
 
-    def join(self, group: dict) -> dict:
-        """Form the torch.distributed group described by `group`; return what it used."""
-        t0 = time.perf_counter()
-        timeout = timedelta(seconds=group["timeout_s"])
-        if group["rank"] == 0:
+    def join(self, req: JoinRequest) -> Joined:
+        """Form the torch.distributed group `req` describes; return what it used."""
+        timeout = timedelta(seconds=req.timeout_s)
+        if req.rank == 0:
             store = self._store
         else:
-            store = dist.TCPStore(group["store_ip"], group["store_port"], is_master=False, timeout=timeout)
+            store = dist.TCPStore(req.store_ip, req.store_port, is_master=False, timeout=timeout)
         if dist.is_initialized():
             dist.destroy_process_group()
-        self._rank, self._world_size = group["rank"], group["world_size"]
+        self._rank, self._world_size = req.rank, req.world_size
         kwargs = {}
         # gloo measures host memory even on GPU nodes (--backend gloo there tests the TCP path).
-        self._device = self._gpu if group["backend"] == "nccl" else torch.device("cpu")
-        if group["backend"] == "nccl":
+        self._device = self._gpu if req.backend == "nccl" else torch.device("cpu")
+        if req.backend == "nccl":
             torch.cuda.set_device(self._device)
             kwargs["device_id"] = self._device  # set up the communicator now, not in a timed call
         dist.init_process_group(
-            group["backend"],
-            store=dist.PrefixStore(group["group_id"], store),
+            req.backend,
+            store=dist.PrefixStore(req.group_id, store),
             rank=self._rank,
             world_size=self._world_size,
             timeout=timeout,
             **kwargs,
         )
         name = torch.cuda.get_device_name(self._device) if self._device.type == "cuda" else _cpu_model()
-        return {"setup_s": time.perf_counter() - t0, "device": str(self._device), "device_name": name}
+        return Joined(device=str(self._device), device_name=name)
 
-    def run(self, case: dict) -> list[dict]:
+    def run(self, case: Case) -> list[Sample]:
         """Measure one case; this rank's raw samples per message size."""
-        return run_case(Case(**case), self._rank, self._world_size, self._device)
+        return run_case(case, self._rank, self._world_size, self._device)
 
     def leave(self) -> None:
         if dist.is_initialized():

@@ -1,14 +1,14 @@
-"""What a user reads out of a run: intra vs inter, latency-bandwidth fits, bad pairs, nodes and
-ranks, failures. Pure functions of a rows DataFrame; no Ray, no I/O."""
+"""What a user reads out of a run: intra vs inter, bad pairs, nodes and ranks, failures.
+Pure functions of a rows DataFrame; no Ray, no I/O."""
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-TOPOLOGIES = ("intra", "inter", "mixed")
+from workloads.messages import Topology
+
+TOPOLOGIES = tuple(t.value for t in Topology)
 
 
 def ok_rows(df: pd.DataFrame) -> pd.DataFrame:
@@ -38,49 +38,6 @@ def headline(df: pd.DataFrame, collective: str) -> tuple[list[dict], dict]:
         half = int(s[s >= peak / 2].index.min())
         summary[t] = {"world_size": int(widest[t]), "peak_busbw": peak, "half_peak_bytes": half}
     return rows, summary
-
-
-@dataclass(frozen=True)
-class Fit:
-    alpha_us: float
-    bandwidth_gbps: float  # algorithm bandwidth: bytes moved per second / 1e9
-    r2: float
-    max_rel_err: float
-    points: int
-
-    @property
-    def poor(self) -> bool:
-        return self.points < 3 or self.alpha_us < 0 or self.bandwidth_gbps <= 0 or self.r2 < 0.9 or self.max_rel_err > 0.5
-
-
-def fit_alpha_beta(msg_bytes: np.ndarray, time_us: np.ndarray) -> Fit:
-    """Least squares of time = alpha + bytes / bandwidth, weighted by 1/time so that small
-    (latency-bound) and large (bandwidth-bound) sizes count alike."""
-    x = np.asarray(msg_bytes, dtype=float)
-    y = np.asarray(time_us, dtype=float)
-    w = 1.0 / y
-    a = np.column_stack([np.ones_like(x), x]) * w[:, None]
-    (alpha, beta), *_ = np.linalg.lstsq(a, y * w, rcond=None)
-    pred = alpha + beta * x
-    ss_res = float(((y - pred) ** 2).sum())
-    ss_tot = float(((y - y.mean()) ** 2).sum()) or 1.0
-    bandwidth = 1.0 / (beta * 1e3) if beta > 0 else float("nan")
-    return Fit(float(alpha), bandwidth, 1.0 - ss_res / ss_tot, float(np.max(np.abs(pred - y) / y)), len(x))
-
-
-def fits(df: pd.DataFrame) -> list[dict]:
-    out = []
-    d = ok_rows(df)
-    for (coll, topo, n), g in d.groupby(["collective", "topology", "world_size"]):
-        per_size = g.groupby("msg_bytes").time_us.median()
-        fit = fit_alpha_beta(per_size.index.values, per_size.values)
-        out.append(
-            {"collective": coll, "topology": topo, "world_size": int(n), "sizes": fit.points,
-             "alpha_us": None if fit.poor else fit.alpha_us,
-             "bandwidth": None if fit.poor else fit.bandwidth_gbps,
-             "r2": fit.r2, "quality": "poor fit: not shown" if fit.poor else "good"}
-        )
-    return out
 
 
 def _node_label(ip: str, host: str) -> str:

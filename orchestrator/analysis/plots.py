@@ -12,18 +12,18 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from orchestrator.analysis import diagnosis as analysis  # noqa: E402
+from orchestrator.analysis import diagnosis  # noqa: E402
 
 
 def write(df: pd.DataFrame, out_dir: str, scale: float, unit: str) -> list[str]:
     os.makedirs(out_dir, exist_ok=True)
     paths = []
     for coll in dict.fromkeys(df.collective):
-        rows, _ = analysis.headline(df, coll)
+        rows, _ = diagnosis.headline(df, coll)
         if not rows:
             continue
         fig, ax = plt.subplots(figsize=(7, 4))
-        for topo in analysis.TOPOLOGIES:
+        for topo in diagnosis.TOPOLOGIES:
             pts = [(r["msg_bytes"], r[topo] * scale) for r in rows if r[topo] is not None]
             if pts:
                 ax.plot(*zip(*pts), marker="o", label=topo)
@@ -37,7 +37,7 @@ def write(df: pd.DataFrame, out_dir: str, scale: float, unit: str) -> list[str]:
         fig.savefig(path, dpi=100, bbox_inches="tight")
         plt.close(fig)
         paths.append(path)
-    pairs = analysis.pair_results(df, "all_reduce" if "all_reduce" in set(df.collective) else df.collective.iloc[0])
+    pairs = diagnosis.pair_results(df, "all_reduce" if "all_reduce" in set(df.collective) else df.collective.iloc[0])
     if len(pairs):
         labels = sorted({lbl for m in pairs.labels for lbl in m.values()})  # noqa: C416
         index = {lbl: i for i, lbl in enumerate(labels)}

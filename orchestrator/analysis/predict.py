@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from orchestrator.analysis.diagnosis import fit_alpha_beta
+from orchestrator.analysis.fits import fit_groups
+from workloads.messages import topology_of
 
 
 @dataclass(frozen=True)
@@ -60,23 +61,18 @@ class FitRef:
 
 
 def fit_table(df: pd.DataFrame) -> dict[tuple[str, str, int], FitRef]:
-    out = {}
-    d = df[df.status == "ok"]
-    for (coll, topo, n), g in d.groupby(["collective", "topology", "world_size"]):
-        per_size = g.groupby("msg_bytes").time_us.median()
-        if len(per_size) < 2:
-            continue
-        fit = fit_alpha_beta(per_size.index.values, per_size.values)
-        if fit.bandwidth_gbps > 0 and fit.alpha_us == fit.alpha_us:
-            out[(coll, topo, int(n))] = FitRef(coll, topo, int(n), max(fit.alpha_us, 0.0), fit.bandwidth_gbps,
-                                               int(per_size.index.min()), int(per_size.index.max()))
-    return out
+    """The fits the report accepts (the same rule), by (collective, topology, world size)."""
+    return {
+        (coll, topo, n): FitRef(coll, topo, n, fit.alpha_us, fit.bandwidth_gbps,
+                                int(per_size.index.min()), int(per_size.index.max()))
+        for coll, topo, n, per_size, fit in fit_groups(df)
+        if not fit.poor
+    }
 
 
 def group_topology(size: int, stride: int, gpus_per_node: int) -> str:
     """Topology of a group of `size` ranks spaced `stride` apart, from rank 0."""
-    nodes = len({i * stride // gpus_per_node for i in range(size)})
-    return "intra" if nodes == 1 else "inter" if nodes == size else "mixed"
+    return topology_of([i * stride // gpus_per_node for i in range(size)]).value
 
 
 def choose_fit(fits: dict, collective: str, topology: str, world: int) -> FitRef | None:

@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import argparse
 
-import pandas as pd
-
-from orchestrator.execution import console
+from orchestrator.analysis.compare import KEY, compare
+from orchestrator.commands.options import UNITS, add_analysis_options, check_threshold
+from orchestrator.commands.render import render_tables
+from orchestrator.errors import UsageError
 from orchestrator.results import dataset
-from orchestrator.commands.report import UNITS, add_common
-
-KEY = ["collective", "dtype", "op", "in_place", "msg_bytes", "topology", "world_size", "pattern"]
 
 
 def add_parser(sub) -> None:
@@ -28,35 +26,17 @@ def add_parser(sub) -> None:
     p.add_argument("new", help="results dataset of the new run")
     p.add_argument("--baseline-run", metavar="RUN_ID", help="run in BASELINE (default: its latest)")
     p.add_argument("--new-run", metavar="RUN_ID", help="run in NEW (default: its latest)")
-    add_common(p, threshold=0.05)
+    add_analysis_options(p, threshold=0.05)
     p.set_defaults(handler=main)
 
 
-def compare(base: pd.DataFrame, new: pd.DataFrame, threshold: float) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """(matched rows with changes, rows only in base, rows only in new)."""
-    def agg(df: pd.DataFrame) -> pd.DataFrame:
-        d = df[df.status == "ok"]
-        return d.groupby(KEY).agg(busbw_gbps=("busbw_gbps", "median"), time_us=("time_us", "median")).reset_index()
-
-    a, b = agg(base), agg(new)
-    both = a.merge(b, on=KEY, how="outer", suffixes=("_base", "_new"), indicator=True)
-    matched = both[both._merge == "both"].copy()
-    matched["busbw_change"] = matched.busbw_gbps_new / matched.busbw_gbps_base - 1
-    matched["time_change"] = matched.time_us_new / matched.time_us_base - 1
-    matched["flag"] = matched.busbw_change < -threshold
-    only_base = both[both._merge == "left_only"][KEY]
-    only_new = both[both._merge == "right_only"][KEY]
-    return matched.drop(columns="_merge"), only_base, only_new
-
-
 def main(args: argparse.Namespace) -> int:
+    check_threshold(args.threshold)
     base_run, new_run = args.baseline_run, args.new_run
     if args.baseline == args.new and not base_run and not new_run:
         ids = dataset.runs(args.baseline)
         if len(ids) < 2:
-            from orchestrator.sweep.spec import SpecError
-
-            raise SpecError(f"{args.baseline}: holds {len(ids)} run(s); name two with --baseline-run/--new-run")
+            raise UsageError(f"{args.baseline}: holds {len(ids)} run(s); name two with --baseline-run/--new-run")
         base_run, new_run = ids[-2], ids[-1]
     base = dataset.load(args.baseline, base_run)
     new = dataset.load(args.new, new_run)
@@ -79,5 +59,5 @@ def main(args: argparse.Namespace) -> int:
     tables = [("summary", summary), (f"matched rows (drops beyond {args.threshold:.0%} flagged)", rows),
               ("rows only in the baseline", only_base.to_dict("records")),
               ("rows only in the new run", only_new.to_dict("records"))]
-    print(console.render_tables(tables, args.format))
+    print(render_tables(tables, args.format))
     return 1 if flagged else 0

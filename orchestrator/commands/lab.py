@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from orchestrator.lab import cluster as lab
+from orchestrator.lab import cluster
 
 
 def add_parser(sub) -> None:
@@ -35,18 +35,18 @@ def add_parser(sub) -> None:
 def main(args: argparse.Namespace) -> int:
     if args.verb == "up":
         try:
-            st = lab.up(args.name, args.nodes, args.ranks_per_node, args.link, args.subnet, args.timeout)
-        except lab.LabError as e:
+            st = cluster.up(args.name, args.nodes, args.ranks_per_node, args.link, args.subnet, args.timeout)
+        except cluster.LabError as e:
             print(f"collbench: lab up failed and was cleaned up: {e}", file=sys.stderr)
             return 1
         print(f"lab {st.name} is up: {st.nodes} node(s) x {st.ranks_per_node} rank(s), links shaped to {st.link}")
         print(f"  address: {st.address} (head {st.head_ip}, nodes {st.node_ip(0)}..{st.node_ip(st.nodes - 1)})")
-        print(f"  run:     {lab.run_command(st)}")
+        print(f"  run:     {cluster.run_command(st)}")
         print(f"  down:    collbench lab down --name {st.name}")
         return 0
-    st = lab.load(args.name)
+    st = cluster.load(args.name)
     if args.verb == "down":
-        problems = lab.down(st)
+        problems = cluster.down(st)
         if problems:
             print(f"collbench: could not remove: {', '.join(problems)}", file=sys.stderr)
             return 1

@@ -8,9 +8,9 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 
-from orchestrator.cli import add_spec_options, spec_from_args
+from orchestrator.commands.options import add_spec_options, spec_from_args
 from orchestrator.sweep.inventory import Inventory, from_description
-from orchestrator.sweep.planner import Plan, make_plan
+from orchestrator.sweep.planner import Plan, build_cases, check_plan, make_plan
 
 
 def add_parser(sub) -> None:
@@ -27,8 +27,6 @@ def add_parser(sub) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from orchestrator.execution.runner import build_cases, check_plan
-
     spec = spec_from_args(args)
     inv = from_description(args.inventory) if args.inventory else _live_inventory(spec)
     plan = make_plan(spec, inv)
@@ -38,7 +36,7 @@ def main(args: argparse.Namespace) -> int:
     for g in plan.groups:
         n = len(g.ranks)
         if n not in per_size:
-            per_size[n] = sum(len(c["counts"]) for c in build_cases(spec, n))
+            per_size[n] = sum(len(c.counts) for c in build_cases(spec, n))
         measurements += per_size[n]
     print(describe(plan, inv, args.groups))
     print(f"total: {len(plan)} groups in {len(plan.rounds)} rounds, {measurements} measurements")

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import argparse
 
-from orchestrator.execution import console
-from orchestrator.results import dataset
 from orchestrator.analysis import predict
-from orchestrator.sweep.spec import SpecError
-
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float8": 1}
+from orchestrator.commands.options import add_format
+from orchestrator.commands.render import render_tables
+from orchestrator.errors import UsageError
+from orchestrator.results import dataset
+from workloads.dtypes import ELEMENT_BYTES
 
 
 def add_parser(sub) -> None:
@@ -31,30 +31,30 @@ def add_parser(sub) -> None:
                                 ("gpus-per-node", 8, "ranks per node")]:
         p.add_argument(f"--{name}", type=int, default=default, help=f"{text} (default: {default})")
     p.add_argument("--fsdp", action="store_true", help="fully sharded data parallel instead of gradient all_reduce")
-    p.add_argument("--dtype", choices=list(DTYPE_BYTES), default="bfloat16", help="communicated dtype (default: bfloat16)")
+    p.add_argument("--dtype", choices=list(ELEMENT_BYTES), default="bfloat16", help="communicated dtype (default: bfloat16)")
     p.add_argument("--bucket-mb", type=float, default=25.0, help="gradient bucket size in MB (1e6 bytes; default: 25)")
-    p.add_argument("--format", choices=["table", "markdown", "csv", "json"], default="table", help="output format")
+    add_format(p)
     p.set_defaults(handler=main)
 
 
 def main(args: argparse.Namespace) -> int:
     for name in ("dp", "tp", "pp", "layers", "hidden", "seq", "micro_batch", "micro_batches", "gpus_per_node"):
         if getattr(args, name) < 1:
-            raise SpecError(f"--{name.replace('_', '-')} {getattr(args, name)}: must be at least 1")
+            raise UsageError(f"--{name.replace('_', '-')} {getattr(args, name)}: must be at least 1")
     if args.params <= 0 or args.bucket_mb <= 0:
-        raise SpecError(f"--params {args.params:g} / --bucket-mb {args.bucket_mb:g}: must be positive")
+        raise UsageError(f"--params {args.params:g} / --bucket-mb {args.bucket_mb:g}: must be positive")
     layout = predict.Layout(
-        params=args.params, dp=args.dp, tp=args.tp, pp=args.pp, fsdp=args.fsdp, dtype_bytes=DTYPE_BYTES[args.dtype],
+        params=args.params, dp=args.dp, tp=args.tp, pp=args.pp, fsdp=args.fsdp, dtype_bytes=ELEMENT_BYTES[args.dtype],
         bucket_mb=args.bucket_mb, layers=args.layers, hidden=args.hidden, seq=args.seq,
         micro_batch=args.micro_batch, micro_batches=args.micro_batches, gpus_per_node=args.gpus_per_node,
     )
     df = dataset.load(args.path, args.run)
     terms = predict.predict(layout, predict.fit_table(df))
     if not terms:
-        raise SpecError("nothing to predict: set --dp, --tp or --pp above 1")
+        raise UsageError("nothing to predict: set --dp, --tp or --pp above 1")
     total = sum(t["time_ms"] for t in terms if t["time_ms"] is not None)
     summary = [{"run": df.run_id.iloc[0], "world_size": args.dp * args.tp * args.pp,
                 "nodes": -(-args.dp * args.tp * args.pp // args.gpus_per_node), "comm_ms_per_step": total,
                 "note": "upper bound: assumes no overlap with compute (T_step = T_comp + T_comm - T_overlap)"}]
-    print(console.render_tables([("per-step communication", summary), ("terms", terms)], args.format))
+    print(render_tables([("per-step communication", summary), ("terms", terms)], args.format))
     return 0

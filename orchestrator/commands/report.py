@@ -9,21 +9,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from orchestrator.analysis import diagnosis as analysis
-from orchestrator.execution import console
+from orchestrator.analysis import diagnosis, fits
+from orchestrator.commands.options import UNITS, add_analysis_options, check_threshold
+from orchestrator.commands.render import render_tables
+from orchestrator.errors import UsageError
 from orchestrator.results import dataset
 from orchestrator.sweep.sizes import format_bytes
-from orchestrator.sweep.spec import SpecError
-
-UNITS = {"GBps": 1.0, "Gbps": 8.0}  # from GB/s (1e9 bytes/s)
-
-
-def add_common(p: argparse.ArgumentParser, threshold: float) -> None:
-    p.add_argument("--threshold", type=float, default=threshold,
-                   help=f"flag values this fraction worse than the reference (default: {threshold:g})")
-    p.add_argument("--unit", choices=list(UNITS), default="GBps",
-                   help="bandwidth unit: GBps (1e9 bytes/s, as nccl-tests; default) or Gbps (1e9 bits/s, link speeds)")
-    p.add_argument("--format", choices=["table", "markdown", "csv", "json"], default="table", help="output format")
 
 
 def add_parser(sub) -> None:
@@ -37,13 +28,12 @@ def add_parser(sub) -> None:
     p.add_argument("--run", metavar="RUN_ID", help="run to report (default: the latest)")
     p.add_argument("--collective", default=None, help="collective for the diagnosis (default: all_reduce if measured)")
     p.add_argument("--plots", metavar="DIR", help="write PNG plots here (needs the plot extra: pip install 'collbench[plot]')")
-    add_common(p, threshold=0.10)
+    add_analysis_options(p, threshold=0.10)
     p.set_defaults(handler=main)
 
 
 def main(args: argparse.Namespace) -> int:
-    if not 0 < args.threshold < 1:
-        raise SpecError(f"--threshold {args.threshold}: must be between 0 and 1")
+    check_threshold(args.threshold)
     if args.plots:
         _require_matplotlib()
     df = dataset.load(args.path, args.run)
@@ -53,14 +43,14 @@ def main(args: argparse.Namespace) -> int:
     run_id = df.run_id.iloc[0]
     collectives = list(dict.fromkeys(df.collective))
     for coll in collectives:
-        rows, summary = analysis.headline(df, coll)
+        rows, summary = diagnosis.headline(df, coll)
         tables.append((f"{coll}: busbw ({unit}) by message size, run {run_id}",
                        [_scaled(r, scale, keep=("msg_bytes", "intra/inter")) for r in rows]))
         tables.append((f"{coll}: peak busbw ({unit}) and half-peak size",
                        [{"topology": t, "world_size": s["world_size"], "peak_busbw": s["peak_busbw"] * scale,
                          "half_peak_at": format_bytes(s["half_peak_bytes"])} for t, s in summary.items()]))
     for coll in collectives:
-        rows = analysis.precision(df, coll)
+        rows = diagnosis.precision(df, coll)
         if rows:
             tables.append((f"{coll}: dtypes at equal element counts (busbw in {unit})",
                            [_scaled(r, scale, keep=("time_us",)) for r in rows]))
@@ -68,18 +58,18 @@ def main(args: argparse.Namespace) -> int:
             tables.append((f"{coll}: dtypes at equal element counts", [{"note": "no element count was measured in "
                            "two dtypes: sweep with -f 2 so that counts coincide"}]))
     tables.append((f"latency-bandwidth fits: time = alpha + bytes / bandwidth ({unit})",
-                   [{**f, "bandwidth": None if f["bandwidth"] is None else f["bandwidth"] * scale} for f in analysis.fits(df)]))
+                   [{**f, "bandwidth": None if f["bandwidth"] is None else f["bandwidth"] * scale} for f in fits.fits(df)]))
     target = args.collective or ("all_reduce" if "all_reduce" in collectives else collectives[0])
     if target not in collectives:
-        raise SpecError(f"--collective {target}: not in run {run_id} (measured: {', '.join(collectives)})")
-    diag = analysis.diagnose(df, target, args.threshold)
+        raise UsageError(f"--collective {target}: not in run {run_id} (measured: {', '.join(collectives)})")
+    diag = diagnosis.diagnose(df, target, args.threshold)
     tables.append((f"slow node pairs ({target}, >{args.threshold:.0%} below the median pair)",
                    [_scaled(p, scale, keep=("below_median", "msg_bytes")) for p in diag["slow_pairs"]]))
     tables.append((f"slow nodes ({target}, >{args.threshold:.0%} below the median node)",
                    [_scaled(n, scale, keep=("below_median",)) for n in diag["slow_nodes"]]))
     tables.append((f"stragglers (rank time >{args.threshold:.0%} above its group's median)", diag["stragglers"]))
     tables.append(("failed, timed-out and skipped groups", diag["failures"]))
-    print(console.render_tables(tables, args.format))
+    print(render_tables(tables, args.format))
     if args.plots:
         from orchestrator.analysis import plots
 
@@ -97,4 +87,4 @@ def _require_matplotlib() -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise SpecError("--plots needs matplotlib: pip install 'collbench[plot]'") from None
+        raise UsageError("--plots needs matplotlib: pip install 'collbench[plot]'") from None

@@ -10,11 +10,12 @@ import sys
 import time
 import uuid
 
+from orchestrator.commands.options import add_spec_options, spec_from_args
+from orchestrator.errors import UsageError
 from orchestrator.execution import console
-from orchestrator.execution import provenance
-from orchestrator.cli import add_spec_options, spec_from_args
-from orchestrator.sweep.spec import SpecError, SweepSpec, check_backend_dtypes, from_mapping
+from orchestrator.execution.outcome import Outcome
 from orchestrator.results.store import ResultStore, check_writable, resolve_output
+from orchestrator.sweep.spec import SweepSpec, check_backend_dtypes, from_mapping
 
 
 def add_parser(sub) -> None:
@@ -46,24 +47,25 @@ def main(args: argparse.Namespace) -> int:
     # Ray and everything that needs it are imported here, after the cheap checks.
     import ray
 
-    from orchestrator.execution import connect
+    from orchestrator.execution import connect, provenance
+    from orchestrator.execution.pool import ActorPool, PlacementError
+    from orchestrator.execution.rows import RunRef
+    from orchestrator.execution.runner import Runner
     from orchestrator.sweep import inventory
     from orchestrator.sweep.memcheck import check_memory, probe_gpu_memory
-    from orchestrator.sweep.planner import make_plan
-    from orchestrator.execution.pool import ActorPool, PlacementError
-    from orchestrator.execution.runner import Runner, check_plan
+    from orchestrator.sweep.planner import check_plan, make_plan
 
     where = connect.connect(spec.address)
     try:
         inv = inventory.from_ray_nodes(ray.nodes(), spec.ranks_per_node)
         if not inv.nodes:
-            raise SpecError("the Ray cluster has no node that can hold a rank")
+            raise UsageError("the Ray cluster has no node that can hold a rank")
         backend = spec.backend if spec.backend != "auto" else ("nccl" if inv.use_gpus else "gloo")
         if backend == "nccl" and not inv.use_gpus:
-            raise SpecError("--backend nccl: the cluster has no GPU")
+            raise UsageError("--backend nccl: the cluster has no GPU")
         check_backend_dtypes(backend, spec)
         if saved_nodes is not None and saved_nodes != [(n.node_id, n.ranks) for n in inv.nodes]:
-            raise SpecError(
+            raise UsageError(
                 f"--resume {args.resume}: the cluster's nodes changed since the run started, so its groups "
                 "would not be the same; start a new run"
             )
@@ -85,13 +87,14 @@ def main(args: argparse.Namespace) -> int:
         pool = ActorPool(inv, spec.env_vars(), start_timeout_s=min(spec.group_timeout_s, 300.0))
         pool.start()
         store.create()
-        manifest = provenance.manifest(spec, inv, pool.info, backend, len(plan))
+        manifest = provenance.manifest(spec, inv, pool.infos(), backend, len(plan))
         manifest["started_at"] = now
         store.write_manifest(manifest)
-        runner = Runner(spec, plan, pool, store, backend, {"run_id": run_id, "started_at": now})
-        progress = console.Progress(len(plan) - len(skip))
+        outcome = Outcome()
+        observers = [outcome, console.Console(len(plan) - len(skip))]
+        runner = Runner(spec, plan, pool, store, backend, RunRef(run_id, now), observers)
         try:
-            outcome = runner.run(skip, progress)
+            runner.run(skip)
         except KeyboardInterrupt:
             manifest.update(state="interrupted", finished_at=dt.datetime.now(dt.timezone.utc))
             store.write_manifest(manifest)
@@ -118,7 +121,7 @@ def main(args: argparse.Namespace) -> int:
     return _report_end(spec, store, outcome, t_start)
 
 
-def _report_end(spec: SweepSpec, store: ResultStore, outcome, t_start: float) -> int:
+def _report_end(spec: SweepSpec, store: ResultStore, outcome: Outcome, t_start: float) -> int:
     wall = time.monotonic() - t_start
     first = f"{outcome.first_row_at - t_start:.1f}s" if outcome.first_row_at else "-"
     print(
@@ -158,7 +161,7 @@ def _resumed_run(output: str, run_id: str) -> tuple[SweepSpec, list[tuple[str, i
     try:
         table = pq.read_table(path, filesystem=store.fs)
     except (OSError, FileNotFoundError):
-        raise SpecError(f"--resume {run_id}: no such run in {output}") from None
+        raise UsageError(f"--resume {run_id}: no such run in {output}") from None
     saved = json.loads(table.column("spec")[0].as_py())
     nodes = [(n["node_id"], n["ranks"]) for n in json.loads(table.column("inventory")[0].as_py())]
     return SweepSpec(**from_mapping(saved, source=f"--resume {run_id}")), nodes

@@ -1,11 +1,18 @@
-"""The one formatter for what a run prints: group headers, result rows, progress, summary."""
+"""What a run prints while it goes: group headers, result rows, failures, progress, the end.
+
+`Console` is an observer of the runner (see `execution.runner.RunObserver`); the line formats
+are plain functions so that tests and other observers can reuse them.
+"""
 
 from __future__ import annotations
 
 import sys
 import time
+from typing import TextIO
 
+from orchestrator.sweep.planner import Group
 from orchestrator.sweep.sizes import format_bytes
+from workloads.messages import Status
 
 _COLUMNS = (
     ("collective", 14, "s"),
@@ -26,7 +33,7 @@ def header() -> str:
 
 
 def row_line(row: dict) -> str:
-    if row["status"] != "ok":
+    if row["status"] != Status.OK.value:
         return (
             f"  {row['collective']:<14} {row['dtype']:<11} {row['op']:<4} {_place(row):<5} "
             f"{format_bytes(row['msg_bytes']):<9} {row['status'].upper()}: {row.get('error') or ''}"
@@ -56,32 +63,12 @@ def _place(row: dict) -> str:
     return "in" if row["in_place"] else "out"
 
 
-def group_line(group, base: dict) -> str:
+def group_line(group: Group, base: dict) -> str:
     nodes = ", ".join(dict.fromkeys(f"{h} {ip}" for h, ip in zip(base["hosts"], base["node_ips"])))
     return (
         f"# group {group.group_id} ({group.pattern}, {base['topology']}): {base['world_size']} ranks on "
         f"{base['n_nodes']} node(s) [{nodes}], round {group.round}, {base['groups_in_round']} group(s) in round"
     )
-
-
-class Progress:
-    """Groups done, elapsed time and an estimate of what remains, on stderr."""
-
-    def __init__(self, total: int, out=sys.stderr) -> None:
-        self.total = total
-        self.done = 0
-        self.t0 = time.monotonic()
-        self.out = out
-
-    def group_done(self, n: int = 1) -> None:
-        self.done += n
-        elapsed = time.monotonic() - self.t0
-        left = elapsed / self.done * (self.total - self.done) if self.done else 0.0
-        print(
-            f"[progress] {self.done}/{self.total} groups done, {elapsed:.0f}s elapsed, ~{left:.0f}s left",
-            file=self.out,
-            flush=True,
-        )
 
 
 def failure_summary(failures: list[dict]) -> list[str]:
@@ -100,50 +87,41 @@ def failure_summary(failures: list[dict]) -> list[str]:
     return lines
 
 
-def _cell(value) -> str:
-    if value is None or (isinstance(value, float) and value != value):
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.4g}" if abs(value) < 1e4 else f"{value:.0f}"
-    return str(value)
+class Console:
+    """Prints the run as it goes: group lines, a column header once per round, a line per row
+    and per failure on stdout; progress (groups done, elapsed, estimate) on stderr."""
 
+    def __init__(self, total_groups: int, out: TextIO = sys.stdout, progress: TextIO = sys.stderr) -> None:
+        self.total = total_groups
+        self.done = 0
+        self.t0 = time.monotonic()
+        self.out = out
+        self.progress = progress
 
-def render_tables(tables: list[tuple[str, list[dict]]], fmt: str) -> str:
-    """Titled tables as aligned text, markdown, csv or json: the one formatter of reports."""
-    import csv
-    import io
-    import json
+    def group_started(self, group: Group, base: dict) -> None:
+        self._print(group_line(group, base))
 
-    if fmt == "json":
-        return json.dumps({title: rows for title, rows in tables}, indent=1, default=str)
-    parts = []
-    for title, rows in tables:
-        columns = list(dict.fromkeys(k for r in rows for k in r))
-        if fmt == "csv":
-            buf = io.StringIO()
-            buf.write(f"# {title}\n")
-            writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
-            if rows:
-                writer.writeheader()
-                writer.writerows(rows)
-            parts.append(buf.getvalue())
-            continue
-        cells = [[_cell(r.get(c)) for c in columns] for r in rows]
-        if fmt == "markdown":
-            lines = [f"### {title}", ""]
-            if rows:
-                lines += ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-                lines += ["| " + " | ".join(row) + " |" for row in cells]
-            else:
-                lines.append("(none)")
-            parts.append("\n".join(lines) + "\n")
-            continue
-        widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
-        lines = [f"== {title}"]
-        if rows:
-            lines.append("  ".join(c.rjust(w) for c, w in zip(columns, widths)))
-            lines += ["  ".join(v.rjust(w) for v, w in zip(row, widths)) for row in cells]
-        else:
-            lines.append("(none)")
-        parts.append("\n".join(lines) + "\n")
-    return "\n".join(parts)
+    def measuring(self) -> None:
+        self._print(header())
+
+    def group_joined(self, group: Group, setup_s: float, joined: list) -> None:
+        pass
+
+    def note(self, text: str) -> None:
+        self._print(text)
+
+    def rows_measured(self, rows: list[dict]) -> None:
+        for row in rows:
+            self._print(row_line(row))
+
+    def group_ended(self, group: Group, status: Status, rows: list[dict], failure: dict | None) -> None:
+        if failure is not None:
+            self._print(f"  {status.value.upper()}: group {group.group_id}: {failure['error']}")
+        self.done += 1
+        elapsed = time.monotonic() - self.t0
+        left = elapsed / self.done * (self.total - self.done)
+        print(f"[progress] {self.done}/{self.total} groups done, {elapsed:.0f}s elapsed, ~{left:.0f}s left",
+              file=self.progress, flush=True)
+
+    def _print(self, line: str) -> None:
+        print(line, file=self.out, flush=True)

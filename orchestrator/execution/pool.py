@@ -3,11 +3,26 @@ failure. It owns every Ray wait on actor start-up and its timeout."""
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
+
 import ray
+from ray.actor import ActorHandle
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from orchestrator.sweep.inventory import Inventory
+from orchestrator.errors import first_line
+from orchestrator.sweep.inventory import Inventory, Node
+from workloads.messages import WorkerInfo
 from workloads.worker import BenchWorker
+
+
+@dataclass(frozen=True)
+class Worker:
+    """One rank's actor (None once it is killed and not yet replaced) and what it said about
+    itself when it started."""
+
+    actor: ActorHandle | None
+    info: WorkerInfo
 
 
 class PlacementError(RuntimeError):
@@ -29,16 +44,27 @@ def gpu_assignment(gpu_ids: list[str]) -> tuple[str, list[int]]:
 
 
 class ActorPool:
+    """The workers of a run, one slot per global rank: slot r lives on node `slots[r][0]` of the
+    inventory. A slot without a live worker (its node left, or a replacement did not start)
+    keeps the description of its last one, for the rows that say what could not run there."""
+
     def __init__(self, inv: Inventory, env: dict[str, str], start_timeout_s: float) -> None:
         self.inv = inv
         self.env = env
         self.start_timeout_s = start_timeout_s
         # slot per global rank: (node index, local index)
         self.slots = [(i, j) for i, node in enumerate(inv.nodes) for j in range(node.ranks)]
-        self.actors: list = [None] * len(self.slots)
-        self.info: list[dict] = [{}] * len(self.slots)
+        self.workers: list[Worker | None] = [None] * len(self.slots)
         self.respawns = 0
         self.dead_nodes: set[str] = set()
+
+    def actor(self, rank: int) -> ActorHandle | None:
+        worker = self.workers[rank]
+        return worker.actor if worker is not None else None
+
+    def infos(self) -> list[WorkerInfo]:
+        """What every worker said about itself, by rank."""
+        return [w.info for w in self.workers if w is not None]
 
     def start(self) -> None:
         self._spawn(range(len(self.slots)), reorder=True)
@@ -49,26 +75,28 @@ class ActorPool:
         self.dead_nodes = {node.node_id for node in self.inv.nodes if node.node_id not in alive}
         return self.dead_nodes
 
-    def node_of(self, rank: int):
+    def node_of(self, rank: int) -> Node:
         return self.inv.nodes[self.slots[rank][0]]
 
     def respawn(self, ranks: list[int]) -> None:
         """Kill the actors of `ranks` (if alive) and start fresh ones in the same slots; slots
         on nodes that are gone stay empty."""
         for r in ranks:
-            if self.actors[r] is not None:
-                ray.kill(self.actors[r], no_restart=True)
-                self.actors[r] = None
+            self._kill(r)
         self.refresh_nodes()
         live = [r for r in ranks if self.node_of(r).node_id not in self.dead_nodes]
         self.respawns += len(live)
         self._spawn(live)
 
     def shutdown(self) -> None:
-        for i, actor in enumerate(self.actors):
-            if actor is not None:
-                ray.kill(actor, no_restart=True)
-                self.actors[i] = None
+        for r in range(len(self.workers)):
+            self._kill(r)
+
+    def _kill(self, rank: int) -> None:
+        worker = self.workers[rank]
+        if worker is not None and worker.actor is not None:
+            ray.kill(worker.actor, no_restart=True)
+            self.workers[rank] = dataclasses.replace(worker, actor=None)
 
     def _spawn(self, ranks, reorder: bool = False) -> None:
         """Start workers for `ranks`. Slots whose worker did not start are left empty (None)
@@ -76,25 +104,26 @@ class ActorPool:
         ranks = list(ranks)
         use_gpus = self.inv.use_gpus
         cls = ray.remote(BenchWorker)
+        actors = {}
         for r in ranks:
             node = self.node_of(r)
-            self.actors[r] = cls.options(
+            actors[r] = cls.options(
                 num_cpus=0,
                 num_gpus=1 if use_gpus else 0,
                 max_restarts=0,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False),
             ).remote(self.env, node.ip)
-        refs = {self.actors[r].describe.remote(): r for r in ranks}
+        refs = {actors[r].describe.remote(): r for r in ranks}
         ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=self.start_timeout_s)
         failed = {refs[p]: f"did not start within {self.start_timeout_s:.0f}s" for p in pending}
         for ref in ready:
+            r = refs[ref]
             try:
-                self.info[refs[ref]] = ray.get(ref, timeout=self.start_timeout_s)
+                self.workers[r] = Worker(actors[r], ray.get(ref, timeout=self.start_timeout_s))
             except Exception as e:  # an actor that died while starting
-                failed[refs[ref]] = f"failed to start ({str(e).strip().splitlines()[0] if str(e).strip() else e!r})"
+                failed[r] = f"failed to start ({first_line(e)})"
         for r in failed:
-            ray.kill(self.actors[r], no_restart=True)
-            self.actors[r] = None
+            ray.kill(actors[r], no_restart=True)
         started = [r for r in ranks if r not in failed]
         if use_gpus and started:
             self._assign_gpus(started, reorder)
@@ -112,7 +141,7 @@ class ActorPool:
         workers already running keep what they have (CUDA reads the variable once)."""
         members_of: dict[int, list[int]] = {}
         for r, (node, _) in enumerate(self.slots):
-            if self.actors[r] is not None:
+            if self.actor(r) is not None:
                 members_of.setdefault(node, []).append(r)
         new_of: dict[int, list[int]] = {}
         for r in ranks:
@@ -121,22 +150,21 @@ class ActorPool:
         for node, new in new_of.items():
             members = members_of[node]
             if reorder:
-                ordered = sorted(members, key=lambda r: _gpu_key(self.info[r]["gpu_ids"][0]))
-                pairs = [(self.actors[r], self.info[r]) for r in ordered]
-                for r, (actor, info) in zip(members, pairs):
-                    self.actors[r], self.info[r] = actor, info
+                ordered = sorted((self.workers[r] for r in members), key=lambda w: _gpu_key(w.info.gpu_ids[0]))
+                for r, worker in zip(members, ordered):
+                    self.workers[r] = worker
                 new = members
-            visible, index = gpu_assignment([self.info[r]["gpu_ids"][0] for r in members])
+            visible, index = gpu_assignment([self.workers[r].info.gpu_ids[0] for r in members])
             position = dict(zip(members, index))
-            refs += [self.actors[r].use_gpu.remote(visible, position[r]) for r in new]
+            refs += [self.actor(r).use_gpu.remote(visible, position[r]) for r in new]
         try:
             ray.get(refs, timeout=self.start_timeout_s)
         except Exception as e:
-            raise PlacementError(f"could not set the GPUs of new workers: {str(e).strip().splitlines()[0]}") from None
+            raise PlacementError(f"could not set the GPUs of new workers: {first_line(e)}") from None
 
     def _check_nodes(self, ranks: list[int]) -> None:
         for r in ranks:
             want = self.inv.nodes[self.slots[r][0]].node_id
-            got = self.info[r]["node_id"]
+            got = self.workers[r].info.node_id
             if got != want:
                 raise PlacementError(f"rank {r} started on node {got}, not on its node {want}")

@@ -10,23 +10,26 @@ import sys
 import ray
 
 import orchestrator
-from orchestrator.sweep.spec import ENV_PREFIXES
+from orchestrator.sweep.inventory import Inventory
+from orchestrator.sweep.spec import SweepSpec
+from workloads.comm_env import COMM_ENV_PREFIXES
+from workloads.messages import WorkerInfo
 
 
-def comm_env(infos: list[dict]) -> dict:
+def comm_env(infos: list[WorkerInfo]) -> dict:
     """The communication variables of the driver and the distinct sets the workers saw."""
-    driver = {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)}
+    driver = {k: v for k, v in sorted(os.environ.items()) if k.startswith(COMM_ENV_PREFIXES)}
     workers = []
     for info in infos:
-        env = dict(sorted(info.get("comm_env", {}).items())) if info else None
-        if env is not None and env not in workers:
+        env = dict(sorted(info.comm_env.items()))
+        if env not in workers:
             workers.append(env)
     return {"driver": driver, "workers": workers}
 
 
-def manifest(spec, inv, infos: list[dict], backend: str, groups_total: int) -> dict:
-    torch_versions = sorted({i["torch_version"] for i in infos if i})
-    nccl = sorted({i["nccl_version"] for i in infos if i and i.get("nccl_version")})
+def manifest(spec: SweepSpec, inv: Inventory, infos: list[WorkerInfo], backend: str, groups_total: int) -> dict:
+    torch_versions = sorted({i.torch_version for i in infos})
+    nccl = sorted({i.nccl_version for i in infos if i.nccl_version})
     return {
         "state": "running",
         "collbench_version": orchestrator.__version__,
@@ -35,8 +38,8 @@ def manifest(spec, inv, infos: list[dict], backend: str, groups_total: int) -> d
         "nccl_version": ",".join(nccl) or None,
         "python_version": platform.python_version(),
         "backend": backend,
-        "hostnames": sorted({i["hostname"] for i in infos if i}),
-        "device_models": sorted({n.accelerator or i["cpu_model"] for n, i in _node_infos(inv, infos)}),
+        "hostnames": sorted({i.hostname for i in infos}),
+        "device_models": sorted({n.accelerator or i.cpu_model for n, i in _node_infos(inv, infos)}),
         "comm_env": json.dumps(comm_env(infos)),
         "command_line": " ".join(sys.argv),
         "spec": json.dumps(spec.to_json()),
@@ -46,11 +49,10 @@ def manifest(spec, inv, infos: list[dict], backend: str, groups_total: int) -> d
     }
 
 
-def _node_infos(inv, infos):
-    seen = {}
+def _node_infos(inv: Inventory, infos: list[WorkerInfo]):
+    seen: dict[str, WorkerInfo] = {}
     for info in infos:
-        if info:
-            seen.setdefault(info["node_id"], info)
+        seen.setdefault(info.node_id, info)
     for node in inv.nodes:
         if node.node_id in seen:
             yield node, seen[node.node_id]

@@ -23,8 +23,8 @@ import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 
+from orchestrator.errors import UsageError
 from orchestrator.lab import raynodes
-from orchestrator.sweep.spec import SpecError
 
 _RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit)$", re.IGNORECASE)
 _RATE_SCALE = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
@@ -38,7 +38,7 @@ def link_rate_bps(text: str) -> float:
     """`1gbit` -> 1e9 bits per second (tc's units, powers of 1000)."""
     m = _RATE.match(text.strip())
     if not m:
-        raise SpecError(f"--link {text!r}: expected a rate such as 400mbit or 1gbit")
+        raise UsageError(f"--link {text!r}: expected a rate such as 400mbit or 1gbit")
     return float(m.group(1)) * _RATE_SCALE[m.group(2).lower()]
 
 
@@ -92,43 +92,43 @@ def load(name: str) -> LabState:
         with open(state_path(name)) as f:
             return LabState(**json.load(f))
     except FileNotFoundError:
-        raise SpecError(f"--name {name}: no lab of that name is up (no {state_path(name)})") from None
+        raise UsageError(f"--name {name}: no lab of that name is up (no {state_path(name)})") from None
 
 
 def check_host(name: str, nodes: int, ranks_per_node: int, link: str, subnet: str) -> None:
     """Refuse what cannot work, before creating anything."""
     if not re.fullmatch(r"[a-z][a-z0-9]{0,5}", name):
-        raise SpecError(f"--name {name!r}: 1-6 lower-case letters or digits, starting with a letter")
+        raise UsageError(f"--name {name!r}: 1-6 lower-case letters or digits, starting with a letter")
     if nodes < 1 or nodes > 200:
-        raise SpecError(f"--nodes {nodes}: must be between 1 and 200")
+        raise UsageError(f"--nodes {nodes}: must be between 1 and 200")
     if ranks_per_node < 1:
-        raise SpecError(f"--ranks-per-node {ranks_per_node}: must be at least 1")
+        raise UsageError(f"--ranks-per-node {ranks_per_node}: must be at least 1")
     link_rate_bps(link)
     try:
         net = ipaddress.ip_network(subnet)
     except ValueError:
-        raise SpecError(f"--subnet {subnet!r}: not an IPv4 network such as 10.213.0.0/24") from None
+        raise UsageError(f"--subnet {subnet!r}: not an IPv4 network such as 10.213.0.0/24") from None
     if net.num_addresses < nodes + 12:
-        raise SpecError(f"--subnet {subnet}: too small for {nodes} nodes")
+        raise UsageError(f"--subnet {subnet}: too small for {nodes} nodes")
     if os.geteuid() != 0:
-        raise SpecError("collbench lab needs root (network namespaces, veths and tc)")
+        raise UsageError("collbench lab needs root (network namespaces, veths and tc)")
     if not shutil.which("ip") or not shutil.which("tc"):
-        raise SpecError("collbench lab needs iproute2 (`ip` and `tc`)")
+        raise UsageError("collbench lab needs iproute2 (`ip` and `tc`)")
     if os.path.exists(state_path(name)):
-        raise SpecError(f"--name {name}: a lab of that name is already up (collbench lab down --name {name})")
+        raise UsageError(f"--name {name}: a lab of that name is already up (collbench lab down --name {name})")
     # Names are recorded before they are created, so none of them may exist already: `down`
     # must never remove something this lab did not make.
     for dev in [f"cb{name}br", *(f"cb{name}{i}{end}" for i in range(nodes) for end in "hn")]:
         if _exists_link(dev):
-            raise SpecError(f"--name {name}: network interface {dev} already exists")
+            raise UsageError(f"--name {name}: network interface {dev} already exists")
     listing = subprocess.run(["ip", "-o", "-4", "addr"], capture_output=True, text=True).stdout
     for line in listing.splitlines():
         fields = line.split()
         if len(fields) >= 4 and ipaddress.ip_interface(fields[3]).ip in net:
-            raise SpecError(f"--subnet {subnet}: already in use on interface {fields[1]} ({fields[3]})")
+            raise UsageError(f"--subnet {subnet}: already in use on interface {fields[1]} ({fields[3]})")
     for i in range(nodes):
         if _exists_netns(f"cb-{name}-{i}"):
-            raise SpecError(f"--name {name}: network namespace cb-{name}-{i} already exists")
+            raise UsageError(f"--name {name}: network namespace cb-{name}-{i} already exists")
 
 
 def up(name: str, nodes: int, ranks_per_node: int, link: str, subnet: str, timeout_s: float = 120.0) -> LabState:

@@ -6,8 +6,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.dataset as pads
 
+from orchestrator.errors import UsageError, first_line
 from orchestrator.results.schema import ROW_SCHEMA, SCHEMA_VERSION
-from orchestrator.sweep.spec import SpecError
 from orchestrator.results.store import resolve
 
 # Raw per-iteration samples are large and no report needs them.
@@ -20,19 +20,19 @@ def load(path: str, run_id: str | None = None, latest: bool = True) -> pd.DataFr
     try:
         ds = pads.dataset(root, filesystem=fs, format="parquet", exclude_invalid_files=False)
         if not ds.files:
-            raise SpecError(f"{path}: no result rows (no Parquet files)")
+            raise UsageError(f"{path}: no result rows (no Parquet files)")
         versions = set(ds.to_table(columns=["schema_version"]).column(0).unique().to_pylist())
     except (pa.ArrowInvalid, pa.ArrowTypeError, FileNotFoundError, OSError, KeyError) as e:
-        raise SpecError(f"{path}: not a collbench results dataset ({_first_line(e)})") from None
+        raise UsageError(f"{path}: not a collbench results dataset ({first_line(e)})") from None
     if not versions:
-        raise SpecError(f"{path}: no result rows (no Parquet files)")
+        raise UsageError(f"{path}: no result rows (no Parquet files)")
     if versions != {SCHEMA_VERSION}:
-        raise SpecError(
+        raise UsageError(
             f"{path}: schema_version {','.join(map(str, sorted(versions)))}; this collbench reads {SCHEMA_VERSION}"
         )
     missing = [c for c in COLUMNS if c not in ds.schema.names]
     if missing:
-        raise SpecError(f"{path}: not a collbench results dataset (no column {missing[0]})")
+        raise UsageError(f"{path}: not a collbench results dataset (no column {missing[0]})")
     flt = None
     if run_id is None and latest:
         runs = ds.to_table(columns=["run_id", "started_at"]).to_pandas()
@@ -42,7 +42,7 @@ def load(path: str, run_id: str | None = None, latest: bool = True) -> pd.DataFr
     table = ds.to_table(columns=COLUMNS, filter=flt)
     if table.num_rows == 0:
         known = sorted(set(ds.to_table(columns=["run_id"]).column(0).to_pylist()))
-        raise SpecError(f"--run {run_id}: no such run in {path} (runs: {', '.join(known[-5:])})")
+        raise UsageError(f"--run {run_id}: no such run in {path} (runs: {', '.join(known[-5:])})")
     return table.to_pandas()
 
 
@@ -50,8 +50,3 @@ def runs(path: str) -> list[str]:
     """Run ids in the dataset, oldest first."""
     df = load(path, latest=False)[["run_id", "started_at"]].drop_duplicates()
     return list(df.sort_values("started_at").run_id)
-
-
-def _first_line(e: Exception) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__

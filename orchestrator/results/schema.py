@@ -6,6 +6,8 @@ column changes meaning or type; readers refuse versions they do not know.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import pyarrow as pa
 
 SCHEMA_VERSION = 1
@@ -95,7 +97,18 @@ MANIFEST_SCHEMA = pa.schema(
 )
 
 
+ROW_COLUMNS: frozenset[str] = frozenset(ROW_SCHEMA.names)
+
+
+def check_columns(keys: Iterable[str]) -> None:
+    """Refuse a key that is not a column: written, it would vanish without a trace."""
+    unknown = sorted(set(keys) - ROW_COLUMNS)
+    if unknown:
+        raise KeyError(f"not a result column: {', '.join(unknown)}")
+
+
 def rows_table(rows: list[dict]) -> pa.Table:
     """Rows (dicts keyed by column name; missing keys become null) as a table of ROW_SCHEMA."""
+    check_columns(k for r in rows for k in r)
     full = [{"schema_version": SCHEMA_VERSION, **r} for r in rows]
     return pa.Table.from_pylist(full, schema=ROW_SCHEMA)

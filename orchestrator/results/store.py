@@ -21,8 +21,8 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from orchestrator.errors import UsageError, first_line
 from orchestrator.results.schema import MANIFEST_SCHEMA, SCHEMA_VERSION, rows_table
-from orchestrator.sweep.spec import SpecError
 
 MANIFEST_DIR = "_runs"
 
@@ -39,7 +39,7 @@ def resolve(output: str) -> tuple[pafs.FileSystem, str]:
         try:
             return pafs.FileSystem.from_uri(output)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as e:
-            raise SpecError(f"--output {output}: {_first_line(e)}") from None
+            raise UsageError(f"--output {output}: {first_line(e)}") from None
     return pafs.LocalFileSystem(), os.path.abspath(output)
 
 
@@ -53,9 +53,9 @@ def _s3(uri: str) -> tuple[pafs.FileSystem, str]:
     query = dict(urllib.parse.parse_qsl(parts.query))
     unknown = sorted(set(query) - set(_S3_OPTIONS))
     if unknown:
-        raise SpecError(f"--output {uri}: unknown option {unknown[0]} (known: {', '.join(_S3_OPTIONS)})")
+        raise UsageError(f"--output {uri}: unknown option {unknown[0]} (known: {', '.join(_S3_OPTIONS)})")
     if not parts.netloc:
-        raise SpecError(f"--output {uri}: no bucket")
+        raise UsageError(f"--output {uri}: no bucket")
     fs = pafs.S3FileSystem(allow_delayed_open=True, **query)
     return fs, f"{parts.netloc}{parts.path}".rstrip("/")
 
@@ -77,12 +77,12 @@ def check_writable(output: str) -> None:
         return
     path = os.path.abspath(output)
     if os.path.exists(path) and not os.path.isdir(path):
-        raise SpecError(f"--output {output}: exists and is not a directory")
+        raise UsageError(f"--output {output}: exists and is not a directory")
     probe = path
     while not os.path.exists(probe):
         probe = os.path.dirname(probe)
     if not os.path.isdir(probe) or not os.access(probe, os.W_OK | os.X_OK):
-        raise SpecError(f"--output {output}: {probe} is not writable")
+        raise UsageError(f"--output {output}: {probe} is not writable")
 
 
 def _probe_object_store(output: str) -> None:
@@ -92,12 +92,12 @@ def _probe_object_store(output: str) -> None:
     probe = f"{root.rstrip('/')}/_collbench_probe_{uuid.uuid4().hex}"
     try:
         if fs.get_file_info(bucket).type == pafs.FileType.NotFound:
-            raise SpecError(f"--output {output}: bucket {bucket} does not exist")
+            raise UsageError(f"--output {output}: bucket {bucket} does not exist")
         with fs.open_output_stream(probe) as f:
             f.write(b"probe")
         fs.delete_file(probe)
     except (OSError, pa.ArrowException) as e:
-        raise SpecError(f"--output {output}: cannot write there ({_first_line(e)})") from None
+        raise UsageError(f"--output {output}: cannot write there ({first_line(e)})") from None
 
 
 class ResultStore:
@@ -139,7 +139,3 @@ class ResultStore:
         tmp = os.path.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
         pq.write_table(table, tmp)
         os.replace(tmp, path)
-
-
-def _first_line(e: Exception) -> str:
-    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

@@ -10,7 +10,7 @@ import ipaddress
 import re
 from dataclasses import dataclass
 
-from orchestrator.sweep.spec import SpecError
+from orchestrator.errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ def from_description(text: str) -> Inventory:
     """`64x8` -> 64 nodes of 8 GPUs each; `4x2cpu` -> 4 nodes of 2 CPU ranks each."""
     m = re.fullmatch(r"(\d+)x(\d+)(cpu)?", text.strip().lower())
     if not m or int(m.group(1)) < 1 or int(m.group(2)) < 1:
-        raise SpecError(f"--inventory {text!r}: expected NODESxRANKS, such as 64x8 or 4x2cpu")
+        raise UsageError(f"--inventory {text!r}: expected NODESxRANKS, such as 64x8 or 4x2cpu")
     n_nodes, ranks = int(m.group(1)), int(m.group(2))
     gpus = 0 if m.group(3) else ranks
     nodes = [

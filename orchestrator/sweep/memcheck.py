@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import subprocess
 
+from orchestrator.errors import UsageError
 from orchestrator.sweep.inventory import Inventory
 from orchestrator.sweep.sizes import format_bytes
-from orchestrator.sweep.spec import SpecError, SweepSpec
+from orchestrator.sweep.spec import SweepSpec
 from workloads.dtypes import ELEMENT_BYTES
 
 
@@ -34,7 +35,7 @@ def check_memory(spec: SweepSpec, inv: Inventory, gpu_memory: dict[str, int]) ->
             have, what = node.memory_bytes, f"memory for {node.ranks} ranks"
             per_rank = have // max(node.ranks, 1)
         if have and need > per_rank:
-            raise SpecError(
+            raise UsageError(
                 f"--max-bytes {format_bytes(spec.max_bytes)}: each rank needs about {format_bytes(need)} "
                 f"(buffers and check), node {node.ip} has {format_bytes(have)} of {what}"
             )

@@ -14,8 +14,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from orchestrator.errors import UsageError
 from orchestrator.sweep.inventory import Inventory
-from orchestrator.sweep.spec import SpecError, SweepSpec
+from orchestrator.sweep.spec import SweepSpec
+from workloads import registry
+from workloads.dtypes import ELEMENT_BYTES, NO_OP
+from workloads.messages import Case
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +44,35 @@ class Plan:
         return sum(len(r) for r in self.rounds)
 
 
+def build_cases(spec: SweepSpec, n: int) -> list[Case]:
+    """Every (workload, dtype, op, in_place) with its rounded element counts, for n ranks."""
+    cases = []
+    for name in spec.collectives:
+        coll = registry.collective_of(name)
+        if n < coll.min_ranks:
+            continue
+        for dtype in spec.dtypes:
+            counts = sorted({registry.round_count(coll.name, b, ELEMENT_BYTES[dtype], n) for b in spec.sizes()} - {0})
+            if not counts:
+                continue
+            # overlap measures all_reduce (sum, in place) against a matmul
+            ops = ("sum",) if name == registry.OVERLAP else spec.ops if coll.reduces else (NO_OP,)
+            cases += [
+                Case(name, dtype, op, in_place, tuple(counts), spec.iters, spec.warmup, spec.check_iters,
+                     spec.root, spec.compute_flops)
+                for op in ops
+                for in_place in coll.in_place_modes
+            ]
+    return cases
+
+
+def check_plan(spec: SweepSpec, plan: Plan) -> None:
+    """Refuse what no group of the plan could run (before any actor starts)."""
+    smallest = min(len(g.ranks) for g in plan.groups)
+    if spec.root >= smallest and {"broadcast", "reduce"} & set(spec.collectives):
+        raise UsageError(f"--root {spec.root}: the plan has groups of only {smallest} ranks")
+
+
 def doubling(limit: int) -> list[int]:
     """2, 4, 8, ... below `limit`, then `limit` itself (when >= 2)."""
     out, k = [], 2
@@ -60,7 +93,7 @@ def resolve_patterns(patterns: tuple[str, ...], n_nodes: int) -> list[str]:
             continue
         need = int(p.split(":")[1]) if p.startswith("kbatch:") else (2 if p != "intra" else 1)
         if n_nodes < need:
-            raise SpecError(f"--patterns {p}: needs at least {need} nodes, the cluster has {n_nodes}")
+            raise UsageError(f"--patterns {p}: needs at least {need} nodes, the cluster has {n_nodes}")
         out.append(p)
     return list(dict.fromkeys(out))
 
@@ -83,12 +116,12 @@ def make_plan(spec: SweepSpec, inv: Inventory) -> Plan:
                 rounds.extend((pattern, [m]) for m in members)
     impossible = sorted(sizes - sizes_seen) if any(p in ("intra", "inter", "mixed") for p in patterns) else []
     if impossible:
-        raise SpecError(
+        raise UsageError(
             f"--group-sizes {','.join(map(str, impossible))}: no intra/inter/mixed group of that many ranks on "
             f"{len(inv.nodes)} node(s) of {inv.world_size} rank(s) (possible: {','.join(map(str, sorted(sizes_seen)))})"
         )
     if not rounds:
-        raise SpecError(
+        raise UsageError(
             f"--patterns {','.join(spec.patterns)}: no group to run on {len(inv.nodes)} node(s) "
             f"of {inv.world_size} rank(s)" + (f" with --group-sizes {','.join(map(str, spec.group_sizes))}" if sizes else "")
         )

@@ -1,7 +1,7 @@
 """SweepSpec: everything a run measures, validated once, before Ray starts.
 
 Each field carries its command-line flag and help text, so the CLI and `--config` YAML files are
-built from this one declaration (a YAML key is the field name). Every bad value raises SpecError
+built from this one declaration (a YAML key is the field name). Every bad value raises UsageError
 with one line naming the field and the value; the CLI turns it into exit code 2.
 """
 
@@ -12,18 +12,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.errors import UsageError
 from orchestrator.sweep.sizes import parse_bytes, sweep
 from workloads.comm_env import COMM_ENV_PREFIXES as ENV_PREFIXES
 from workloads.dtypes import ELEMENT_BYTES, OPS, unsupported_pair
+from workloads.registry import COLLECTIVES, WORKLOADS
 
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "send_recv")
-WORKLOADS = (*COLLECTIVES, "overlap")  # overlap: compute and all_reduce alone and together
 PATTERNS = ("intra", "inter", "mixed", "pairwise")  # and kbatch:K
 BACKENDS = ("auto", "nccl", "gloo")
-
-
-class SpecError(ValueError):
-    """A bad value in a sweep specification; str() is the one line shown to the user."""
 
 
 def _opt(default: Any, flags: tuple[str, ...], help: str, kind: str = "str", **extra: Any) -> Any:
@@ -100,13 +96,13 @@ class SweepSpec:
             _check_at_least(name, getattr(self, name), 0)
         _check_at_least("step_factor", self.step_factor, 2)
         if self.min_bytes > self.max_bytes:
-            raise SpecError(
+            raise UsageError(
                 f"{_flag('min_bytes')} {self.min_bytes} is larger than {_flag('max_bytes')} {self.max_bytes}"
             )
         if self.compute_flops < 0:
-            raise SpecError(f"{_flag('compute_flops')} {self.compute_flops!r}: must be 0 or positive")
+            raise UsageError(f"{_flag('compute_flops')} {self.compute_flops!r}: must be 0 or positive")
         if self.group_timeout_s <= 0:
-            raise SpecError(f"{_flag('group_timeout_s')} {self.group_timeout_s!r}: must be positive")
+            raise UsageError(f"{_flag('group_timeout_s')} {self.group_timeout_s!r}: must be positive")
         for size in self.group_sizes:
             _check_at_least("group_sizes", size, 1)
         for pattern in self.patterns:
@@ -116,9 +112,9 @@ class SweepSpec:
         if self.backend != "auto":
             message = unsupported_pair(self.backend, list(self.dtypes))
             if message:
-                raise SpecError(message)
+                raise UsageError(message)
         if not self.output:
-            raise SpecError(f"{_flag('output')}: empty path")
+            raise UsageError(f"{_flag('output')}: empty path")
 
     # -- derived values -------------------------------------------------------------------
     def sizes(self) -> list[int]:
@@ -142,17 +138,17 @@ def _flag(name: str) -> str:
 
 def _check_choices(name: str, values: tuple[str, ...], allowed: tuple[str, ...]) -> None:
     if not values:
-        raise SpecError(f"{_flag(name)}: empty list (choose from {','.join(allowed)})")
+        raise UsageError(f"{_flag(name)}: empty list (choose from {','.join(allowed)})")
     for v in values:
         if v not in allowed:
-            raise SpecError(f"{_flag(name)}: unknown value {v!r} (choose from {','.join(allowed)})")
+            raise UsageError(f"{_flag(name)}: unknown value {v!r} (choose from {','.join(allowed)})")
 
 
 def _check_at_least(name: str, value: Any, low: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise SpecError(f"{_flag(name)} {value!r}: must be an integer")
+        raise UsageError(f"{_flag(name)} {value!r}: must be an integer")
     if value < low:
-        raise SpecError(f"{_flag(name)} {value}: must be at least {low}")
+        raise UsageError(f"{_flag(name)} {value}: must be at least {low}")
 
 
 def _check_pattern(pattern: str) -> None:
@@ -161,7 +157,7 @@ def _check_pattern(pattern: str) -> None:
     m = re.fullmatch(r"kbatch:(\d+)", pattern)
     if m and int(m.group(1)) >= 2:
         return
-    raise SpecError(
+    raise UsageError(
         f"--patterns: unknown pattern {pattern!r} (choose from auto,{','.join(PATTERNS)},kbatch:K with K>=2)"
     )
 
@@ -169,16 +165,16 @@ def _check_pattern(pattern: str) -> None:
 def _check_env(item: str) -> None:
     name, sep, _ = item.partition("=")
     if not sep or not name:
-        raise SpecError(f"--env {item!r}: expected NAME=VALUE")
+        raise UsageError(f"--env {item!r}: expected NAME=VALUE")
     if not name.startswith(ENV_PREFIXES):
-        raise SpecError(
+        raise UsageError(
             f"--env {name}: only communication variables may be passed ({', '.join(p + '*' for p in ENV_PREFIXES)})"
         )
 
 
 # -- building a spec from text (CLI strings or YAML values) ---------------------------------
 def convert(f: dataclasses.Field, value: Any) -> Any:
-    """One raw value (a CLI string or a YAML scalar/list) to the field's type, or SpecError."""
+    """One raw value (a CLI string or a YAML scalar/list) to the field's type, or UsageError."""
     kind, flag = f.metadata["kind"], f.metadata["flags"][-1]
     try:
         if kind == "list":
@@ -205,7 +201,7 @@ def convert(f: dataclasses.Field, value: Any) -> Any:
             raise ValueError
         return value
     except (ValueError, TypeError):
-        raise SpecError(f"{flag} {value!r}: expected {_KIND_WORDS[kind]}") from None
+        raise UsageError(f"{flag} {value!r}: expected {_KIND_WORDS[kind]}") from None
 
 
 _KIND_WORDS = {
@@ -237,7 +233,7 @@ def from_mapping(values: dict[str, Any], source: str = "config") -> dict[str, An
     out = {}
     for key, value in values.items():
         if key not in known:
-            raise SpecError(f"{source}: unknown key {key!r} (known: {', '.join(known)})")
+            raise UsageError(f"{source}: unknown key {key!r} (known: {', '.join(known)})")
         out[key] = convert(known[key], value)
     return out
 
@@ -246,6 +242,6 @@ def check_backend_dtypes(backend: str, spec: SweepSpec) -> None:
     """Refuse dtypes the resolved backend cannot run (for --backend auto, once it is known)."""
     message = unsupported_pair(backend, list(spec.dtypes))
     if message:
-        raise SpecError(message)
+        raise UsageError(message)
 
 

@@ -7,9 +7,9 @@ import pandas as pd
 import pytest
 import torch
 
-from tests.conftest import run_cli
+from tests.helpers import run_cli
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU with CUDA")
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU with CUDA")]
 
 
 def test_nccl_sweep_on_every_gpu(tmp_path):

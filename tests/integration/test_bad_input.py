@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.helpers import run_cli
 
 CASES = [
     (["-b", "1M", "-e", "1K"], "--min-bytes 1048576 is larger than --max-bytes 1024"),

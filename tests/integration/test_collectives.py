@@ -16,7 +16,8 @@ from orchestrator.lab.raynodes import free_port
 from workloads import registry
 from workloads.data import TORCH_DTYPES
 from workloads.dtypes import BACKEND_DTYPES, NO_OP, OPS
-from workloads.harness import Case, _buffers, _fill, run_case
+from workloads.harness import buffers, fill, run_case
+from workloads.messages import Case
 from workloads.registry import Collective, Ctx
 
 COUNT = 24  # splits by 2 and 3
@@ -41,8 +42,8 @@ def _worker(rank: int, n: int, port: int, queue) -> None:
         if n < coll.min_ranks:
             continue
         c = Ctx(rank, n, COUNT, dtype, op, 1 % n, in_place)
-        send, recv = _buffers(coll, c, torch.device("cpu"))
-        _fill(coll, c, send, recv, it=3)
+        send, recv = buffers(coll, c, torch.device("cpu"))
+        fill(coll, c, send, recv, it=3)
         sent = send.clone()
         coll.call(c, send, recv, _OPS[op] if op != NO_OP else None)
         own = coll.expected(c, 3)
@@ -51,7 +52,7 @@ def _worker(rank: int, n: int, port: int, queue) -> None:
     broken = Case("all_reduce", "float32", "sum", True, (COUNT,), iters=1, warmup=0, check_iters=2)
     real_call = registry.REGISTRY["all_reduce"].call
     registry.REGISTRY["all_reduce"].call = lambda *a: None
-    out["broken_n_wrong"] = run_case(broken, rank, n, torch.device("cpu"))[0]["n_wrong"]
+    out["broken_n_wrong"] = run_case(broken, rank, n, torch.device("cpu"))[0].n_wrong
     registry.REGISTRY["all_reduce"].call = real_call
     buf = io.BytesIO()
     torch.save(out, buf)  # plain bytes: tensors in shared memory die with this process
@@ -139,6 +140,29 @@ def test_harness_counts_wrong_elements_of_a_broken_collective():
     assert all(results[r]["broken_n_wrong"] > COUNT for r in range(2))
 
 
-def test_collective_base_is_abstract():
-    with pytest.raises(NotImplementedError):
-        Collective.busbw_factor(2)
+def test_registering_an_incomplete_or_unlisted_collective_fails():
+    class NoCheck(Collective):  # no expected(): its results could never be checked
+        name = "all_reduce"
+
+        @staticmethod
+        def busbw_factor(n):
+            return 1.0
+
+        def inputs(self, c, it):
+            return torch.zeros(c.count)
+
+        def call(self, c, send, recv, op):
+            pass
+
+    with pytest.raises(TypeError, match="expected"):
+        registry.register(NoCheck)
+
+    class Unlisted(NoCheck):
+        name = "gather"
+
+        def expected(self, c, it):
+            return None
+
+    with pytest.raises(ValueError, match="'gather' is not in registry.COLLECTIVES"):
+        registry.register(Unlisted)
+    assert type(registry.get("all_reduce")).__name__ == "AllReduce"  # nothing was replaced

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.results import dataset
 from orchestrator.lab.raynodes import free_port
+from orchestrator.results import dataset
 from orchestrator.results.store import resolve_output
-from tests.conftest import run_cli
 from tests.faults import worker_pids
+from tests.helpers import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 RAY = os.path.join(os.path.dirname(sys.executable), "ray")
@@ -77,7 +77,7 @@ def test_results_to_object_storage(ray_head, s3_server, monkeypatch):
     df = dataset.load(uri)
     assert len(df) == 2 and (df.status == "ok").all()
     rep = run_cli(["report", uri, "--format", "json"], env=env)
-    assert rep.returncode in (0, 1), rep.stderr  # 1 would mean a real run's noise was flagged
+    assert rep.returncode == 0, rep.stdout + rep.stderr  # one group, two rows: nothing to flag
     assert '"all_reduce: busbw (GBps) by message size, run ' in rep.stdout
 
     bad = run_cli(["run", "--output", f"s3://nosuchbucket/x{query}"], env=env)

@@ -10,8 +10,8 @@ import time
 import pandas as pd
 import pytest
 
-from tests.conftest import run_cli
 from tests.faults import LiveRun, worker_pids
+from tests.helpers import run_cli
 
 # ~1-3 s of work per group on this machine; groups: intra r0-g0 (ranks 0,1), r1-g0 (ranks 0,1,2)
 SWEEP = ["--collectives", "all_reduce", "-b", "1M", "-e", "1M", "-n", "600", "-w", "1", "-c", "1"]

@@ -6,7 +6,7 @@ import json
 
 import pandas as pd
 
-from tests.conftest import run_cli
+from tests.helpers import run_cli
 
 
 def test_overlap_rows_on_shared_cores(ray_head, tmp_path):
@@ -33,8 +33,10 @@ def test_float32_moves_twice_the_bytes_of_bfloat16(ray_head, tmp_path):
                     "-f", "2", "-n", "10", "-w", "2", "--output", str(out)], env=ray_head.env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert pd.read_parquet(out).t_step_us.isna().all()
-    rep = run_cli(["report", str(out), "--format", "json"])
-    assert rep.returncode in (0, 1), rep.stderr
+    # --threshold 0.99: a rank of a 2-rank group can never take twice its group's median time, so
+    # the noise of this machine flags nothing and the exit code is exactly 0.
+    rep = run_cli(["report", str(out), "--format", "json", "--threshold", "0.99"])
+    assert rep.returncode == 0, rep.stdout + rep.stderr
     table = json.loads(rep.stdout)["all_reduce: dtypes at equal element counts (busbw in GBps)"]
     by_count: dict[int, dict[str, dict]] = {}
     for r in table:

@@ -4,19 +4,20 @@ its node's GPUs, and reused by every group of a multi-pattern plan."""
 from __future__ import annotations
 
 import datetime as dt
-import json
 
 import pandas as pd
 import pytest
 import ray
 from ray.cluster_utils import Cluster
 
+from orchestrator.execution.outcome import Outcome
+from orchestrator.execution.pool import ActorPool
+from orchestrator.execution.rows import RunRef
+from orchestrator.execution.runner import Runner
+from orchestrator.results.store import ResultStore
 from orchestrator.sweep.inventory import from_ray_nodes
 from orchestrator.sweep.planner import make_plan
-from orchestrator.execution.pool import ActorPool
-from orchestrator.execution.runner import Runner
 from orchestrator.sweep.spec import SweepSpec
-from orchestrator.results.store import ResultStore
 
 
 @pytest.fixture(scope="module")
@@ -36,17 +37,17 @@ def test_one_actor_per_gpu_on_its_node_reused_across_groups(gpu_cluster, tmp_pat
     assert len(inv.nodes) == 2 and inv.world_size == 4 and inv.use_gpus  # the GPU-less head holds none
     pool = ActorPool(inv, {"NCCL_DEBUG": "WARN"}, start_timeout_s=120)
     pool.start()
-    handles = list(pool.actors)
-    pids = [i["pid"] for i in pool.info]
+    handles = [w.actor for w in pool.workers]
+    pids = [i.pid for i in pool.infos()]
     for rank, (node_index, _) in enumerate(pool.slots):
-        assert pool.info[rank]["node_id"] == inv.nodes[node_index].node_id
-    envs = ray.get([a.describe.remote() for a in pool.actors])
+        assert pool.workers[rank].info.node_id == inv.nodes[node_index].node_id
+    envs = ray.get([h.describe.remote() for h in handles])
     for node_index in range(2):
         members = [r for r, (n, _) in enumerate(pool.slots) if n == node_index]
-        assert sorted(g for r in members for g in pool.info[r]["gpu_ids"]) == ["0", "1"]
+        assert sorted(g for r in members for g in pool.workers[r].info.gpu_ids) == ["0", "1"]
         # every actor of a node sees both GPUs (for NVLink/P2P) and keeps its own index
-        assert all(envs[r]["comm_env"]["CUDA_VISIBLE_DEVICES"] == "0,1" for r in members)
-        assert all(envs[r]["comm_env"]["NCCL_DEBUG"] == "WARN" for r in members)
+        assert all(envs[r].comm_env["CUDA_VISIBLE_DEVICES"] == "0,1" for r in members)
+        assert all(envs[r].comm_env["NCCL_DEBUG"] == "WARN" for r in members)
 
     spec = SweepSpec(collectives=("all_reduce",), min_bytes=64, max_bytes=64, iters=2, warmup=1,
                      patterns=("intra", "inter", "mixed", "pairwise"), output=str(tmp_path))
@@ -56,10 +57,11 @@ def test_one_actor_per_gpu_on_its_node_reused_across_groups(gpu_cluster, tmp_pat
     store.create()
     now = dt.datetime.now(dt.timezone.utc)
     # gloo on GPU nodes measures host memory: this machine has no real GPU behind the fake ones.
-    outcome = Runner(spec, plan, pool, store, "gloo", {"run_id": "run-x", "started_at": now}).run()
-    assert outcome.groups_failed == 0 and outcome.groups_ok == len(plan)
-    assert pool.actors == handles and pool.respawns == 0
-    assert [i["pid"] for i in ray.get([a.describe.remote() for a in pool.actors])] == pids
+    outcome = Outcome()
+    Runner(spec, plan, pool, store, "gloo", RunRef("run-x", now), [outcome]).run()
+    assert outcome.groups_failed == 0 and outcome.groups_ok == len(plan) and outcome.rows == len(plan)
+    assert [w.actor for w in pool.workers] == handles and pool.respawns == 0
+    assert [i.pid for i in ray.get([h.describe.remote() for h in handles])] == pids
     df = pd.read_parquet(tmp_path)
     assert (df.status == "ok").all() and (df.n_wrong == 0).all()
     node_of = {r: inv.nodes[n].node_id for r, (n, _) in enumerate(pool.slots)}
@@ -68,5 +70,5 @@ def test_one_actor_per_gpu_on_its_node_reused_across_groups(gpu_cluster, tmp_pat
         want = "intra" if len(set(row.node_ids)) == 1 else "inter" if len(set(row.node_ids)) == len(row.ranks) else "mixed"
         assert row.topology == want
     assert set(df.topology) == {"intra", "inter", "mixed"}
-    assert json.loads(json.dumps(list(df.pattern.unique()))) == ["intra", "inter", "mixed", "pairwise"]
+    assert list(df.pattern.unique()) == ["intra", "inter", "mixed", "pairwise"]
     pool.shutdown()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from tests.conftest import run_cli
+from tests.helpers import run_cli
 from workloads import registry
 from workloads.dtypes import BACKEND_DTYPES, NO_OP, OPS
 

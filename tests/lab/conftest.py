@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from orchestrator.lab import cluster as labmod
-from tests.conftest import run_cli
+from tests.helpers import run_cli
 
 
 def require_lab() -> None:

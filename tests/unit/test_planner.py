@@ -3,10 +3,11 @@ import time
 
 import pytest
 
+from orchestrator.errors import UsageError
+from orchestrator.execution.pool import gpu_assignment
 from orchestrator.sweep.inventory import Node, from_description, from_ray_nodes, order_nodes
 from orchestrator.sweep.planner import circle_rounds, doubling, make_plan
-from orchestrator.execution.pool import gpu_assignment
-from orchestrator.sweep.spec import SpecError, SweepSpec
+from orchestrator.sweep.spec import SweepSpec
 from workloads.comm_env import interface_for_ip
 
 
@@ -69,11 +70,11 @@ def test_group_sizes_and_no_concurrent():
 
 
 def test_patterns_needing_more_nodes_are_refused():
-    with pytest.raises(SpecError, match="--patterns pairwise: needs at least 2 nodes, the cluster has 1"):
+    with pytest.raises(UsageError, match="--patterns pairwise: needs at least 2 nodes, the cluster has 1"):
         _plan("1x8", patterns=("pairwise",))
-    with pytest.raises(SpecError, match="kbatch:4: needs at least 4 nodes"):
+    with pytest.raises(UsageError, match="kbatch:4: needs at least 4 nodes"):
         _plan("3x8", patterns=("kbatch:4",))
-    with pytest.raises(SpecError, match="no group to run"):
+    with pytest.raises(UsageError, match="no group to run"):
         _plan("1x1", patterns=("intra",))
 
 

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from orchestrator.analysis.predict import group_topology
-from tests.conftest import run_cli
+from tests.helpers import run_main
 from tests.synthetic import write_run
 
 
@@ -18,7 +18,7 @@ def fits_dataset(tmp_path_factory):
 
 
 def _predict(path, *args):
-    proc = run_cli(["predict", path, "--format", "json", *args])
+    proc = run_main(["predict", path, "--format", "json", *args])
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 

@@ -1,6 +1,7 @@
 import pytest
 
-from orchestrator.sweep.spec import SpecError, SweepSpec, from_mapping
+from orchestrator.errors import UsageError
+from orchestrator.sweep.spec import SweepSpec, from_mapping
 
 
 def test_defaults_are_valid_and_sweep_sizes():
@@ -29,7 +30,7 @@ def test_defaults_are_valid_and_sweep_sizes():
     ],
 )
 def test_bad_values_name_the_field_and_value(kwargs, message):
-    with pytest.raises(SpecError) as e:
+    with pytest.raises(UsageError) as e:
         SweepSpec(**kwargs)
     assert message in str(e.value)
     assert "\n" not in str(e.value)
@@ -41,11 +42,11 @@ def test_config_mapping_converts_and_refuses():
         "dtypes": ("float32", "int8"),
         "concurrent": False,
     }
-    with pytest.raises(SpecError, match="unknown key 'max_byte'"):
+    with pytest.raises(UsageError, match="unknown key 'max_byte'"):
         from_mapping({"max_byte": 8})
-    with pytest.raises(SpecError, match="--iters 'many': expected an integer"):
+    with pytest.raises(UsageError, match="--iters 'many': expected an integer"):
         from_mapping({"iters": "many"})
-    with pytest.raises(SpecError, match="--concurrent 'yes': expected true or false"):
+    with pytest.raises(UsageError, match="--concurrent 'yes': expected true or false"):
         from_mapping({"concurrent": "yes"})
 
 

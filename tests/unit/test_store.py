@@ -4,8 +4,8 @@ import pandas as pd
 import pyarrow.dataset as ds
 import pytest
 
+from orchestrator.errors import UsageError
 from orchestrator.results.schema import ROW_SCHEMA, SCHEMA_VERSION
-from orchestrator.sweep.spec import SpecError
 from orchestrator.results.store import ResultStore, check_writable
 
 
@@ -64,9 +64,9 @@ def test_written_rows_read_back_equal(tmp_path):
 def test_unwritable_outputs_are_refused(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    with pytest.raises(SpecError, match="exists and is not a directory"):
+    with pytest.raises(UsageError, match="exists and is not a directory"):
         check_writable(str(blocker))
-    with pytest.raises(SpecError, match="is not writable"):
+    with pytest.raises(UsageError, match="is not writable"):
         check_writable(str(blocker / "below"))
     check_writable(str(tmp_path / "new" / "deeper"))
     assert not (tmp_path / "new").exists()

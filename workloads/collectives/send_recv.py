@@ -1,5 +1,8 @@
 """send_recv as a ring shift: every rank sends to rank+1 and receives from rank-1 at once."""
 
+from __future__ import annotations
+
+import torch
 import torch.distributed as dist
 
 from workloads.data import values
@@ -14,16 +17,16 @@ class SendRecv(Collective):
     min_ranks = 2
 
     @staticmethod
-    def busbw_factor(n):
+    def busbw_factor(n: int) -> float:
         return 1.0
 
-    def inputs(self, c: Ctx, it):
+    def inputs(self, c: Ctx, it: int) -> torch.Tensor:
         return values(c.rank, it, 0, c.count, OP, c.dtype, c.device)
 
-    def expected(self, c: Ctx, it):
+    def expected(self, c: Ctx, it: int) -> torch.Tensor | None:
         return values((c.rank - 1) % c.n, it, 0, c.count, OP, c.dtype, c.device)
 
-    def call(self, c, send, recv, op):
+    def call(self, c: Ctx, send: torch.Tensor, recv: torch.Tensor, op: dist.ReduceOp | None) -> None:
         ops = [
             dist.P2POp(dist.isend, send, (c.rank + 1) % c.n),
             dist.P2POp(dist.irecv, recv, (c.rank - 1) % c.n),

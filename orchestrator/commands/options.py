@@ -1,0 +1,76 @@
+"""Options shared by several subcommands: the sweep options (one per SweepSpec field, also the
+keys of a --config YAML file) and the output options of report, compare and predict."""
+
+from __future__ import annotations
+
+import argparse
+
+from orchestrator.errors import UsageError, first_line
+from orchestrator.sweep.spec import SweepSpec, convert, from_mapping, spec_fields
+
+FORMATS = ("table", "markdown", "csv", "json")
+UNITS = {"GBps": 1.0, "Gbps": 8.0}  # from GB/s (1e9 bytes/s)
+
+
+def add_spec_options(p: argparse.ArgumentParser) -> None:
+    """One option per SweepSpec field, from the field's own flags and help."""
+    g = p.add_argument_group("sweep options (also accepted as keys of a --config YAML file)")
+    for f in spec_fields():
+        flags, kind = f.metadata["flags"], f.metadata["kind"]
+        default = f.default if not callable(f.default_factory) else f.default_factory()  # type: ignore[misc]
+        shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
+        help_text = f"{f.metadata['help']} (default: {shown if shown not in ('', None) else 'none'})"
+        if kind == "bool":
+            g.add_argument(*flags, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+        elif kind == "env":
+            g.add_argument(*flags, dest=f.name, action="append", default=None, metavar="NAME=VALUE", help=help_text)
+        else:
+            g.add_argument(*flags, dest=f.name, default=None, metavar=f.name.upper(), help=help_text)
+    p.add_argument("--config", metavar="YAML", help="sweep file: keys are the option names above (min_bytes: 1K)")
+
+
+def spec_from_args(args: argparse.Namespace) -> SweepSpec:
+    """Defaults, then the --config file, then command-line options."""
+    values = {}
+    if args.config:
+        values.update(from_mapping(_load_yaml(args.config), source=f"--config {args.config}"))
+    for f in spec_fields():
+        raw = getattr(args, f.name, None)
+        if raw is not None:
+            values[f.name] = convert(f, raw)
+    return SweepSpec(**values)
+
+
+def _load_yaml(path: str) -> dict:
+    import yaml
+
+    try:
+        with open(path) as fh:
+            data = yaml.safe_load(fh)
+    except OSError as e:
+        raise UsageError(f"--config {path}: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        raise UsageError(f"--config {path}: not valid YAML ({first_line(e)})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UsageError(f"--config {path}: expected a mapping of option names to values")
+    return data
+
+
+def add_format(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--format", choices=FORMATS, default="table", help="output format (default: table)")
+
+
+def add_analysis_options(p: argparse.ArgumentParser, threshold: float) -> None:
+    """--threshold, --unit and --format, for report and compare."""
+    p.add_argument("--threshold", type=float, default=threshold,
+                   help=f"flag values this fraction worse than the reference (default: {threshold:g})")
+    p.add_argument("--unit", choices=list(UNITS), default="GBps",
+                   help="bandwidth unit: GBps (1e9 bytes/s, as nccl-tests; default) or Gbps (1e9 bits/s, link speeds)")
+    add_format(p)
+
+
+def check_threshold(threshold: float) -> None:
+    if not 0 < threshold < 1:
+        raise UsageError(f"--threshold {threshold}: must be between 0 and 1")

@@ -1,0 +1,27 @@
+"""The project's one user-error type, and the one way to say an exception in one line."""
+
+from __future__ import annotations
+
+
+class UsageError(ValueError):
+    """Bad input or an unusable environment. str() is the one line shown to the user; the CLI
+    prints it after `collbench: error:` and exits with `exit_code`, before anything is written."""
+
+    exit_code = 2
+
+
+def first_line(e: BaseException) -> str:
+    """The first non-empty line of an exception's message, or its type's name when it has none.
+    Ray wraps a remote exception: its `cause` (the worker's own exception) is what is said."""
+    cause = getattr(e, "cause", None)
+    if isinstance(cause, BaseException):
+        e = cause
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return lines[0] if lines else type(e).__name__
+
+
+def one_line(e: BaseException) -> str:
+    """The exception's type and first line (Ray's wrapper unwrapped), for rows and summaries."""
+    cause = getattr(e, "cause", None)
+    name = type(cause if isinstance(cause, BaseException) else e).__name__
+    return f"{name}: {first_line(e)}"[:300]

@@ -1,0 +1,70 @@
+"""Outcome: what a run did, tallied from the runner's events (an observer, like the console)."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from orchestrator.sweep.planner import Group
+from workloads.messages import Joined, Status
+
+
+@dataclass
+class Outcome:
+    """Counts of groups and rows, the failures, the devices seen, and where the time went."""
+
+    groups_ok: int = 0
+    groups_failed: int = 0  # failed or timed out
+    groups_skipped: int = 0
+    rows: int = 0
+    n_wrong: int = 0
+    failures: list[dict] = field(default_factory=list)  # status, error, group_id, ranks, hosts
+    device_names: set[str] = field(default_factory=set)
+    setup_s: list[float] = field(default_factory=list)  # round start -> group formed, per group
+    teardown_s: list[float] = field(default_factory=list)  # last measurement -> group left, per group
+    first_row_at: float | None = None  # time.monotonic() of the first row
+    _measured: dict[int, dict[str, float]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(float)))
+    _last_result_at: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def measured_s(self) -> float:
+        """Wall time inside timed iterations: the groups of a round measure at the same time,
+        so a round counts as long as its longest group."""
+        return sum(max(groups.values()) for groups in self._measured.values())
+
+    # -- RunObserver ----------------------------------------------------------------------
+    def group_started(self, group: Group, base: dict) -> None:
+        pass
+
+    def measuring(self) -> None:
+        pass
+
+    def note(self, text: str) -> None:
+        pass
+
+    def group_joined(self, group: Group, setup_s: float, joined: list[Joined]) -> None:
+        self.setup_s.append(setup_s)
+        self.device_names.update(j.device_name for j in joined)
+        self._last_result_at[group.group_id] = time.monotonic()
+
+    def rows_measured(self, rows: list[dict]) -> None:
+        now = time.monotonic()
+        if self.first_row_at is None:
+            self.first_row_at = now
+        for row in rows:
+            self._measured[row["round"]][row["group_id"]] += sum(row["iter_time_us"]) / 1e6
+            self._last_result_at[row["group_id"]] = now
+
+    def group_ended(self, group: Group, status: Status, rows: list[dict], failure: dict | None) -> None:
+        self.rows += len(rows)
+        self.n_wrong += sum(r.get("n_wrong") or 0 for r in rows)
+        if status is Status.OK:
+            self.groups_ok += 1
+            self.teardown_s.append(time.monotonic() - self._last_result_at.get(group.group_id, time.monotonic()))
+        elif status is Status.SKIPPED:
+            self.groups_skipped += 1
+        else:
+            self.groups_failed += 1
+        if failure is not None:
+            self.failures.append(failure)

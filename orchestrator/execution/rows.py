@@ -1,0 +1,111 @@
+"""Result rows, built in one place. Pure: no Ray, no I/O.
+
+A row is a dict keyed by the columns of `results.schema.ROW_SCHEMA`; `check_keys` refuses any other
+key, so a misspelt column is an error here rather than a silent null in Parquet.
+Every row of a group starts from the group's base (who ran, where); a measured row adds the case,
+the combined timing of all ranks and the bandwidths; an unmeasured row (failed, timeout,
+skipped) adds the case, the status and the error.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from orchestrator.execution import stats
+from orchestrator.results.schema import check_columns
+from workloads.dtypes import ELEMENT_BYTES
+from workloads.messages import Case, Sample, Status, WorkerInfo, topology_of
+from workloads.registry import collective_of
+
+
+@dataclass(frozen=True)
+class RunRef:
+    """What every row of a run carries."""
+
+    run_id: str
+    started_at: dt.datetime
+
+
+def check_keys(row: dict) -> dict:
+    check_columns(row)
+    return row
+
+
+def group_base(run: RunRef, backend: str, group, groups_in_round: int, workers: Sequence[WorkerInfo],
+               pair_nodes: list[str] | None) -> dict:
+    """The columns shared by every row of one group: `workers` by group rank."""
+    per_node = Counter(w.node_id for w in workers)
+    return check_keys({
+        "run_id": run.run_id,
+        "started_at": run.started_at,
+        "backend": backend,
+        "world_size": len(workers),
+        "n_nodes": len(per_node),
+        "ranks_per_node": max(per_node.values()),
+        "topology": topology_of([w.node_id for w in workers]).value,
+        "pattern": group.pattern,
+        "group_id": group.group_id,
+        "round": group.round,
+        "groups_in_round": groups_in_round,
+        "ranks": list(group.ranks),
+        "hosts": [w.hostname for w in workers],
+        "node_ips": [w.node_ip for w in workers],
+        "node_ids": [w.node_id for w in workers],
+        "devices": [f"gpu:{w.gpu_ids[0]}" if w.gpu_ids else "cpu" for w in workers],
+        "pids": [w.pid for w in workers],
+        "pair_nodes": pair_nodes,
+    })
+
+
+def case_fields(base: dict, case: Case, count: int) -> dict:
+    return {
+        **base,
+        "collective": case.collective,
+        "dtype": case.dtype,
+        "op": case.op,
+        "in_place": case.in_place,
+        "msg_bytes": count * ELEMENT_BYTES[case.dtype],
+        "count": count,
+        "iters": case.iters,
+        "warmup": case.warmup,
+        "check_iters": case.check_iters,
+    }
+
+
+def measured_rows(base: dict, case: Case, per_rank: Sequence[Sequence[Sample]]) -> list[dict]:
+    """One row per count of `case` from every rank's samples (`per_rank[rank][k]`)."""
+    factor = collective_of(case.collective).busbw_factor(base["world_size"])
+    rows = []
+    for k, count in enumerate(case.counts):
+        samples = [rank_samples[k] for rank_samples in per_rank]
+        timing = stats.combine([s.iter_time_us for s in samples])
+        row = case_fields(base, case, count)
+        algbw = stats.algbw_gbps(row["msg_bytes"], timing["time_us"])
+        row.update(timing, algbw_gbps=algbw, busbw_gbps=stats.busbw_gbps(algbw, factor),
+                   n_wrong=sum(s.n_wrong for s in samples), status=Status.OK.value)
+        if samples[0].step_us is not None:
+            row.update(overlap_fields(samples, timing["time_us"]))
+        rows.append(check_keys(row))
+    return rows
+
+
+def overlap_fields(samples: Sequence[Sample], comm_us: float) -> dict:
+    """T_comp, T_step (means of per-iteration maxima over ranks) and what follows from them."""
+    comp = stats.combine([s.comp_us for s in samples])["time_us"]
+    step = stats.combine([s.step_us for s in samples])["time_us"]
+    hidden = comp + comm_us - step
+    return {"t_comp_us": comp, "t_comm_us": comm_us, "t_step_us": step, "t_overlap_us": hidden,
+            "overlap_efficiency": hidden / min(comp, comm_us), "compute_flops": samples[0].compute_flops}
+
+
+def unmeasured_rows(base: dict, cases: Sequence[Case], status: Status, error: str,
+                    failed_ranks: Sequence[int] | None = None) -> list[dict]:
+    """A row for every count of `cases` that was not measured; one row for the group itself
+    when no case is left (a failure while leaving, or a group with nothing to measure)."""
+    extra = {"status": status.value, "error": error,
+             "failed_ranks": list(failed_ranks) if failed_ranks is not None else None}
+    rows = [{**case_fields(base, case, count), **extra} for case in cases for count in case.counts]
+    return [check_keys(r) for r in rows or [{**base, **extra}]]

@@ -1,0 +1,31 @@
+"""Helpers shared by the tests (fixtures live in conftest.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def run_cli(args: list[str], env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`python -m orchestrator ARGS` in a subprocess, as a user would run it."""
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator", *args],
+        capture_output=True, text=True, timeout=timeout, env=env,
+    )
+
+
+def run_main(args: list[str]) -> subprocess.CompletedProcess:
+    """`collbench ARGS` in this process (no Ray, no device: report, compare, predict, plan
+    --inventory), with the exit code and output of a subprocess."""
+    import contextlib
+    import io
+
+    from orchestrator.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(args)
+        except SystemExit as e:  # argparse
+            code = e.code if isinstance(e.code, int) else 2
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())

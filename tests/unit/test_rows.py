@@ -1,0 +1,83 @@
+"""Rows are built in one pure module: exact figures from known samples, every unmeasured case
+recorded, and no key outside the schema."""
+
+import datetime as dt
+
+import pytest
+
+from orchestrator.execution import rows
+from orchestrator.results.schema import rows_table
+from orchestrator.sweep.planner import Group
+from workloads.messages import Case, Sample, Status, Topology, WorkerInfo, topology_of
+
+RUN = rows.RunRef("run-r", dt.datetime(2026, 11, 30, tzinfo=dt.timezone.utc))
+
+
+def _worker(node: str, pid: int) -> WorkerInfo:
+    return WorkerInfo(node_id=node, node_ip=f"10.0.0.{node[-1]}", hostname=f"host{node[-1]}", pid=pid, gpu_ids=(),
+                      cpu_model="cpu", torch_version="2.13.0", nccl_version=None)
+
+
+def _base(nodes=("n1", "n1", "n2")):
+    g = Group("r3-g1", "mixed", 3, (4, 5, 6))
+    return rows.group_base(RUN, "gloo", g, 2, [_worker(n, 100 + i) for i, n in enumerate(nodes)], None)
+
+
+def test_topology_rule():
+    assert topology_of(["a", "a"]) is Topology.INTRA
+    assert topology_of(["a", "b", "c"]) is Topology.INTER
+    assert topology_of(["a", "a", "b"]) is Topology.MIXED
+
+
+def test_group_base_says_who_ran_where():
+    base = _base()
+    assert base["topology"] == "mixed" and base["n_nodes"] == 2 and base["ranks_per_node"] == 2
+    assert base["ranks"] == [4, 5, 6] and base["node_ids"] == ["n1", "n1", "n2"] and base["pids"] == [100, 101, 102]
+    assert base["hosts"] == ["host1", "host1", "host2"] and base["devices"] == ["cpu"] * 3
+
+
+def test_measured_rows_combine_ranks_exactly():
+    case = Case("all_reduce", "float32", "sum", True, (256, 1024), iters=2, warmup=1, check_iters=1)
+    # per rank, per count: rank 2 is the slowest in iteration 0, rank 0 in iteration 1
+    per_rank = [
+        [Sample(256, (10.0, 40.0), 0), Sample(1024, (100.0, 100.0), 0)],
+        [Sample(256, (20.0, 20.0), 0), Sample(1024, (100.0, 100.0), 1)],
+        [Sample(256, (30.0, 10.0), 0), Sample(1024, (100.0, 300.0), 2)],
+    ]
+    first, second = rows.measured_rows(_base(), case, per_rank)
+    assert first["iter_time_us"] == [30.0, 40.0] and first["time_us"] == 35.0
+    assert first["msg_bytes"] == 1024 and first["count"] == 256 and first["status"] == "ok"
+    # 1024 B in 35 us = 0.029257 GB/s; all_reduce on 3 ranks: busbw = algbw * 4/3
+    assert first["algbw_gbps"] == pytest.approx(1024 / 35.0 / 1e3)
+    assert first["busbw_gbps"] == pytest.approx(1024 / 35.0 / 1e3 * 4 / 3)
+    assert first["rank_time_us"] == [25.0, 20.0, 20.0]
+    assert second["n_wrong"] == 3 and second["time_us"] == 200.0  # mean of (100, 300)
+    assert "t_step_us" not in first
+
+
+def test_overlap_rows_carry_the_step_model():
+    case = Case("overlap", "float32", "sum", True, (256,), iters=2, warmup=1, check_iters=1)
+    per_rank = [[Sample(256, (10.0, 10.0), 0, comp_us=(30.0, 30.0), step_us=(35.0, 35.0), compute_flops=2e6)]] * 2
+    (row,) = rows.measured_rows(_base(("n1", "n2")), case, per_rank)
+    assert (row["t_comp_us"], row["t_comm_us"], row["t_step_us"]) == (30.0, 10.0, 35.0)
+    assert row["t_overlap_us"] == 5.0 and row["overlap_efficiency"] == 0.5 and row["compute_flops"] == 2e6
+    assert row["busbw_gbps"] == pytest.approx(1024 / 10.0 / 1e3)  # all_reduce's factor for 2 ranks: 1
+
+
+def test_unmeasured_rows_cover_every_count_or_the_group():
+    cases = [Case("all_gather", "float32", "none", False, (6, 12), 2, 1, 1),
+             Case("broadcast", "int8", "none", True, (48,), 2, 1, 1)]
+    out = rows.unmeasured_rows(_base(), cases, Status.TIMEOUT, "deadline", [2])
+    assert [(r["collective"], r["msg_bytes"]) for r in out] == [("all_gather", 24), ("all_gather", 48),
+                                                               ("broadcast", 48)]
+    assert all(r["status"] == "timeout" and r["failed_ranks"] == [2] and r["error"] == "deadline" for r in out)
+    (group_row,) = rows.unmeasured_rows(_base(), [], Status.SKIPPED, "node left")
+    assert group_row["status"] == "skipped" and group_row["failed_ranks"] is None and "collective" not in group_row
+    assert rows_table(out + [group_row]).num_rows == 4
+
+
+def test_a_key_outside_the_schema_is_refused():
+    with pytest.raises(KeyError, match="not a result column: busbw_gpbs"):
+        rows.check_keys({"busbw_gpbs": 1.0})
+    with pytest.raises(KeyError, match="not a result column: tme_us"):
+        rows_table([{"status": "ok", "tme_us": 3.0}])

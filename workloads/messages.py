@@ -1,0 +1,110 @@
+"""What crosses the driver-worker boundary, and the small vocabulary both sides share.
+
+Torch-free and Ray-free, so the driver imports it without a device library and the worker
+without the planner. Every message is a frozen dataclass (Ray pickles them as they are).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class Status(str, Enum):
+    """How a row (a measurement) ended; the `status` column."""
+
+    OK = "ok"
+    FAILED = "failed"  # a rank raised, or its process died
+    TIMEOUT = "timeout"  # the group passed its deadline
+    SKIPPED = "skipped"  # the group could not start (a node left, no worker)
+
+
+class Stage(str, Enum):
+    """Where a group is in its life, as the driver tracks it."""
+
+    RENDEZVOUS = "rendezvous"  # rank 0 opens the group's store
+    JOIN = "join"  # every rank forms the process group
+    MEASURE = "measure"  # cases run one after another
+    LEAVE = "leave"  # every rank destroys the process group
+
+
+class Topology(str, Enum):
+    """Where a group's ranks run: one node, one rank per node, or otherwise."""
+
+    INTRA = "intra"
+    INTER = "inter"
+    MIXED = "mixed"
+
+
+def topology_of(node_of_rank: Sequence[Hashable]) -> Topology:
+    """The topology of a group from the node of each of its ranks (any node key)."""
+    n_nodes = len(set(node_of_rank))
+    if n_nodes == 1:
+        return Topology.INTRA
+    return Topology.INTER if n_nodes == len(node_of_rank) else Topology.MIXED
+
+
+@dataclass(frozen=True)
+class Case:
+    """One (workload, dtype, op, in_place) over a list of element counts, as every rank runs it."""
+
+    collective: str  # a collective, or the overlap workload
+    dtype: str
+    op: str
+    in_place: bool
+    counts: tuple[int, ...]
+    iters: int
+    warmup: int
+    check_iters: int
+    root: int = 0
+    compute_flops: float = 0.0  # overlap only: matmul size (0: matched to the collective's time)
+
+
+@dataclass(frozen=True)
+class JoinRequest:
+    """Form the process group `group_id` as rank `rank` of `world_size`."""
+
+    group_id: str
+    rank: int
+    world_size: int
+    store_ip: str  # rank 0's rendezvous store
+    store_port: int
+    backend: str
+    timeout_s: float  # of the backend's own operations (longer than the driver's deadline)
+
+
+@dataclass(frozen=True)
+class Joined:
+    """What a rank used once it joined."""
+
+    device: str  # "cuda:0", "cpu"
+    device_name: str  # GPU model, or the CPU model
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """Where a worker runs; read once when it starts."""
+
+    node_id: str
+    node_ip: str
+    hostname: str
+    pid: int
+    gpu_ids: tuple[str, ...]  # what Ray gave this worker
+    cpu_model: str
+    torch_version: str
+    nccl_version: str | None
+    comm_env: dict[str, str] = field(default_factory=dict)  # NCCL_*, GLOO_*, ... as the worker sees them
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One rank's raw measurement of one element count of a case."""
+
+    count: int
+    iter_time_us: tuple[float, ...]  # each timed iteration on this rank
+    n_wrong: int  # mismatched elements over the check iterations
+    # overlap only: the matmul alone and both together, per iteration
+    comp_us: tuple[float, ...] | None = None
+    step_us: tuple[float, ...] | None = None
+    compute_flops: float | None = None
