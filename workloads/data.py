@@ -1,13 +1,21 @@
-"""Deterministic inputs whose reductions are known exactly.
+"""Deterministic inputs whose reductions are known exactly, written and checked without large
+temporaries.
 
 Every value is a small integer, so sums, maxima and products are exact in every type for the
 group sizes people run (sums stay within +-(2n+5), products are +-1); above the exact range of a
 reduced-precision type the check falls back to a relative tolerance (`tolerance`).
-The value of element `idx` of rank `rank` in check iteration `it` is a pure function of the three,
-so a stale output from an earlier iteration or a chunk landing on the wrong rank is caught.
+The value of element `idx` of rank `rank` in iteration `it` is a pure function of the three and
+is periodic in `idx` (period 55 for sum, 6 for prod, 97 otherwise), so a stale output from an
+earlier iteration or a chunk landing on the wrong rank is caught, and so is the reduction over
+all ranks: it is computed once for one period (n x period small integers, whatever the message
+size), then written or compared period by period. Writing a buffer allocates nothing of its
+size; checking one compares at most CHECK_CHUNK elements at a time.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -35,41 +43,133 @@ _EXACT_INT = {
 # Value written into output buffers before a check, so an untouched output never passes.
 SENTINEL = 77
 
+# The reduction over every rank of the group, as a Span source.
+ALL = -1
 
-def _integers(rank: int, it: int, start: int, numel: int, op: str, device: str) -> torch.Tensor:
-    idx = torch.arange(start, start + numel, dtype=torch.int64, device=device)
+# Elements compared at a time: the check's temporaries (a mask, and a float copy where the
+# comparison needs one) stay under `check_scratch_bytes` whatever the message size.
+CHECK_CHUNK = 1 << 22
+
+_PERIOD = {"sum": 55, "prod": 6}
+_DEFAULT_PERIOD = 97
+_RANKS_AT_ONCE = 4096  # ranks combined per step when reducing over a large group
+
+
+@dataclass(frozen=True)
+class Span:
+    """Buffer elements [at, at + numel) hold `source`'s values for global element indices
+    [start, start + numel); `source` is a rank, or ALL (the reduction over every rank)."""
+
+    at: int
+    numel: int
+    source: int
+    start: int = 0
+
+
+def period(op: str) -> int:
+    return _PERIOD.get(op, _DEFAULT_PERIOD)
+
+
+def _integers(ranks: torch.Tensor, it: int, idx: torch.Tensor, op: str) -> torch.Tensor:
+    """Values of `ranks` (a column) at element indices `idx` (a row), as int64."""
     # Rank 0 adds a pattern of another period, so that no group size makes the reduction the
     # same for every element (a chunk on the wrong rank, or a stale output, must differ).
     if op == "sum":
-        extra = (idx * 5 + it) % 11 - 5 if rank == 0 else 0
-        return (rank * 3 + idx + 7 * it) % 5 - 2 + extra
+        extra = torch.where(ranks == 0, (idx * 5 + it) % 11 - 5, 0)
+        return (ranks * 3 + idx + 7 * it) % 5 - 2 + extra
     if op == "prod":
-        if rank == 0:
-            return torch.where((idx + it) % 3 == 0, -1, 1)
-        return ((rank + idx + it) % 2) * 2 - 1
+        first = torch.where((idx + it) % 3 == 0, -1, 1)
+        return torch.where(ranks == 0, first, ((ranks + idx + it) % 2) * 2 - 1)
     # max, min and the non-reducing collectives: a wide range so that ranks differ.
-    return (rank * 131 + idx * 7 + it * 13) % 97 - 48
+    return (ranks * 131 + idx * 7 + it * 13) % 97 - 48
 
 
-def values(
-    rank: int, it: int, start: int, numel: int, op: str, dtype: str, device: str = "cpu"
-) -> torch.Tensor:
-    """Rank `rank`'s contribution at global element indices [start, start + numel)."""
-    return _integers(rank, it, start, numel, op, device).to(TORCH_DTYPES[dtype])
+_COMBINE = {"sum": torch.sum, "prod": torch.prod, "max": torch.amax, "min": torch.amin}
+_PAIR = {"sum": torch.add, "prod": torch.mul, "max": torch.maximum, "min": torch.minimum}
 
 
-_COMBINE = {"sum": torch.add, "prod": torch.mul, "max": torch.maximum, "min": torch.minimum}
+def pattern(source: int, n: int, it: int, op: str, dtype: str, device: str | torch.device = "cpu") -> torch.Tensor:
+    """One period of `source`'s values (indices 0 .. period-1) in `dtype`. The reduction (ALL) is
+    computed in int64 over every rank, then cast, as the exact result a backend should reach."""
+    idx = torch.arange(period(op), dtype=torch.int64).unsqueeze(0)
+    if source != ALL:
+        exact = _integers(torch.tensor([[source]]), it, idx, op)[0]
+    else:
+        exact = None
+        for lo in range(0, n, _RANKS_AT_ONCE):
+            ranks = torch.arange(lo, min(n, lo + _RANKS_AT_ONCE), dtype=torch.int64).unsqueeze(1)
+            part = _COMBINE[op](_integers(ranks, it, idx, op), dim=0)
+            exact = part if exact is None else _PAIR[op](exact, part)
+    return exact.to(TORCH_DTYPES[dtype]).to(device)
 
 
-def reduced(
-    n: int, it: int, start: int, numel: int, op: str, dtype: str, device: str = "cpu"
-) -> torch.Tensor:
-    """The exact reduction over ranks 0..n-1 of `values`, computed in int64, then cast."""
-    combine = _COMBINE[op]
-    exact = _integers(0, it, start, numel, op, device)
-    for r in range(1, n):
-        exact = combine(exact, _integers(r, it, start, numel, op, device))
-    return exact.to(TORCH_DTYPES[dtype])
+def _rolled(p: torch.Tensor, start: int) -> torch.Tensor:
+    """The period as it lines up with a buffer whose first element is global index `start`."""
+    return torch.roll(p, -(start % p.numel()))
+
+
+def write(buf: torch.Tensor, spans: Sequence[Span], n: int, it: int, op: str, dtype: str) -> None:
+    """Fill `buf` as `spans` describe, one period at a time (no temporary of the buffer's size)."""
+    for s in spans:
+        p = _rolled(pattern(s.source, n, it, op, dtype, buf.device), s.start)
+        dst = buf[s.at : s.at + s.numel]
+        whole = s.numel // p.numel() * p.numel()
+        if whole:
+            dst[:whole].view(-1, p.numel()).copy_(p)
+        if whole < s.numel:
+            dst[whole:].copy_(p[: s.numel - whole])
+
+
+def count_wrong(buf: torch.Tensor, spans: Sequence[Span], n: int, it: int, op: str, dtype: str, rtol: float) -> int:
+    """Elements of `buf` within `spans` that differ from what the spans describe (beyond
+    `rtol`), compared CHECK_CHUNK elements at a time."""
+    wrong = 0
+    for s in spans:
+        p = _rolled(pattern(s.source, n, it, op, dtype, buf.device), s.start)
+        size = p.numel()
+        whole = s.numel // size * size
+        rows = max(1, CHECK_CHUNK // size)
+        region = buf[s.at : s.at + s.numel]
+        for lo in range(0, whole, rows * size):
+            hi = min(whole, lo + rows * size)
+            wrong += _mismatches(region[lo:hi].view(-1, size), p, rtol)
+        if whole < s.numel:
+            wrong += _mismatches(region[whole:], p[: s.numel - whole], rtol)
+    return wrong
+
+
+_FLOAT8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def check_scratch_bytes(dtype: str, rtol: float) -> int:
+    """Peak temporary bytes of `count_wrong`: per compared element a mask byte, plus a float64
+    copy with a tolerance or a float32 copy for float8 (which has no comparison of its own)."""
+    per_element = 1 + (8 if rtol else 4 if TORCH_DTYPES[dtype] in _FLOAT8 else 0)
+    return CHECK_CHUNK * per_element
+
+
+def _mismatches(out: torch.Tensor, expected: torch.Tensor, rtol: float) -> int:
+    if rtol == 0.0:
+        if out.dtype in _FLOAT8:
+            out, expected = out.float(), expected.float()
+        return int(torch.count_nonzero(out != expected))  # a bool .sum() makes an int64 copy
+    diff = out.double()
+    diff.sub_(expected.double()).abs_()  # in place: one float64 copy of the chunk
+    return int(torch.count_nonzero(diff > rtol * expected.double().abs()))
+
+
+def values(rank: int, it: int, start: int, numel: int, op: str, dtype: str, device: str = "cpu") -> torch.Tensor:
+    """Rank `rank`'s contribution at global element indices [start, start + numel) (a new tensor)."""
+    out = torch.empty(numel, dtype=TORCH_DTYPES[dtype], device=device)
+    write(out, [Span(0, numel, rank, start)], rank + 1, it, op, dtype)
+    return out
+
+
+def reduced(n: int, it: int, start: int, numel: int, op: str, dtype: str, device: str = "cpu") -> torch.Tensor:
+    """The exact reduction over ranks 0..n-1 of `values` (a new tensor)."""
+    out = torch.empty(numel, dtype=TORCH_DTYPES[dtype], device=device)
+    write(out, [Span(0, numel, ALL, start)], n, it, op, dtype)
+    return out
 
 
 def tolerance(dtype: str, n: int, op: str) -> float:
@@ -79,13 +179,3 @@ def tolerance(dtype: str, n: int, op: str) -> float:
         return 0.0
     # Never 1 or more: a tolerance that wide would pass a zeroed or sign-flipped output.
     return min(float(torch.finfo(TORCH_DTYPES[dtype]).eps) * n, 0.5)
-
-
-def count_wrong(out: torch.Tensor, expected: torch.Tensor, rtol: float) -> int:
-    """Number of elements of `out` that differ from `expected` (beyond `rtol`)."""
-    if rtol == 0.0:
-        if out.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
-            out, expected = out.float(), expected.float()
-        return int((out != expected).sum())
-    o, e = out.double(), expected.double()
-    return int(((o - e).abs() > rtol * e.abs()).sum())

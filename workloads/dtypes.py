@@ -25,7 +25,8 @@ _FLOAT8 = {"float8_e4m3", "float8_e5m2"}
 
 # What each backend accepts. gloo in torch 2.13 runs every call of this project for every
 # type but the float8 ones ("Invalid scalar type"); tests/integration runs every gloo pair.
-# NCCL handles all of them (float8 needs NCCL >= 2.24 and a Hopper-class GPU).
+# NCCL handles all of them; float8 reductions need NCCL >= 2.24 and compute capability 9.0, which
+# a run checks on every node before it starts (orchestrator.sweep.devices).
 BACKEND_DTYPES: dict[str, frozenset[str]] = {
     "gloo": frozenset(set(ELEMENT_BYTES) - _FLOAT8),
     "nccl": frozenset(ELEMENT_BYTES),

@@ -75,11 +75,36 @@ class JoinRequest:
 
 
 @dataclass(frozen=True)
+class NcclLog:
+    """What NCCL's own INFO log (INIT, NET, GRAPH) says it used, as one rank read it."""
+
+    version: str | None = None  # of the library loaded, from its banner
+    network: str | None = None  # `Using network X`: IB, Socket, AWS Libfabric, Libfabric, GPUDirectTCPX_v7, ...
+    link_layers: tuple[str, ...] = ()  # IB, RoCE (NET/IB device list)
+    interfaces: tuple[str, ...] = ()  # NET/Socket interfaces
+    provider: str | None = None  # libfabric provider (NET/OFI), e.g. efa
+    channels: tuple[tuple[int, int, str], ...] = ()  # (rank, peer, path after "via"), e.g. "P2P/CUMEM/read"
+    nvls: bool = False  # NVLink SHARP buffers were set up
+    intra_link: str | None = None  # the ring graph's intra-node link type: NVL, PIX, PXB, PHB, SYS, LOC
+    warnings: tuple[str, ...] = ()  # NCCL WARN messages
+
+
+@dataclass(frozen=True)
+class Transport:
+    """How a rank's group communicates: NCCL's log, or gloo's TCP interface."""
+
+    backend: str
+    interface: str | None = None  # gloo: the interface its sockets use
+    nccl: NcclLog | None = None
+
+
+@dataclass(frozen=True)
 class Joined:
     """What a rank used once it joined."""
 
     device: str  # "cuda:0", "cpu"
     device_name: str  # GPU model, or the CPU model
+    transport: Transport | None = None  # as far as known right after forming the group
 
 
 @dataclass(frozen=True)
@@ -93,17 +118,21 @@ class WorkerInfo:
     gpu_ids: tuple[str, ...]  # what Ray gave this worker
     cpu_model: str
     torch_version: str
-    nccl_version: str | None
+    nccl_version: str | None  # the NCCL torch was built with (the loaded one is in NcclLog)
     comm_env: dict[str, str] = field(default_factory=dict)  # NCCL_*, GLOO_*, ... as the worker sees them
+    device_index: int | None = None  # the CUDA device this worker uses, once told (use_gpu)
 
 
 @dataclass(frozen=True)
 class Sample:
-    """One rank's raw measurement of one element count of a case."""
+    """One rank's raw measurement of one element count of a case. A count the group could not
+    measure (a rank ran out of memory) has no times; the rank that failed says why in `error`."""
 
     count: int
     iter_time_us: tuple[float, ...]  # each timed iteration on this rank
     n_wrong: int  # mismatched elements over the check iterations
+    batch_us: float | None = None  # the same iterations timed as one batch (host clock), per iteration
+    error: str | None = None
     # overlap only: the matmul alone and both together, per iteration
     comp_us: tuple[float, ...] | None = None
     step_us: tuple[float, ...] | None = None

@@ -1,7 +1,8 @@
 """The collective interface and the one registry of workloads.
 
-A collective module fills in one `Collective`: buffer sizes, inputs whose result is known, the
-expected output, the bus-bandwidth factor and the call. The harness (`workloads.harness`) owns
+A collective module fills in one `Collective`: buffer sizes, inputs whose result is known and the
+expected output (both as `workloads.data.Span`s: which rank's data lies where), the
+bus-bandwidth factor and the call. The harness (`workloads.harness`) owns
 every loop, timer and check; nothing here loops over sizes or iterations.
 
 This module imports no torch at import time: the driver reads the names below to validate a
@@ -17,6 +18,8 @@ from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
     import torch
+
+    from workloads.data import Span
 
 # The collectives, in the order a sweep runs them; each is `workloads.collectives.<name>`.
 COLLECTIVES: tuple[str, ...] = (
@@ -66,17 +69,26 @@ class Collective(ABC):
     def recv_numel(self, c: Ctx) -> int:
         return c.count
 
+    def buffer_numel(self, c: Ctx) -> int:
+        """Elements of one size's buffers: send and receive, or the one buffer in place."""
+        send, recv = self.send_numel(c), self.recv_numel(c)
+        return max(send, recv) if c.in_place else send + recv
+
+    def backend_numel(self, c: Ctx, backend: str) -> int:
+        """Elements the backend's own implementation of the call allocates (measured)."""
+        return 0
+
     def alias(self, c: Ctx, send: torch.Tensor, recv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """In-place buffers: by default the send buffer is the receive buffer."""
         return send, send
 
     @abstractmethod
-    def inputs(self, c: Ctx, it: int) -> torch.Tensor:
-        """This rank's send buffer for check iteration `it`."""
+    def inputs(self, c: Ctx) -> list[Span]:
+        """What this rank's send buffer holds (workloads.data writes it for each iteration)."""
 
     @abstractmethod
-    def expected(self, c: Ctx, it: int) -> torch.Tensor | None:
-        """The exact receive buffer on this rank, or None where it is undefined."""
+    def expected(self, c: Ctx) -> list[Span] | None:
+        """What this rank's receive buffer must hold afterwards, or None where it is undefined."""
 
     @abstractmethod
     def call(self, c: Ctx, send: torch.Tensor, recv: torch.Tensor, op: object) -> None:

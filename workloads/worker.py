@@ -16,9 +16,10 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from workloads import nccl_log
 from workloads.comm_env import COMM_ENV_PREFIXES, pin_interfaces
 from workloads.harness import run_case
-from workloads.messages import Case, Joined, JoinRequest, Sample, WorkerInfo
+from workloads.messages import Case, Joined, JoinRequest, Sample, Transport, WorkerInfo
 
 
 class BenchWorker:
@@ -30,6 +31,9 @@ class BenchWorker:
         self._store: dist.TCPStore | None = None
         self._rank = 0
         self._world_size = 1
+        self._backend = "gloo"
+        self._nccl_log: str | None = None  # NCCL's debug file of this process (GPU workers)
+        self._log_offset = 0  # where the current group's lines start in it
         # The node's address as the cluster knows it (the driver passes it from ray.nodes()).
         self._ip = node_ip or _node_ip()
         self._ifname = pin_interfaces(self._ip)
@@ -51,13 +55,17 @@ class BenchWorker:
             torch_version=torch.__version__,
             nccl_version=nccl,
             comm_env={k: v for k, v in os.environ.items() if k.startswith(COMM_ENV_PREFIXES)},
+            device_index=self._gpu.index if self._gpu is not None else None,
         )
 
-    def use_gpu(self, visible_devices: str, local_index: int) -> None:
-        """See every GPU of the node's group members and use one of them (NVLink/P2P between
-        actors of one node needs this); must run before anything initialises CUDA."""
+    def use_gpu(self, visible_devices: str, local_index: int) -> WorkerInfo:
+        """See every GPU of the node's workers and use one of them (NVLink/P2P between actors of
+        one node needs this), and have NCCL log what it uses to a file of this process; must run
+        before anything initialises CUDA or NCCL. Returns the description with both."""
         os.environ["CUDA_VISIBLE_DEVICES"] = visible_devices
         self._gpu = torch.device("cuda", local_index)
+        self._nccl_log = nccl_log.configure(os.environ)
+        return self.describe()
 
     def open_store(self, timeout_s: float) -> tuple[str, int]:
         """Create the group's rendezvous store on a free port; return its address."""
@@ -75,7 +83,9 @@ class BenchWorker:
             store = dist.TCPStore(req.store_ip, req.store_port, is_master=False, timeout=timeout)
         if dist.is_initialized():
             dist.destroy_process_group()
-        self._rank, self._world_size = req.rank, req.world_size
+        self._rank, self._world_size, self._backend = req.rank, req.world_size, req.backend
+        if self._nccl_log:
+            _, self._log_offset = nccl_log.read_since(self._nccl_log, self._log_offset)
         kwargs = {}
         # gloo measures host memory even on GPU nodes (--backend gloo there tests the TCP path).
         self._device = self._gpu if req.backend == "nccl" else torch.device("cpu")
@@ -91,16 +101,25 @@ class BenchWorker:
             **kwargs,
         )
         name = torch.cuda.get_device_name(self._device) if self._device.type == "cuda" else _cpu_model()
-        return Joined(device=str(self._device), device_name=name)
+        return Joined(device=str(self._device), device_name=name, transport=self._transport())
 
     def run(self, case: Case) -> list[Sample]:
         """Measure one case; this rank's raw samples per message size."""
         return run_case(case, self._rank, self._world_size, self._device)
 
-    def leave(self) -> None:
+    def leave(self) -> Transport:
+        """Destroy the group; what it used, from everything NCCL logged since it was formed."""
+        transport = self._transport()
         if dist.is_initialized():
             dist.destroy_process_group()
         self._store = None
+        return transport
+
+    def _transport(self) -> Transport:
+        if self._backend != "nccl":
+            return Transport("gloo", interface=self._ifname)
+        lines, _ = nccl_log.read_since(self._nccl_log, self._log_offset) if self._nccl_log else ([], 0)
+        return Transport("nccl", nccl=nccl_log.parse(lines))
 
 
 def _node_ip() -> str:

@@ -49,10 +49,11 @@ def main(args: argparse.Namespace) -> int:
 
     from orchestrator.execution import connect, provenance
     from orchestrator.execution.pool import ActorPool, PlacementError
+    from orchestrator.execution.probe import probe_devices
     from orchestrator.execution.rows import RunRef
     from orchestrator.execution.runner import Runner
     from orchestrator.sweep import inventory
-    from orchestrator.sweep.memcheck import check_memory, probe_gpu_memory
+    from orchestrator.sweep.devices import FLOAT8, check_float8, check_memory
     from orchestrator.sweep.planner import check_plan, make_plan
 
     where = connect.connect(spec.address)
@@ -71,7 +72,9 @@ def main(args: argparse.Namespace) -> int:
             )
         plan = make_plan(spec, inv)
         check_plan(spec, plan)
-        check_memory(spec, inv, probe_gpu_memory(inv))
+        caps = probe_devices(inv, with_nccl=bool(FLOAT8 & set(spec.dtypes))) if inv.use_gpus else {}
+        check_float8(spec, backend, inv, caps)
+        check_memory(spec, backend, inv, {len(g.ranks) for g in plan.groups}, caps)
 
         now = dt.datetime.now(dt.timezone.utc)
         run_id = args.resume or new_run_id(now)
@@ -88,6 +91,7 @@ def main(args: argparse.Namespace) -> int:
         pool.start()
         store.create()
         manifest = provenance.manifest(spec, inv, pool.infos(), backend, len(plan))
+        manifest["gpu_driver"] = ",".join(sorted({c.driver_version for c in caps.values() if c.driver_version})) or None
         manifest["started_at"] = now
         store.write_manifest(manifest)
         outcome = Outcome()
@@ -111,6 +115,7 @@ def main(args: argparse.Namespace) -> int:
             finished_at=dt.datetime.now(dt.timezone.utc),
             groups_done=len(skip) + outcome.groups_ok + outcome.groups_failed + outcome.groups_skipped,
             device_models=sorted(set(manifest["device_models"]) | outcome.device_names),
+            nccl_version=",".join(sorted(outcome.nccl_versions)) or manifest["nccl_version"],
         )
         store.write_manifest(manifest)
     except PlacementError as e:

@@ -6,6 +6,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from orchestrator.execution.rows import where
 from orchestrator.sweep.planner import Group
 from workloads.messages import Joined, Status
 
@@ -21,6 +22,7 @@ class Outcome:
     n_wrong: int = 0
     failures: list[dict] = field(default_factory=list)  # status, error, group_id, ranks, hosts
     device_names: set[str] = field(default_factory=set)
+    nccl_versions: set[str] = field(default_factory=set)  # loaded by the workers, from NCCL's log
     setup_s: list[float] = field(default_factory=list)  # round start -> group formed, per group
     teardown_s: list[float] = field(default_factory=list)  # last measurement -> group left, per group
     first_row_at: float | None = None  # time.monotonic() of the first row
@@ -53,11 +55,20 @@ class Outcome:
         if self.first_row_at is None:
             self.first_row_at = now
         for row in rows:
-            self._measured[row["round"]][row["group_id"]] += sum(row["iter_time_us"]) / 1e6
             self._last_result_at[row["group_id"]] = now
+            if row["status"] != Status.OK.value:  # a size the group skipped (out of memory)
+                failed = row["failed_ranks"]
+                self.failures.append({"status": row["status"], "error": row["error"], "group_id": row["group_id"],
+                                      "ranks": [row["ranks"][j] for j in failed],
+                                      "hosts": sorted({where(row, j) for j in failed})})
+                continue
+            self._measured[row["round"]][row["group_id"]] += sum(row["iter_time_us"]) / 1e6
 
     def group_ended(self, group: Group, status: Status, rows: list[dict], failure: dict | None) -> None:
         self.rows += len(rows)
+        for row in rows:
+            if row.get("nccl_version"):
+                self.nccl_versions.update(row["nccl_version"].split(","))
         self.n_wrong += sum(r.get("n_wrong") or 0 for r in rows)
         if status is Status.OK:
             self.groups_ok += 1

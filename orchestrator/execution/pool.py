@@ -4,6 +4,7 @@ failure. It owns every Ray wait on actor start-up and its timeout."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import ray
@@ -55,6 +56,7 @@ class ActorPool:
         # slot per global rank: (node index, local index)
         self.slots = [(i, j) for i, node in enumerate(inv.nodes) for j in range(node.ranks)]
         self.workers: list[Worker | None] = [None] * len(self.slots)
+        self.devices: list[tuple[str, int] | None] = [None] * len(self.slots)  # (CUDA_VISIBLE_DEVICES, index)
         self.respawns = 0
         self.dead_nodes: set[str] = set()
 
@@ -67,13 +69,24 @@ class ActorPool:
         return [w.info for w in self.workers if w is not None]
 
     def start(self) -> None:
-        self._spawn(range(len(self.slots)), reorder=True)
+        self._spawn(range(len(self.slots)), first=True)
 
     def refresh_nodes(self) -> set[str]:
         """Node ids of the inventory that Ray no longer reports alive."""
         alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
         self.dead_nodes = {node.node_id for node in self.inv.nodes if node.node_id not in alive}
         return self.dead_nodes
+
+    def unavailable(self, ranks: Sequence[int]) -> str | None:
+        """Why these ranks cannot run now (a node gone at the last refresh, a worker that could
+        not be replaced), or None."""
+        gone = sorted({self.node_of(r).ip for r in ranks if self.node_of(r).node_id in self.dead_nodes})
+        if gone:
+            return f"node(s) {', '.join(gone)} left the cluster"
+        missing = [r for r in ranks if self.actor(r) is None]
+        if missing:
+            return f"no worker for rank(s) {','.join(map(str, missing))} (it could not be replaced)"
+        return None
 
     def node_of(self, rank: int) -> Node:
         return self.inv.nodes[self.slots[rank][0]]
@@ -98,7 +111,7 @@ class ActorPool:
             ray.kill(worker.actor, no_restart=True)
             self.workers[rank] = dataclasses.replace(worker, actor=None)
 
-    def _spawn(self, ranks, reorder: bool = False) -> None:
+    def _spawn(self, ranks, first: bool = False) -> None:
         """Start workers for `ranks`. Slots whose worker did not start are left empty (None)
         and reported in one PlacementError after the others are set up."""
         ranks = list(ranks)
@@ -126,7 +139,7 @@ class ActorPool:
             ray.kill(actors[r], no_restart=True)
         started = [r for r in ranks if r not in failed]
         if use_gpus and started:
-            self._assign_gpus(started, reorder)
+            self._assign_gpus(started, first)
         self._check_nodes(started)
         if failed:
             where = sorted({f"{self.node_of(r).ip} ({self.node_of(r).hostname or '?'})" for r in failed})
@@ -135,32 +148,30 @@ class ActorPool:
                 f"{len(failed)} worker(s) on node(s) {', '.join(where)}: {'; '.join(reasons)}"
             )
 
-    def _assign_gpus(self, ranks: list[int], reorder: bool) -> None:
-        """Give new workers the union of their node's GPU ids and their own index in it. At the
-        first start, also order each node's ranks by GPU id (rank order = local device order);
-        workers already running keep what they have (CUDA reads the variable once)."""
-        members_of: dict[int, list[int]] = {}
-        for r, (node, _) in enumerate(self.slots):
-            if self.actor(r) is not None:
-                members_of.setdefault(node, []).append(r)
-        new_of: dict[int, list[int]] = {}
-        for r in ranks:
-            new_of.setdefault(self.slots[r][0], []).append(r)
-        refs = []
-        for node, new in new_of.items():
-            members = members_of[node]
-            if reorder:
+    def _assign_gpus(self, ranks: list[int], first: bool) -> None:
+        """Every worker of a node sees all of the node's GPUs (CUDA_VISIBLE_DEVICES, the union of
+        what Ray gave them) and uses one by its index there. At the first start each node's ranks
+        are ordered by GPU id (rank order = local device order) and each slot keeps its device
+        for the whole run: a replacement worker uses its slot's device, whichever GPU Ray gave it,
+        so a group stays on the devices (and the rails) it was planned on."""
+        if first:
+            by_node: dict[int, list[int]] = {}
+            for r in ranks:
+                by_node.setdefault(self.slots[r][0], []).append(r)
+            for members in by_node.values():
                 ordered = sorted((self.workers[r] for r in members), key=lambda w: _gpu_key(w.info.gpu_ids[0]))
                 for r, worker in zip(members, ordered):
                     self.workers[r] = worker
-                new = members
-            visible, index = gpu_assignment([self.workers[r].info.gpu_ids[0] for r in members])
-            position = dict(zip(members, index))
-            refs += [self.actor(r).use_gpu.remote(visible, position[r]) for r in new]
+                visible, index = gpu_assignment([self.workers[r].info.gpu_ids[0] for r in members])
+                for r, i in zip(members, index):
+                    self.devices[r] = (visible, i)
+        refs = {self.actor(r).use_gpu.remote(*self.devices[r]): r for r in ranks}
         try:
-            ray.get(refs, timeout=self.start_timeout_s)
+            infos = ray.get(list(refs), timeout=self.start_timeout_s)
         except Exception as e:
             raise PlacementError(f"could not set the GPUs of new workers: {first_line(e)}") from None
+        for r, info in zip(refs.values(), infos):
+            self.workers[r] = Worker(self.workers[r].actor, info)
 
     def _check_nodes(self, ranks: list[int]) -> None:
         for r in ranks:

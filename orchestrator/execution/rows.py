@@ -29,6 +29,12 @@ class RunRef:
     started_at: dt.datetime
 
 
+def where(row: dict, j: int) -> str:
+    """Group rank j's host with its IP (hostnames can coincide, as in the lab's namespaces), from
+    a group's base or any of its rows."""
+    return f"{row['hosts'][j]} ({row['node_ips'][j]})"
+
+
 def check_keys(row: dict) -> dict:
     check_columns(row)
     return row
@@ -54,10 +60,17 @@ def group_base(run: RunRef, backend: str, group, groups_in_round: int, workers: 
         "hosts": [w.hostname for w in workers],
         "node_ips": [w.node_ip for w in workers],
         "node_ids": [w.node_id for w in workers],
-        "devices": [f"gpu:{w.gpu_ids[0]}" if w.gpu_ids else "cpu" for w in workers],
+        "devices": [_device(w) for w in workers],
         "pids": [w.pid for w in workers],
         "pair_nodes": pair_nodes,
     })
+
+
+def _device(w: WorkerInfo) -> str:
+    """The GPU a worker uses (its index into what it sees), or "cpu"."""
+    if w.device_index is None:
+        return f"gpu:{w.gpu_ids[0]}" if w.gpu_ids else "cpu"
+    return "gpu:" + w.comm_env["CUDA_VISIBLE_DEVICES"].split(",")[w.device_index]
 
 
 def case_fields(base: dict, case: Case, count: int) -> dict:
@@ -81,10 +94,17 @@ def measured_rows(base: dict, case: Case, per_rank: Sequence[Sequence[Sample]]) 
     rows = []
     for k, count in enumerate(case.counts):
         samples = [rank_samples[k] for rank_samples in per_rank]
-        timing = stats.combine([s.iter_time_us for s in samples])
         row = case_fields(base, case, count)
+        if any(not s.iter_time_us for s in samples):  # the group skipped this size
+            failed = [j for j, s in enumerate(samples) if s.error]
+            error = "; ".join(f"rank {j}: {samples[j].error}" for j in failed) or "not measured"
+            rows.append(check_keys({**row, "status": Status.FAILED.value, "error": error, "failed_ranks": failed}))
+            continue
+        timing = stats.combine([s.iter_time_us for s in samples])
         algbw = stats.algbw_gbps(row["msg_bytes"], timing["time_us"])
-        row.update(timing, algbw_gbps=algbw, busbw_gbps=stats.busbw_gbps(algbw, factor),
+        batch_us = sum(s.batch_us for s in samples) / len(samples)  # nccl-tests: the mean over ranks
+        row.update(timing, algbw_gbps=algbw, busbw_gbps=stats.busbw_gbps(algbw, factor), time_us_batch=batch_us,
+                   busbw_gbps_batch=stats.busbw_gbps(stats.algbw_gbps(row["msg_bytes"], batch_us), factor),
                    n_wrong=sum(s.n_wrong for s in samples), status=Status.OK.value)
         if samples[0].step_us is not None:
             row.update(overlap_fields(samples, timing["time_us"]))

@@ -1,11 +1,12 @@
 """Runner: for each round, form its groups, run every case on them, hand the rows to the store.
 
 All calls of one group are queued on its actors at once (an actor runs its calls in order), and
-one event loop waits on every group of the round with the nearest deadline as its timeout. A
-group that raises or outlives its deadline is abandoned: its actors are killed and replaced, its
-remaining measurements are recorded as `failed` or `timeout`, and the other groups go on. Rows
-are built by `execution.rows`; whoever watches the run (console, tally) is told through the
-`RunObserver` methods (execution.events).
+one event loop waits on every group of the round with the nearest deadline as its timeout. Each
+stage has its own deadline: forming and leaving the group --group-timeout, each case
+`planner.case_deadline_s` (longer for more bytes). A group that raises or outlives a deadline is
+abandoned: its actors are killed and replaced, its remaining measurements are recorded as
+`failed` or `timeout`, and the other groups go on. Rows are built by `execution.rows`; whoever
+watches the run (console, tally) is told through the `RunObserver` methods (execution.events).
 """
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ from dataclasses import dataclass, field
 import ray
 
 from orchestrator.errors import one_line
-from orchestrator.execution import rows
+from orchestrator.execution import rows, transport
 from orchestrator.execution.events import RunObserver
 from orchestrator.execution.pool import ActorPool, PlacementError
 from orchestrator.results.store import ResultStore
-from orchestrator.sweep.planner import Group, Plan, build_cases
+from orchestrator.sweep.planner import Group, Plan, build_cases, case_deadline_s
 from orchestrator.sweep.spec import SweepSpec
 from workloads.messages import Case, Joined, JoinRequest, Stage, Status
 
@@ -31,17 +32,25 @@ class _GroupRun:
     group: Group
     base: dict
     cases: list[Case]
-    deadline: float
     t0: float
+    limit_s: float  # the current stage's deadline, from its start
+    deadline: float = 0.0
     stage: Stage = Stage.RENDEZVOUS
     refs: dict[Stage, list] = field(default_factory=dict)  # join, leave: one per rank
     case_refs: list[list] = field(default_factory=list)  # per case, one per rank
     next_case: int = 0
     rows: list[dict] = field(default_factory=list)
+    transports: list = field(default_factory=list)  # per rank, from join and then from leave
     done: bool = False
+
+    def __post_init__(self) -> None:
+        self.deadline = self.t0 + self.limit_s
 
     def stage_refs(self) -> list:
         return self.case_refs[self.next_case] if self.stage is Stage.MEASURE else self.refs[self.stage]
+
+    def enter(self, stage: Stage, limit_s: float) -> None:
+        self.stage, self.limit_s, self.deadline = stage, limit_s, time.monotonic() + limit_s
 
 
 class Runner:
@@ -67,17 +76,17 @@ class Runner:
     # -- one round ------------------------------------------------------------------------
     def _run_round(self, groups: list[Group], groups_in_round: int) -> None:
         now = time.monotonic()
-        dead = self.pool.refresh_nodes()
+        self.pool.refresh_nodes()
         runs = []
         for g in groups:
             n = len(g.ranks)
             pair = [self.pool.inv.nodes[i].node_id for i in g.pair] if g.pair else None
             base = rows.group_base(self.run_ref, self.backend, g, groups_in_round,
                                    [self.pool.workers[r].info for r in g.ranks], pair)
-            r = _GroupRun(g, base, self._cases.setdefault(n, build_cases(self.spec, n)),
-                          now + self.spec.group_timeout_s, now)
+            r = _GroupRun(g, base, self._cases.setdefault(n, build_cases(self.spec, n)), now,
+                          self.spec.group_timeout_s)
             self._notify("group_started", g, base)
-            reason = self._unavailable(g, dead)
+            reason = self.pool.unavailable(g.ranks)
             if reason:
                 self._end(r, Status.SKIPPED, list(range(n)), reason)
             else:
@@ -110,14 +119,15 @@ class Runner:
 
     def _submit(self, r: _GroupRun, ip: str, port: int) -> None:
         n = len(r.group.ranks)
-        # The backend's own timeout is longer than the group's deadline, so the driver's deadline
-        # fires first and names the ranks that hang, instead of a backend error on those that wait.
-        reqs = [JoinRequest(r.group.group_id, j, n, ip, port, self.backend, self.spec.group_timeout_s + 30)
-                for j in range(n)]
+        # The backend's own timeout is longer than any deadline of the group, so the driver's
+        # deadline fires first and names the ranks that hang, instead of a backend error on those
+        # that wait.
+        longest = max([self.spec.group_timeout_s, *(case_deadline_s(self.spec, c) for c in r.cases)])
+        reqs = [JoinRequest(r.group.group_id, j, n, ip, port, self.backend, longest + 30) for j in range(n)]
         r.refs[Stage.JOIN] = [self._actor(r, j).join.remote(req) for j, req in enumerate(reqs)]
         r.case_refs = [[self._actor(r, j).run.remote(case) for j in range(n)] for case in r.cases]
         r.refs[Stage.LEAVE] = [self._actor(r, j).leave.remote() for j in range(n)]
-        r.stage = Stage.JOIN
+        r.enter(Stage.JOIN, self.spec.group_timeout_s)
 
     def _event_loop(self, active: list[_GroupRun], owner: dict) -> None:
         while active:
@@ -134,9 +144,8 @@ class Runner:
                     self._advance(r)  # results that arrived since the wait count
                 if not r.done and now >= r.deadline:
                     late = [j for j, ref in enumerate(r.stage_refs()) if not _is_ready(ref)]
-                    hosts = ", ".join(sorted({_where(r.base, j) for j in late}))
-                    self._end(r, Status.TIMEOUT, late,
-                              f"group deadline of {self.spec.group_timeout_s:g}s passed during {r.stage.value}; "
+                    hosts = ", ".join(sorted({rows.where(r.base, j) for j in late}))
+                    self._end(r, Status.TIMEOUT, late, f"deadline of {r.limit_s:.1f}s passed during {r.stage.value}; "
                               f"ranks {_ranks(late)} on {hosts} had not returned")
             active = [r for r in active if not r.done]
 
@@ -148,13 +157,9 @@ class Runner:
         while not r.done:
             refs = r.stage_refs()
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-            for j, ref in enumerate(refs):
-                if ref in ready:
-                    try:
-                        ray.get(ref, timeout=0)
-                    except Exception as e:
-                        self._end(r, Status.FAILED, [j], f"rank {j} on {_where(r.base, j)}: {one_line(e)}")
-                        return
+            if any(_error(ref) for ref in ready):
+                self._fail(r, refs)
+                return
             if len(ready) < len(refs):
                 return
             results = ray.get(refs)
@@ -165,26 +170,51 @@ class Runner:
                 r.rows += measured
                 self._notify("rows_measured", measured)
                 r.next_case += 1
-                if r.next_case == len(r.cases):
-                    r.stage = Stage.LEAVE
+                self._next_case(r)
             else:
+                r.transports = results
                 self._end(r, Status.OK)
+
+    def _fail(self, r: _GroupRun, refs: list) -> None:
+        """A rank raised. Its peers fail too once it is gone (connection reset), often first: wait
+        a moment for the others, and blame the ranks whose process died if there are any."""
+        ray.wait(refs, num_returns=len(refs), timeout=_PEER_GRACE_S)
+        errors = {j: e for j, ref in enumerate(refs) if (e := _error(ref)) is not None}
+        died = [j for j, e in errors.items() if isinstance(e, ray.exceptions.RayActorError)]
+        blamed = died or sorted(errors)
+        j = blamed[0]
+        self._end(r, Status.FAILED, blamed, f"rank {j} on {rows.where(r.base, j)}: {one_line(errors[j])}")
 
     def _joined(self, r: _GroupRun, joined: list[Joined]) -> None:
         r.base["devices"] = [x.device for x in joined]
+        r.base["gpu_model"] = joined[0].device_name if joined[0].device.startswith("cuda") else None
+        r.transports = [x.transport for x in joined]
         self._notify("group_joined", r.group, time.monotonic() - r.t0, joined)
-        r.stage = Stage.MEASURE if r.cases else Stage.LEAVE
+        wrong = transport.unexpected_network(self.spec.expect_net, self.backend, r.base, r.transports)
+        if wrong:
+            self._end(r, Status.FAILED, *wrong)
+        else:
+            self._next_case(r)
+
+    def _next_case(self, r: _GroupRun) -> None:
+        if r.next_case < len(r.cases):
+            r.enter(Stage.MEASURE, case_deadline_s(self.spec, r.cases[r.next_case]))
+        else:
+            r.enter(Stage.LEAVE, self.spec.group_timeout_s)
 
     # -- the end of a group ---------------------------------------------------------------
     def _end(self, r: _GroupRun, status: Status, failed: Sequence[int] = (), error: str | None = None) -> None:
         """Record what was not measured, write the group's rows, replace failed workers."""
         failure = None
+        r.base.update(transport.columns(self.backend, r.base["node_ids"], r.transports))
+        for row in r.rows:
+            row.update((k, r.base[k]) for k in transport.COLUMNS if k in r.base)
         if status is not Status.OK:
             r.rows += rows.unmeasured_rows(r.base, r.cases[r.next_case:], status, error,
                                            None if status is Status.SKIPPED else failed)
             failure = {"status": status.value, "error": error, "group_id": r.group.group_id,
                        "ranks": [r.group.ranks[j] for j in failed],
-                       "hosts": sorted({_where(r.base, j) for j in failed})}
+                       "hosts": sorted({rows.where(r.base, j) for j in failed})}
         self.store.write_group(r.group.group_id, r.rows)
         r.done = True
         self._notify("group_ended", r.group, status, r.rows, failure)
@@ -194,23 +224,23 @@ class Runner:
             except PlacementError as e:
                 self._notify("note", f"  could not replace the workers of group {r.group.group_id}: {e}")
 
-    def _unavailable(self, g: Group, dead: set[str]) -> str | None:
-        """Why the group cannot run (a node gone, a worker that could not be replaced), or None."""
-        gone = sorted({self.pool.node_of(rank).ip for rank in g.ranks if self.pool.node_of(rank).node_id in dead})
-        if gone:
-            return f"node(s) {', '.join(gone)} left the cluster"
-        missing = [rank for rank in g.ranks if self.pool.actor(rank) is None]
-        if missing:
-            return f"no worker for rank(s) {_ranks(missing)} (it could not be replaced)"
-        return None
-
     def _actor(self, r: _GroupRun, j: int):
         return self.pool.actor(r.group.ranks[j])
 
 
-def _where(base: dict, j: int) -> str:
-    """Group rank j's host, with its IP (hostnames can coincide, as in the lab's namespaces)."""
-    return f"{base['hosts'][j]} ({base['node_ips'][j]})"
+_PEER_GRACE_S = 5.0
+
+
+def _error(ref) -> BaseException | None:
+    """The exception of a finished call, or None (not finished, or it returned)."""
+    ready, _ = ray.wait([ref], timeout=0)
+    if not ready:
+        return None
+    try:
+        ray.get(ref, timeout=0)
+    except Exception as e:
+        return e
+    return None
 
 
 def _is_ready(ref) -> bool:

@@ -26,13 +26,14 @@ def load(path: str, run_id: str | None = None, latest: bool = True) -> pd.DataFr
         raise UsageError(f"{path}: not a collbench results dataset ({first_line(e)})") from None
     if not versions:
         raise UsageError(f"{path}: no result rows (no Parquet files)")
-    if versions != {SCHEMA_VERSION}:
-        raise UsageError(
-            f"{path}: schema_version {','.join(map(str, sorted(versions)))}; this collbench reads {SCHEMA_VERSION}"
-        )
-    missing = [c for c in COLUMNS if c not in ds.schema.names]
+    if max(versions) > SCHEMA_VERSION:
+        raise UsageError(f"{path}: schema_version {max(versions)} is newer than this collbench reads "
+                         f"(up to {SCHEMA_VERSION}); upgrade collbench")
+    missing = [c for c in ("run_id", "status", "collective", "msg_bytes") if c not in ds.schema.names]
     if missing:
         raise UsageError(f"{path}: not a collbench results dataset (no column {missing[0]})")
+    # Older files lack the newer columns: read every file as the current schema (those are null).
+    ds = pads.dataset(root, filesystem=fs, format="parquet", schema=ROW_SCHEMA)
     flt = None
     if run_id is None and latest:
         runs = ds.to_table(columns=["run_id", "started_at"]).to_pandas()

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _str_list = pa.list_(pa.string())
 
@@ -43,6 +43,11 @@ ROW_SCHEMA = pa.schema(
         ("devices", _str_list),
         ("pids", pa.list_(pa.int64())),  # worker process ids, by group rank
         ("pair_nodes", _str_list),  # pairwise only: the two node ids
+        # what the backend really used (null where unknown; README: Transport)
+        ("gpu_model", pa.string()),  # null on CPU ranks
+        ("nccl_version", pa.string()),  # of the library loaded by the workers, from NCCL's own log
+        ("net_transport", pa.string()),  # inter-node path: IB, Socket/eth0, AWS Libfabric/GDRDMA, gloo/tcp/eth0
+        ("intra_transport", pa.string()),  # intra-node paths NCCL connected: P2P, SHM, NVLS, NET (joined by +)
         # how it was measured
         ("iters", pa.int32()),
         ("warmup", pa.int32()),
@@ -56,6 +61,8 @@ ROW_SCHEMA = pa.schema(
         ("time_cv", pa.float64()),
         ("algbw_gbps", pa.float64()),  # msg_bytes / time_us, GB = 1e9 bytes
         ("busbw_gbps", pa.float64()),  # algbw_gbps * the collective's factor for world_size
+        ("time_us_batch", pa.float64()),  # nccl-tests' way: the timed iterations as one batch, mean over ranks
+        ("busbw_gbps_batch", pa.float64()),
         ("n_wrong", pa.int64()),  # mismatched elements summed over ranks
         ("status", pa.string()),  # ok | failed | timeout | skipped
         ("error", pa.string()),
@@ -82,7 +89,8 @@ MANIFEST_SCHEMA = pa.schema(
         ("collbench_version", pa.string()),
         ("torch_version", pa.string()),
         ("ray_version", pa.string()),
-        ("nccl_version", pa.string()),
+        ("nccl_version", pa.string()),  # loaded by the workers (NCCL's log), else the one torch was built with
+        ("gpu_driver", pa.string()),  # NVIDIA driver versions of the GPU nodes
         ("python_version", pa.string()),
         ("backend", pa.string()),
         ("hostnames", _str_list),

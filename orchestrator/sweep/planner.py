@@ -1,7 +1,8 @@
 """Patterns -> rounds -> groups of global ranks. Pure: no Ray, no I/O.
 
 A round is a set of disjoint groups that run at the same time. Patterns:
-- intra: groups inside each node, 2, 4, ... up to all ranks of the node;
+- intra: groups inside each node, 2, 4, ... up to all ranks of the node (one rank where nodes
+  have one);
 - inter: one rank per node over k = 2, 4, ... up to all nodes, rail-aligned (local rank i only
   talks to local rank i), every rail and every block of k nodes at once;
 - mixed: blocks of k nodes with all their ranks;
@@ -64,6 +65,15 @@ def build_cases(spec: SweepSpec, n: int) -> list[Case]:
                 for in_place in coll.in_place_modes
             ]
     return cases
+
+
+def case_deadline_s(spec: SweepSpec, case: Case) -> float:
+    """--group-timeout plus the time the case's bytes take at --deadline-rate: every warm-up, timed
+    and check iteration of every size moves its send and receive buffers once (overlap times
+    its all_reduce three times: alone, beside the matmul's own timing, and with it)."""
+    timed = (case.warmup + case.iters) * (3 if case.collective == registry.OVERLAP else 1)
+    traffic = sum((timed + case.check_iters) * 2 * count * ELEMENT_BYTES[case.dtype] for count in case.counts)
+    return spec.group_timeout_s + traffic / (spec.deadline_rate_gbps * 1e9)
 
 
 def check_plan(spec: SweepSpec, plan: Plan) -> None:
@@ -142,7 +152,8 @@ def _pattern_rounds(pattern: str, inv: Inventory):
         return tuple(r for i in nodes for r in range(first[i], first[i] + counts[i]))
 
     if pattern == "intra":
-        for s in doubling(max(counts)):
+        # one-rank groups where no node has two ranks: a one-GPU machine is checked end to end
+        for s in doubling(max(counts)) or [1]:
             yield [
                 (tuple(range(first[i] + b * s, first[i] + (b + 1) * s)), None)
                 for i in range(n_nodes)

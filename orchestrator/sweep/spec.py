@@ -8,6 +8,7 @@ with one line naming the field and the value; the CLI turns it into exit code 2.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,7 +68,14 @@ class SweepSpec:
     )
     ranks_per_node: int = _opt(2, ("--ranks-per-node",), "ranks on each node without GPUs (CPU ranks)", "int")
     group_timeout_s: float = _opt(
-        300.0, ("--group-timeout",), "seconds a group may take, rendezvous and every measurement included", "float"
+        300.0, ("--group-timeout",),
+        "seconds a group may take to form, to leave, and for each case on top of its bytes' time (--deadline-rate)",
+        "float",
+    )
+    deadline_rate_gbps: float = _opt(
+        0.1, ("--deadline-rate",),
+        "GB/s: each case's deadline is --group-timeout plus the time its bytes take at this rate (every warm-up, "
+        "timed and check iteration moving its send and receive buffers once)", "float",
     )
     output: str = _opt("results", ("--output",), "results dataset directory (created if missing)")
     address: str | None = _opt(
@@ -78,6 +86,11 @@ class SweepSpec:
         ("--env",),
         "NAME=VALUE for the workers; only " + ", ".join(p + "*" for p in ENV_PREFIXES) + " (repeatable)",
         "env",
+    )
+    expect_net: str | None = _opt(
+        None, ("--expect-net",),
+        "fail every group that spans nodes unless its traffic uses this network, as NCCL's log names it "
+        "(IB, Socket, EFA for AWS Libfabric, TCPX, TCPXO; gloo on CPUs)",
     )
     compute_flops: float = _opt(
         0.0, ("--compute-flops",), "overlap: flops of the matmul (2*m^3); 0 matches its time to the collective's",
@@ -101,8 +114,10 @@ class SweepSpec:
             )
         if self.compute_flops < 0:
             raise UsageError(f"{_flag('compute_flops')} {self.compute_flops!r}: must be 0 or positive")
-        if self.group_timeout_s <= 0:
-            raise UsageError(f"{_flag('group_timeout_s')} {self.group_timeout_s!r}: must be positive")
+        for name in ("group_timeout_s", "deadline_rate_gbps"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value <= 0:
+                raise UsageError(f"{_flag(name)} {value!r}: must be a positive number")
         for size in self.group_sizes:
             _check_at_least("group_sizes", size, 1)
         for pattern in self.patterns:
@@ -115,6 +130,8 @@ class SweepSpec:
                 raise UsageError(message)
         if not self.output:
             raise UsageError(f"{_flag('output')}: empty path")
+        if self.expect_net is not None and not self.expect_net.strip():
+            raise UsageError(f"{_flag('expect_net')}: empty name")
 
     # -- derived values -------------------------------------------------------------------
     def sizes(self) -> list[int]:

@@ -1,5 +1,6 @@
-"""The NCCL path on real GPUs: device selection, event timing, exact results. Skipped without a GPU;
-run by scripts/gpu_check.sh where one is present."""
+"""The NCCL path on real GPUs: device selection, eager communicators, CUDA-event timing, exact
+results on the device, NCCL's own transport account, the memory estimate, float8 gating and the
+overlap workload. Skipped without a GPU; `scripts/gpu_check.sh` runs it and prints one verdict."""
 
 from __future__ import annotations
 
@@ -12,14 +13,81 @@ from tests.helpers import run_cli
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU with CUDA")]
 
 
-def test_nccl_sweep_on_every_gpu(tmp_path):
-    n = torch.cuda.device_count()
-    out = tmp_path / "results"
-    proc = run_cli(["run", "--backend", "nccl", "--dtypes", "float32,bfloat16,float16,int8", "-b", "1K", "-e", "64M",
-                    "-f", "8", "-n", "10", "-w", "3", "-c", "2", "--output", str(out)], timeout=600)
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    """One NCCL sweep on every GPU of this machine (one group of one rank on a one-GPU machine)."""
+    out = tmp_path_factory.mktemp("gpu") / "results"
+    proc = run_cli(["run", "--backend", "nccl", "--dtypes", "float32,bfloat16,int8", "-b", "1K", "-e", "256M",
+                    "-f", "16", "-n", "10", "-w", "3", "-c", "1", "--patterns", "intra", "--output", str(out)],
+                   timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    df = pd.read_parquet(out)
+    return pd.read_parquet(out), pd.read_parquet(out / "_runs")
+
+
+def test_every_gpu_measured_exactly(sweep):
+    df, _ = sweep
+    n = torch.cuda.device_count()
     assert (df.status == "ok").all() and (df.n_wrong == 0).all()
     assert set(df.backend) == {"nccl"} and df.world_size.max() == n
     assert all(d.startswith("cuda:") for ds in df.devices for d in ds)
-    assert (df.time_us > 0).all() and (df.busbw_gbps > 0).all()
+    assert (df.time_us > 0).all() and (df.time_us_batch > 0).all()
+    if n >= 2:
+        assert (df[df.world_size >= 2].busbw_gbps > 0).all()
+
+
+def test_transport_columns_come_from_nccls_log(sweep):
+    df, runs = sweep
+    name = torch.cuda.get_device_name(0)
+    assert set(df.gpu_model) == {name}
+    versions = set(df.nccl_version)
+    assert len(versions) == 1 and versions.pop().count(".") == 2  # the loaded library's banner
+    if torch.cuda.device_count() >= 2:
+        multi = df[df.world_size >= 2]
+        assert multi.intra_transport.notna().all(), multi.intra_transport.unique()
+    assert df.net_transport.isna().all()  # one node: nothing crossed a network
+
+
+def test_memory_estimate_matches_the_device_peak():
+    """The harness on one GPU at 1 GiB: peak allocated bytes against sweep.devices.case_bytes."""
+    import torch.distributed as dist
+
+    from orchestrator.sweep.devices import case_bytes
+    from workloads.harness import run_case
+    from workloads.messages import Case
+
+    dist.init_process_group("nccl", store=dist.TCPStore("127.0.0.1", 0, 1, True), rank=0, world_size=1,
+                            device_id=torch.device("cuda", 0))
+    try:
+        for coll, op, in_place in (("all_reduce", "sum", True), ("all_gather", "none", False)):
+            case = Case(coll, "float32", op, in_place, (1 << 28,), 3, 1, 1)
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+            (sample,) = run_case(case, 0, 1, torch.device("cuda", 0))
+            peak = torch.cuda.max_memory_allocated() - base
+            estimate = case_bytes(case, 1, "nccl")
+            assert sample.n_wrong == 0
+            assert 0.9 * estimate <= peak <= 1.05 * estimate + (16 << 20), (coll, peak, estimate)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_float8_runs_on_hopper_and_is_refused_elsewhere(tmp_path):
+    proc = run_cli(["run", "--backend", "nccl", "--dtypes", "float8_e4m3", "--collectives", "all_reduce",
+                    "--op", "sum,max", "-b", "1K", "-e", "1M", "-f", "32", "-n", "5", "--patterns", "intra",
+                    "--output", str(tmp_path / "r")], timeout=300)
+    if torch.cuda.get_device_capability(0) >= (9, 0):
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert (pd.read_parquet(tmp_path / "r").n_wrong == 0).all()
+    else:
+        assert proc.returncode == 2 and "float8 reductions need 9.0 or newer" in proc.stderr
+
+
+def test_overlap_matmul_is_sized_to_the_collective(tmp_path):
+    proc = run_cli(["run", "--backend", "nccl", "--collectives", "overlap", "-b", "64M", "-e", "256M", "-f", "4",
+                    "-n", "10", "--patterns", "intra", "--output", str(tmp_path / "r")], timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    ov = pd.read_parquet(tmp_path / "r")
+    assert (ov.n_wrong == 0).all()
+    ratio = ov.t_comp_us / ov.t_comm_us
+    assert ratio.between(0.3, 3.0).all(), ratio.tolist()  # not a launch-overhead-sized matmul

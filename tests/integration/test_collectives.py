@@ -13,8 +13,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from orchestrator.lab.raynodes import free_port
-from workloads import registry
-from workloads.data import TORCH_DTYPES
+from workloads import harness, registry
+from workloads.data import SENTINEL, TORCH_DTYPES, count_wrong, write
 from workloads.dtypes import BACKEND_DTYPES, NO_OP, OPS
 from workloads.harness import buffers, fill, run_case
 from workloads.messages import Case
@@ -46,14 +46,31 @@ def _worker(rank: int, n: int, port: int, queue) -> None:
         fill(coll, c, send, recv, it=3)
         sent = send.clone()
         coll.call(c, send, recv, _OPS[op] if op != NO_OP else None)
-        own = coll.expected(c, 3)
-        out[(name, dtype, op, in_place)] = (sent, recv.clone(), own)
+        spans = coll.expected(c)
+        own, own_wrong = None, None
+        if spans is not None:  # what the module says the output is, written out in full
+            own = torch.full_like(recv, SENTINEL)
+            write(own, spans, n, 3, op, dtype)
+            own_wrong = count_wrong(recv, spans, n, 3, op, dtype, 0.0)
+        out[(name, dtype, op, in_place)] = (sent, recv.clone(), own, own_wrong)
     # A collective that never communicates must be caught by the harness' check.
     broken = Case("all_reduce", "float32", "sum", True, (COUNT,), iters=1, warmup=0, check_iters=2)
     real_call = registry.REGISTRY["all_reduce"].call
     registry.REGISTRY["all_reduce"].call = lambda *a: None
     out["broken_n_wrong"] = run_case(broken, rank, n, torch.device("cpu"))[0].n_wrong
     registry.REGISTRY["all_reduce"].call = real_call
+    # A size that does not fit on the last rank: every rank skips it, the next size still runs.
+    sizes = Case("all_reduce", "float32", "sum", True, (COUNT, 2 * COUNT, 3 * COUNT), iters=2, warmup=1, check_iters=1)
+    real_buffers = harness.buffers
+
+    def short_of_memory(coll, c, device):
+        if c.count == 2 * COUNT and rank == n - 1:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 192.00 B")
+        return real_buffers(coll, c, device)
+
+    harness.buffers = short_of_memory
+    out["oom"] = run_case(sizes, rank, n, torch.device("cpu"))
+    harness.buffers = real_buffers
     buf = io.BytesIO()
     torch.save(out, buf)  # plain bytes: tensors in shared memory die with this process
     queue.put((rank, buf.getvalue()))
@@ -75,7 +92,7 @@ def _results(n: int) -> dict[int, dict]:
     results = {}
     for _ in range(n):
         rank, data = queue.get(timeout=240)
-        results[rank] = torch.load(io.BytesIO(data))
+        results[rank] = torch.load(io.BytesIO(data), weights_only=False)  # our own child process wrote it
     for p in procs:
         p.join(timeout=60)
         assert p.exitcode == 0
@@ -119,7 +136,7 @@ def test_every_collective_exact_on_every_rank(n):
             continue
         sent = [results[r][key][0] for r in range(n)]
         for rank in range(n):
-            _, got, own = results[rank][key]
+            _, got, own, own_wrong = results[rank][key]
             want = _expected(name, op, sent, rank, n, root=1 % n)
             assert got.dtype == TORCH_DTYPES[dtype]
             if want is None:
@@ -127,6 +144,7 @@ def test_every_collective_exact_on_every_rank(n):
                 continue
             assert torch.equal(got, want), f"{key} rank {rank}: {got} != {want}"
             assert torch.equal(own, want), f"{key} rank {rank}: module's expected() is wrong"
+            assert own_wrong == 0, f"{key} rank {rank}: the check counted {own_wrong} wrong elements of a right result"
             checked += 1
     assert checked == n * sum(1 for k in _cases() if n >= registry.get(k[0]).min_ranks) - (n - 1) * sum(
         1 for k in _cases() if k[0] == "reduce"
@@ -140,6 +158,20 @@ def test_harness_counts_wrong_elements_of_a_broken_collective():
     assert all(results[r]["broken_n_wrong"] > COUNT for r in range(2))
 
 
+@pytest.mark.parametrize("n", [2, 3])
+def test_a_size_that_does_not_fit_is_skipped_by_every_rank(n):
+    results = _results(n)
+    for rank in range(n):
+        first, skipped, last = results[rank]["oom"]
+        assert len(first.iter_time_us) == 2 and first.n_wrong == 0 and first.error is None
+        assert skipped.count == 2 * COUNT and skipped.iter_time_us == () and skipped.n_wrong == 0
+        assert len(last.iter_time_us) == 2 and last.n_wrong == 0 and last.batch_us > 0
+        if rank == n - 1:
+            assert skipped.error.startswith("out of memory for 192 bytes of buffers (CUDA out of memory.")
+        else:
+            assert skipped.error is None  # it was told by the agreement, not by its own allocation
+
+
 def test_registering_an_incomplete_or_unlisted_collective_fails():
     class NoCheck(Collective):  # no expected(): its results could never be checked
         name = "all_reduce"
@@ -148,8 +180,8 @@ def test_registering_an_incomplete_or_unlisted_collective_fails():
         def busbw_factor(n):
             return 1.0
 
-        def inputs(self, c, it):
-            return torch.zeros(c.count)
+        def inputs(self, c):
+            return []
 
         def call(self, c, send, recv, op):
             pass
@@ -160,7 +192,7 @@ def test_registering_an_incomplete_or_unlisted_collective_fails():
     class Unlisted(NoCheck):
         name = "gather"
 
-        def expected(self, c, it):
+        def expected(self, c):
             return None
 
     with pytest.raises(ValueError, match="'gather' is not in registry.COLLECTIVES"):

@@ -35,7 +35,7 @@ def gpu_cluster():
 def test_one_actor_per_gpu_on_its_node_reused_across_groups(gpu_cluster, tmp_path):
     inv = from_ray_nodes(ray.nodes(), ranks_per_node=5)
     assert len(inv.nodes) == 2 and inv.world_size == 4 and inv.use_gpus  # the GPU-less head holds none
-    pool = ActorPool(inv, {"NCCL_DEBUG": "WARN"}, start_timeout_s=120)
+    pool = ActorPool(inv, {"NCCL_DEBUG": "WARN", "NCCL_ALGO": "Ring"}, start_timeout_s=120)
     pool.start()
     handles = [w.actor for w in pool.workers]
     pids = [i.pid for i in pool.infos()]
@@ -47,7 +47,11 @@ def test_one_actor_per_gpu_on_its_node_reused_across_groups(gpu_cluster, tmp_pat
         assert sorted(g for r in members for g in pool.workers[r].info.gpu_ids) == ["0", "1"]
         # every actor of a node sees both GPUs (for NVLink/P2P) and keeps its own index
         assert all(envs[r].comm_env["CUDA_VISIBLE_DEVICES"] == "0,1" for r in members)
-        assert all(envs[r].comm_env["NCCL_DEBUG"] == "WARN" for r in members)
+        assert sorted(envs[r].device_index for r in members) == [0, 1]
+        # --env passes through; NCCL logs INFO of INIT, NET, GRAPH to a file (transport columns)
+        assert all(envs[r].comm_env["NCCL_ALGO"] == "Ring" for r in members)
+        assert all(envs[r].comm_env["NCCL_DEBUG"] == "INFO" for r in members)
+        assert all(envs[r].comm_env["NCCL_DEBUG_SUBSYS"] == "INIT,NET,GRAPH" for r in members)
 
     spec = SweepSpec(collectives=("all_reduce",), min_bytes=64, max_bytes=64, iters=2, warmup=1,
                      patterns=("intra", "inter", "mixed", "pairwise"), output=str(tmp_path))
@@ -71,4 +75,16 @@ def test_one_actor_per_gpu_on_its_node_reused_across_groups(gpu_cluster, tmp_pat
         assert row.topology == want
     assert set(df.topology) == {"intra", "inter", "mixed"}
     assert list(df.pattern.unique()) == ["intra", "inter", "mixed", "pairwise"]
+    # gloo's sockets use the interface holding the node's address (every fake node shares it)
+    assert set(df.net_transport) == {"gloo/tcp/" + pool.workers[0].info.comm_env["GLOO_SOCKET_IFNAME"]}
+    assert df.nccl_version.isna().all() and df.gpu_model.isna().all() and df.intra_transport.isna().all()
+
+    # Replacement workers keep their slot's device, whichever GPU Ray gives them: a rail stays a rail.
+    before = {r: (w.info.comm_env["CUDA_VISIBLE_DEVICES"], w.info.device_index) for r, w in enumerate(pool.workers)}
+    node0 = [r for r, (n, _) in enumerate(pool.slots) if n == 0]
+    pool.respawn(list(reversed(node0)))
+    fresh = ray.get([pool.actor(r).describe.remote() for r in range(len(pool.slots))])
+    assert all(fresh[r].pid != pids[r] for r in node0) and pool.respawns == len(node0)
+    assert {r: (i.comm_env["CUDA_VISIBLE_DEVICES"], i.device_index) for r, i in enumerate(fresh)} == before
+    assert [pool.workers[r].info.device_index for r in range(len(pool.slots))] == [before[r][1] for r in before]
     pool.shutdown()

@@ -65,3 +65,16 @@ def test_two_runs_make_one_dataset(ray_head, tmp_path):
     df = pd.read_parquet(out)
     assert df["run_id"].nunique() == 2
     assert len(df) == 2 * 2 * 2  # runs x collectives x sizes (1K, 4K)
+
+
+def test_one_rank_group_runs_end_to_end(ray_head, tmp_path):
+    """What a one-GPU machine runs: a group of one rank, every collective that needs no peer."""
+    out = tmp_path / "results"
+    proc = run_cli(["run", "--output", str(out), "--ranks-per-node", "1", "-b", "1K", "-e", "4K", "-n", "2"],
+                   env=ray_head.env())
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    df = pd.read_parquet(out)
+    assert set(df.world_size) == {1} and (df.status == "ok").all() and (df.n_wrong == 0).all()
+    assert set(df.collective) == set(registry.names()) - {"send_recv"}  # send_recv needs a peer
+    assert (df[df.collective == "all_reduce"].busbw_gbps == 0).all()  # factor 2(n-1)/n is 0 for one rank
+    assert (df.time_us > 0).all() and (df.time_us_batch > 0).all()

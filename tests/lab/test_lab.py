@@ -157,3 +157,24 @@ def test_overlap_hides_communication_behind_compute(lab2x2, tmp_path):
         assert -noise <= r.t_overlap_us <= min(r.t_comp_us, r.t_comm_us) + noise, r.to_dict()
         assert r.t_step_us <= r.t_comp_us + r.t_comm_us + noise
     assert ov.overlap_efficiency.median() > 0.3  # most of the shorter part is hidden
+
+
+def test_expect_net_fails_groups_on_another_network(lab2x2, tmp_path):
+    """--expect-net compares what the backend says it uses for inter-node traffic (here gloo's TCP
+    on the lab's veths) with what the operator expects: a wrong network fails the groups that span
+    nodes, loudly, before they measure; groups inside a node are not concerned."""
+    args = ["run", "--address", lab2x2.address, "--ranks-per-node", "2", "--patterns", "intra,inter",
+            "--collectives", "all_reduce", "-b", "1K", "-e", "4K", "-n", "2"]
+    proc = run_cli([*args, "--expect-net", "IB", "--output", str(tmp_path / "ib")], env=lab2x2.env(), timeout=300)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    df = pd.read_parquet(tmp_path / "ib")
+    inter, intra = df[df.topology == "inter"], df[df.topology == "intra"]
+    assert len(inter) and (inter.status == "failed").all() and (intra.status == "ok").all()
+    assert inter.error.str.contains(r"inter-node traffic would use gloo \(rank 0 on .*\), not IB \(--expect-net\)").all()
+    assert sorted(inter.failed_ranks.iloc[0]) == [0, 1]
+    proc = run_cli([*args, "--expect-net", "gloo", "--output", str(tmp_path / "gloo")], env=lab2x2.env(), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    df = pd.read_parquet(tmp_path / "gloo")
+    # each node's traffic leaves through its own veth in its namespace (cb<lab><i>n)
+    for _, row in df.iterrows():
+        assert row.net_transport.startswith(f"gloo/tcp/cb{lab2x2.name}"), row.net_transport

@@ -1,16 +1,41 @@
+import pytest
 import torch
 
-from workloads.data import count_wrong, reduced, tolerance, values
+from workloads import data
+from workloads.data import ALL, Span, count_wrong, reduced, tolerance, values, write
 
 
-def test_reductions_are_exact_small_integers():
-    # Three ranks, sum: each element is the integer sum of the three contributions.
-    parts = [values(r, 1, 0, 10, "sum", "int32").long() for r in range(3)]
-    assert torch.equal(reduced(3, 1, 0, 10, "sum", "int32").long(), parts[0] + parts[1] + parts[2])
-    prod = reduced(4, 2, 0, 10, "prod", "float32")
-    assert set(prod.tolist()) <= {1.0, -1.0}
-    mx = reduced(3, 0, 5, 7, "max", "bfloat16")
-    assert torch.equal(mx, torch.stack([values(r, 0, 5, 7, "max", "bfloat16") for r in range(3)]).amax(0))
+def _formula(rank: int, it: int, idx: int, op: str) -> int:
+    """The documented integers, element by element, independently of the module's tensor code."""
+    if op == "sum":
+        extra = (idx * 5 + it) % 11 - 5 if rank == 0 else 0
+        return (rank * 3 + idx + 7 * it) % 5 - 2 + extra
+    if op == "prod":
+        if rank == 0:
+            return -1 if (idx + it) % 3 == 0 else 1
+        return ((rank + idx + it) % 2) * 2 - 1
+    return (rank * 131 + idx * 7 + it * 13) % 97 - 48
+
+
+@pytest.mark.parametrize("op", ["sum", "prod", "max", "min", "none"])
+def test_values_and_reductions_match_the_formula_across_periods(op):
+    start, numel, n, it = 123, 500, 5, 2  # several periods, not aligned to one
+    for rank in (0, 3):
+        want = [_formula(rank, it, i, op) for i in range(start, start + numel)]
+        assert values(rank, it, start, numel, op, "int32").tolist() == want
+    if op != "none":
+        combine = {"sum": sum, "max": max, "min": min,
+                   "prod": lambda xs: -1 if sum(x < 0 for x in xs) % 2 else 1}[op]
+        want = [combine([_formula(r, it, i, op) for r in range(n)]) for i in range(start, start + numel)]
+        assert reduced(n, it, start, numel, op, "int32").tolist() == want
+
+
+def test_reduction_over_thousands_of_ranks():
+    # the reduction is computed per period over every rank, in steps of ranks: same answer
+    n = 9000
+    got = reduced(n, 1, 7, 60, "sum", "float64")
+    want = [sum(_formula(r, 1, i, "sum") for r in range(n)) for i in range(7, 67)]
+    assert got.tolist() == want
 
 
 def test_values_depend_on_rank_iteration_and_position():
@@ -26,12 +51,32 @@ def test_int8_sum_wraps_like_the_backend():
     assert torch.equal(reduced(200, 0, 0, 64, "sum", "int8"), exact.to(torch.int8))
 
 
-def test_count_wrong_finds_each_bad_element():
-    expected = reduced(2, 1, 0, 100, "sum", "float32")
-    out = expected.clone()
-    assert count_wrong(out, expected, 0.0) == 0
-    out[[3, 50, 99]] += 1
-    assert count_wrong(out, expected, 0.0) == 3
+def test_write_fills_spans_and_leaves_the_rest(monkeypatch):
+    buf = torch.full((300,), 77.0)
+    write(buf, [Span(10, 100, 2, 50), Span(200, 40, ALL, 5)], 3, 1, "sum", "float32")
+    assert torch.equal(buf[10:110], values(2, 1, 50, 100, "sum", "float32"))
+    assert torch.equal(buf[200:240], reduced(3, 1, 5, 40, "sum", "float32"))
+    assert (buf[:10] == 77).all() and (buf[110:200] == 77).all() and (buf[240:] == 77).all()
+
+
+def test_count_wrong_finds_each_bad_element_chunk_by_chunk(monkeypatch):
+    monkeypatch.setattr(data, "CHECK_CHUNK", 1000)  # many chunks, and a partial last period
+    n, numel = 3, 10_007
+    spans = [Span(0, numel, ALL, 0)]
+    out = reduced(n, 1, 0, numel, "sum", "float32")
+    assert count_wrong(out, spans, n, 1, "sum", "float32", 0.0) == 0
+    out[[3, 999, 1000, 5_000, numel - 1]] += 1
+    assert count_wrong(out, spans, n, 1, "sum", "float32", 0.0) == 5
+    assert count_wrong(out, spans, n, 2, "sum", "float32", 0.0) > numel // 2  # another iteration's data
+
+
+def test_float8_outputs_are_compared():
+    n, it = 2, 1
+    out = reduced(n, it, 0, 200, "max", "float8_e4m3")
+    spans = [Span(0, 200, ALL)]
+    assert count_wrong(out, spans, n, it, "max", "float8_e4m3", 0.0) == 0
+    out[7] = 0.0 if out[7].float() != 0 else 1.0
+    assert count_wrong(out, spans, n, it, "max", "float8_e4m3", 0.0) == 1
 
 
 def test_tolerance_only_beyond_exact_range():
@@ -50,3 +95,4 @@ def test_no_group_size_makes_a_reduction_constant():
                 r = reduced(n, it, 0, 66, op, "int32")
                 assert len(set(r.tolist())) > 1, (n, op, it)
                 assert not torch.equal(r, reduced(n, it + 1, 0, 66, op, "int32")), (n, op, it)
+

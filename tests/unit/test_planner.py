@@ -74,8 +74,15 @@ def test_patterns_needing_more_nodes_are_refused():
         _plan("1x8", patterns=("pairwise",))
     with pytest.raises(UsageError, match="kbatch:4: needs at least 4 nodes"):
         _plan("3x8", patterns=("kbatch:4",))
-    with pytest.raises(UsageError, match="no group to run"):
-        _plan("1x1", patterns=("intra",))
+    with pytest.raises(UsageError, match="--patterns mixed: no group to run on 4 node"):
+        _plan("4x1", patterns=("mixed",))  # mixed needs nodes of several ranks
+
+
+def test_one_rank_per_node_gets_one_rank_groups():
+    (rnd,) = _plan("1x1", patterns=("auto",)).rounds
+    assert [g.ranks for g in rnd] == [(0,)]
+    plan = _plan("3x1", patterns=("intra", "inter"))
+    assert [[g.ranks for g in r] for r in plan.rounds] == [[(0,), (1,), (2,)], [(0, 1)], [(0, 1, 2)]]
 
 
 def test_plan_1024_nodes_every_pattern_in_seconds():

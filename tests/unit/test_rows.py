@@ -40,9 +40,9 @@ def test_measured_rows_combine_ranks_exactly():
     case = Case("all_reduce", "float32", "sum", True, (256, 1024), iters=2, warmup=1, check_iters=1)
     # per rank, per count: rank 2 is the slowest in iteration 0, rank 0 in iteration 1
     per_rank = [
-        [Sample(256, (10.0, 40.0), 0), Sample(1024, (100.0, 100.0), 0)],
-        [Sample(256, (20.0, 20.0), 0), Sample(1024, (100.0, 100.0), 1)],
-        [Sample(256, (30.0, 10.0), 0), Sample(1024, (100.0, 300.0), 2)],
+        [Sample(256, (10.0, 40.0), 0, 24.0), Sample(1024, (100.0, 100.0), 0, 100.0)],
+        [Sample(256, (20.0, 20.0), 0, 21.0), Sample(1024, (100.0, 100.0), 1, 100.0)],
+        [Sample(256, (30.0, 10.0), 0, 21.0), Sample(1024, (100.0, 300.0), 2, 200.0)],
     ]
     first, second = rows.measured_rows(_base(), case, per_rank)
     assert first["iter_time_us"] == [30.0, 40.0] and first["time_us"] == 35.0
@@ -51,17 +51,31 @@ def test_measured_rows_combine_ranks_exactly():
     assert first["algbw_gbps"] == pytest.approx(1024 / 35.0 / 1e3)
     assert first["busbw_gbps"] == pytest.approx(1024 / 35.0 / 1e3 * 4 / 3)
     assert first["rank_time_us"] == [25.0, 20.0, 20.0]
+    # nccl-tests' figure: each rank's batch time per iteration, averaged over ranks (22 us here)
+    assert first["time_us_batch"] == 22.0 and first["busbw_gbps_batch"] == pytest.approx(1024 / 22.0 / 1e3 * 4 / 3)
     assert second["n_wrong"] == 3 and second["time_us"] == 200.0  # mean of (100, 300)
     assert "t_step_us" not in first
 
 
 def test_overlap_rows_carry_the_step_model():
     case = Case("overlap", "float32", "sum", True, (256,), iters=2, warmup=1, check_iters=1)
-    per_rank = [[Sample(256, (10.0, 10.0), 0, comp_us=(30.0, 30.0), step_us=(35.0, 35.0), compute_flops=2e6)]] * 2
+    per_rank = [[Sample(256, (10.0, 10.0), 0, 10.0, comp_us=(30.0, 30.0), step_us=(35.0, 35.0), compute_flops=2e6)]] * 2
     (row,) = rows.measured_rows(_base(("n1", "n2")), case, per_rank)
     assert (row["t_comp_us"], row["t_comm_us"], row["t_step_us"]) == (30.0, 10.0, 35.0)
     assert row["t_overlap_us"] == 5.0 and row["overlap_efficiency"] == 0.5 and row["compute_flops"] == 2e6
     assert row["busbw_gbps"] == pytest.approx(1024 / 10.0 / 1e3)  # all_reduce's factor for 2 ranks: 1
+
+
+def test_a_size_one_rank_could_not_allocate_is_a_failed_row():
+    case = Case("all_gather", "float32", "none", False, (6, 12), 2, 1, 1)
+    per_rank = [
+        [Sample(6, (5.0, 5.0), 0, 5.0), Sample(12, (), 0)],
+        [Sample(6, (5.0, 5.0), 0, 5.0), Sample(12, (), 0, error="out of memory for 96 bytes of buffers")],
+    ]
+    ok, failed = rows.measured_rows(_base(("n1", "n2")), case, per_rank)
+    assert ok["status"] == "ok" and failed["status"] == "failed" and failed["msg_bytes"] == 48
+    assert failed["failed_ranks"] == [1] and failed["error"] == "rank 1: out of memory for 96 bytes of buffers"
+    assert "time_us" not in failed and "busbw_gbps" not in failed
 
 
 def test_unmeasured_rows_cover_every_count_or_the_group():

@@ -25,7 +25,9 @@ def test_defaults_are_valid_and_sweep_sizes():
         ({"patterns": ("kbatch:1",)}, "--patterns: unknown pattern 'kbatch:1'"),
         ({"env": ("PATH=/tmp",)}, "--env PATH: only communication variables"),
         ({"env": ("NCCL_ALGO",)}, "--env 'NCCL_ALGO': expected NAME=VALUE"),
-        ({"group_timeout_s": 0.0}, "--group-timeout 0.0: must be positive"),
+        ({"group_timeout_s": 0.0}, "--group-timeout 0.0: must be a positive number"),
+        ({"group_timeout_s": float("nan")}, "--group-timeout nan: must be a positive number"),
+        ({"deadline_rate_gbps": float("inf")}, "--deadline-rate inf: must be a positive number"),
         ({"step_factor": 1}, "--step-factor 1: must be at least 2"),
     ],
 )

@@ -5,8 +5,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from workloads.data import values
-from workloads.dtypes import NO_OP as OP
+from workloads.data import Span
 from workloads.registry import Collective, Ctx, register
 
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -16,6 +15,11 @@ _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_t
 class AllGather(Collective):
     name = "all_gather"
     splits = True
+
+    def backend_numel(self, c: Ctx, backend: str) -> int:
+        # torch's gloo backend goes through a temporary of the full buffer (measured on CPU:
+        # tests/integration/test_memory.py); NCCL works in the caller's buffers.
+        return c.count if backend == "gloo" else 0
 
     @staticmethod
     def busbw_factor(n: int) -> float:
@@ -27,11 +31,11 @@ class AllGather(Collective):
     def alias(self, c: Ctx, send: torch.Tensor, recv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return recv[c.rank * c.chunk : (c.rank + 1) * c.chunk], recv
 
-    def inputs(self, c: Ctx, it: int) -> torch.Tensor:
-        return values(c.rank, it, c.rank * c.chunk, c.chunk, OP, c.dtype, c.device)
+    def inputs(self, c: Ctx) -> list[Span]:
+        return [Span(0, c.chunk, c.rank, c.rank * c.chunk)]
 
-    def expected(self, c: Ctx, it: int) -> torch.Tensor | None:
-        return torch.cat([values(r, it, r * c.chunk, c.chunk, OP, c.dtype, c.device) for r in range(c.n)])
+    def expected(self, c: Ctx) -> list[Span] | None:
+        return [Span(r * c.chunk, c.chunk, r, r * c.chunk) for r in range(c.n)]
 
     def call(self, c: Ctx, send: torch.Tensor, recv: torch.Tensor, op: dist.ReduceOp | None) -> None:
         _all_gather(recv, send)

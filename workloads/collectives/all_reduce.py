@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from workloads.data import reduced, values
+from workloads.data import ALL, Span
 from workloads.registry import Collective, Ctx, register
 
 
@@ -20,11 +20,11 @@ class AllReduce(Collective):
     def busbw_factor(n: int) -> float:
         return 2 * (n - 1) / n
 
-    def inputs(self, c: Ctx, it: int) -> torch.Tensor:
-        return values(c.rank, it, 0, c.count, c.op, c.dtype, c.device)
+    def inputs(self, c: Ctx) -> list[Span]:
+        return [Span(0, c.count, c.rank)]
 
-    def expected(self, c: Ctx, it: int) -> torch.Tensor | None:
-        return reduced(c.n, it, 0, c.count, c.op, c.dtype, c.device)
+    def expected(self, c: Ctx) -> list[Span] | None:
+        return [Span(0, c.count, ALL)]
 
     def call(self, c: Ctx, send: torch.Tensor, recv: torch.Tensor, op: dist.ReduceOp | None) -> None:
         dist.all_reduce(recv, op=op)

@@ -5,8 +5,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from workloads.data import values
-from workloads.dtypes import NO_OP as OP
+from workloads.data import Span
 from workloads.registry import Collective, Ctx, register
 
 
@@ -21,12 +20,12 @@ class AllToAll(Collective):
     def busbw_factor(n: int) -> float:
         return (n - 1) / n
 
-    def inputs(self, c: Ctx, it: int) -> torch.Tensor:
-        return values(c.rank, it, 0, c.count, OP, c.dtype, c.device)
+    def inputs(self, c: Ctx) -> list[Span]:
+        return [Span(0, c.count, c.rank)]
 
-    def expected(self, c: Ctx, it: int) -> torch.Tensor | None:
-        lo = c.rank * c.chunk
-        return torch.cat([values(r, it, lo, c.chunk, OP, c.dtype, c.device) for r in range(c.n)])
+    def expected(self, c: Ctx) -> list[Span] | None:
+        # chunk `rank` of every rank r's input, in rank order
+        return [Span(r * c.chunk, c.chunk, r, c.rank * c.chunk) for r in range(c.n)]
 
     def call(self, c: Ctx, send: torch.Tensor, recv: torch.Tensor, op: dist.ReduceOp | None) -> None:
         dist.all_to_all_single(recv, send)

@@ -5,8 +5,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from workloads.data import values
-from workloads.dtypes import NO_OP as OP
+from workloads.data import Span
 from workloads.registry import Collective, Ctx, register
 
 
@@ -20,12 +19,12 @@ class Broadcast(Collective):
     def busbw_factor(n: int) -> float:
         return 1.0
 
-    def inputs(self, c: Ctx, it: int) -> torch.Tensor:
+    def inputs(self, c: Ctx) -> list[Span]:
         # Every rank starts with its own data, so a rank that missed the root's is caught.
-        return values(c.rank, it, 0, c.count, OP, c.dtype, c.device)
+        return [Span(0, c.count, c.rank)]
 
-    def expected(self, c: Ctx, it: int) -> torch.Tensor | None:
-        return values(c.root, it, 0, c.count, OP, c.dtype, c.device)
+    def expected(self, c: Ctx) -> list[Span] | None:
+        return [Span(0, c.count, c.root)]
 
     def call(self, c: Ctx, send: torch.Tensor, recv: torch.Tensor, op: dist.ReduceOp | None) -> None:
         dist.broadcast(recv, src=c.root)

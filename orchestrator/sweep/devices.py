@@ -1,0 +1,102 @@
+"""What each node's devices can hold and run, checked before any actor starts. Pure: the
+capabilities come from `execution.probe` (or a test), the checks only compare.
+
+Memory: a rank holds one size at a time: its send and receive buffers (one buffer in place), what
+the backend allocates for the call (gloo's all_gather and reduce_scatter: one more) and, while
+checking, at most `check_scratch_bytes` of temporaries (workloads.data); the estimate is
+that peak (tests/integration/test_memory.py measures it against the harness on CPU). GPUs also
+need room for the CUDA context and NCCL's own buffers (GPU_RESERVE_BYTES).
+float8: NCCL reduces float8 only from 2.24 on, in a torch built against it, on compute
+capability 9.0 (Hopper) or newer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from orchestrator.errors import UsageError
+from orchestrator.sweep.inventory import Inventory
+from orchestrator.sweep.planner import build_cases
+from orchestrator.sweep.sizes import format_bytes
+from orchestrator.sweep.spec import SweepSpec
+from workloads import registry
+from workloads.data import check_scratch_bytes, tolerance
+from workloads.dtypes import ELEMENT_BYTES
+from workloads.messages import Case
+from workloads.registry import Ctx
+
+GPU_RESERVE_BYTES = 1 << 30
+FLOAT8_MIN_CC = (9, 0)
+FLOAT8_MIN_NCCL = (2, 24, 0)
+FLOAT8 = frozenset({"float8_e4m3", "float8_e5m2"})
+
+
+@dataclass(frozen=True)
+class DeviceCaps:
+    """One GPU node's devices, as `nvidia-smi` (and torch, when asked) read them on that node.
+    Fields are None where they could not be read; `problem` says why."""
+
+    gpu_name: str | None = None
+    memory_bytes: int | None = None  # the smallest GPU of the node
+    compute_capability: tuple[int, int] | None = None  # the oldest GPU of the node
+    driver_version: str | None = None
+    nccl_version: tuple[int, int, int] | None = None  # the NCCL torch was built with
+    problem: str | None = None
+
+
+def case_bytes(case: Case, n: int, backend: str) -> int:
+    """The harness' peak on one rank of n for the largest size of `case`."""
+    coll = registry.collective_of(case.collective)
+    c = Ctx(0, n, max(case.counts), case.dtype, case.op, case.root, case.in_place)
+    need = (coll.buffer_numel(c) + coll.backend_numel(c, backend)) * ELEMENT_BYTES[case.dtype]
+    if case.check_iters:
+        need += check_scratch_bytes(case.dtype, tolerance(case.dtype, n, case.op))
+    return need
+
+
+def bytes_per_rank(spec: SweepSpec, group_sizes: Iterable[int], backend: str) -> int:
+    """The largest `case_bytes` of the sweep, over every group size planned."""
+    return max((case_bytes(case, n, backend) for n in set(group_sizes) for case in build_cases(spec, n)), default=0)
+
+
+def check_memory(spec: SweepSpec, backend: str, inv: Inventory, group_sizes: Iterable[int],
+                 caps: dict[str, DeviceCaps]) -> None:
+    need = bytes_per_rank(spec, group_sizes, backend)
+    for node in inv.nodes:
+        if inv.use_gpus:
+            total = caps.get(node.node_id, DeviceCaps()).memory_bytes or 0
+            have, what = max(total - GPU_RESERVE_BYTES, 0), "GPU memory per device after 1G for CUDA and NCCL"
+            if not total:
+                continue  # unknown: nothing to compare with
+        else:
+            have, what = node.memory_bytes // max(node.ranks, 1), f"memory per rank ({node.ranks} ranks)"
+            if not node.memory_bytes:
+                continue
+        if need > have:
+            raise UsageError(
+                f"--max-bytes {format_bytes(spec.max_bytes)}: each rank needs about {format_bytes(need)} "
+                f"(buffers and check), node {node.ip} has {format_bytes(have)} of {what}"
+            )
+
+
+def check_float8(spec: SweepSpec, backend: str, inv: Inventory, caps: dict[str, DeviceCaps]) -> None:
+    """Refuse float8 dtypes on a cluster whose GPUs or NCCL cannot reduce them."""
+    wanted = [d for d in spec.dtypes if d in FLOAT8]
+    if not wanted or backend != "nccl":
+        return
+    flag = f"--dtypes {wanted[0]}"
+    for node in inv.nodes:
+        cap = caps.get(node.node_id, DeviceCaps(problem="not probed"))
+        where = f"node {node.ip}"
+        if cap.compute_capability is None or cap.nccl_version is None:
+            raise UsageError(f"{flag}: needs compute capability 9.0 and NCCL 2.24; could not read {where}'s "
+                             f"({cap.problem or 'unknown'})")
+        if cap.compute_capability < FLOAT8_MIN_CC:
+            cc = ".".join(map(str, cap.compute_capability))
+            raise UsageError(f"{flag}: {where}'s GPUs ({cap.gpu_name}) have compute capability {cc}; float8 "
+                             "reductions need 9.0 or newer (Hopper)")
+        if cap.nccl_version < FLOAT8_MIN_NCCL:
+            version = ".".join(map(str, cap.nccl_version))
+            raise UsageError(f"{flag}: torch on {where} is built with NCCL {version}; float8 reductions need "
+                             "NCCL 2.24 or newer")

@@ -1,0 +1,102 @@
+"""NCCL's own account of what it used, read from its debug log (torch-free).
+
+Each GPU worker asks NCCL for INFO lines of the INIT, NET and GRAPH subsystems in a file of its
+own (`configure`), and reads what a group appended (`read_since`). `parse` turns lines into an
+`NcclLog`: the version banner of the library really loaded, `Using network X`, the devices and
+interfaces of NET/IB and NET/Socket, the libfabric provider, every `Channel ... via PATH` line,
+NVLS set-up and the ring graph's intra-node link type. Each worker's file is its own (%p), so
+no other process' lines are spliced into its lines. Formats from NCCL 2.9 to 2.30 and the
+aws-ofi-nccl and GPUDirect-TCPX plugins (tests/fixtures/nccl holds real lines of each kind).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import tempfile
+from collections.abc import Iterable
+
+from workloads.messages import NcclLog
+
+_VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)\S*\+cuda")
+_NETWORK = re.compile(r"NCCL INFO Using network (.+?)\s*$")
+_IB = re.compile(r"NET/IB ?: Using (.*?);")
+_IB_DEVICE = re.compile(r"\[\d+\]\S+?:\d+/(IB|RoCE)")
+_SOCKET = re.compile(r"NET/Socket ?: Using (.*)$")
+_SOCKET_IF = re.compile(r"\[\d+\]([^:\s]+):")
+_PROVIDER = re.compile(r"NET/OFI Selected [Pp]rovider is (\w+)")
+_CHANNEL = re.compile(r"Channel \d+(?:/\d+)? : (\d+)\[[0-9a-f]+\] -> (\d+)\[[0-9a-f]+\] (?:\[\w+\] )?via (.+?)\s*$")
+_NVLS = re.compile(r"NVLS comm 0x|Connected NVLS")
+_PATTERN = re.compile(r"Pattern \d+, crossNic \d+, nChannels \d+, bw [\d.]+/[\d.]+, type (\w+)/\w+")
+_WARN = re.compile(r"NCCL WARN (.+?)\s*$")
+
+SUBSYSTEMS = ("INIT", "NET", "GRAPH")
+
+
+def parse(lines: Iterable[str]) -> NcclLog:
+    version = network = provider = intra_link = None
+    layers: dict[str, None] = {}
+    interfaces: dict[str, None] = {}
+    channels: dict[tuple[int, int, str], None] = {}
+    warnings: list[str] = []
+    nvls = False
+    for line in lines:
+        if m := _VERSION.search(line):
+            version = version or m.group(1)
+        elif m := _NETWORK.search(line):
+            network = m.group(1)
+        elif m := _IB.search(line):
+            layers.update(dict.fromkeys(_IB_DEVICE.findall(m.group(1))))
+        elif m := _SOCKET.search(line):
+            interfaces.update(dict.fromkeys(_SOCKET_IF.findall(m.group(1))))
+        elif m := _PROVIDER.search(line):
+            provider = m.group(1)
+        elif m := _CHANNEL.search(line):
+            channels[(int(m.group(1)), int(m.group(2)), m.group(3))] = None
+        elif _NVLS.search(line):
+            nvls = True
+        elif m := _PATTERN.search(line):
+            intra_link = intra_link or m.group(1)
+        elif m := _WARN.search(line):
+            warnings.append(m.group(1))
+    return NcclLog(version, network, tuple(layers), tuple(interfaces), provider, tuple(channels), nvls, intra_link,
+                   tuple(warnings))
+
+
+def configure(env: dict[str, str]) -> str:
+    """Ask NCCL (through `env`, before its first call in this process) for INFO lines of INIT,
+    NET and GRAPH in a file of this process; keep a user's more verbose level, wider subsystems
+    and own file. Returns the file's path as NCCL will name it."""
+    if env.get("NCCL_DEBUG", "").upper() not in ("INFO", "TRACE"):
+        env["NCCL_DEBUG"] = "INFO"
+    subsys = [s for s in env.get("NCCL_DEBUG_SUBSYS", "").split(",") if s]
+    if "ALL" not in (s.upper() for s in subsys):
+        env["NCCL_DEBUG_SUBSYS"] = ",".join(dict.fromkeys([*subsys, *SUBSYSTEMS]))
+    pattern = env.setdefault("NCCL_DEBUG_FILE", os.path.join(tempfile.gettempdir(), "collbench-nccl.%h.%p.log"))
+    return debug_file_path(pattern, socket.gethostname(), os.getpid())
+
+
+def debug_file_path(pattern: str, hostname: str, pid: int) -> str:
+    """NCCL_DEBUG_FILE as NCCL expands it: %h the host name up to its first dot, %p the pid."""
+    out, i = [], 0
+    while i < len(pattern):
+        if pattern[i] == "%" and i + 1 < len(pattern):
+            code = pattern[i + 1]
+            out.append({"h": hostname.split(".")[0], "p": str(pid), "%": "%"}.get(code, "%" + code))
+            i += 2
+        else:
+            out.append(pattern[i])
+            i += 1
+    return "".join(out)
+
+
+def read_since(path: str, offset: int) -> tuple[list[str], int]:
+    """Lines appended to `path` since `offset`, and the new offset ([] while there is no file)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except OSError:
+        return [], offset
+    return data.decode(errors="replace").splitlines(), offset + len(data)
