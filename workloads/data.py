@@ -15,9 +15,10 @@ size; checking one compares at most CHECK_CHUNK elements at a time.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
+
+from workloads.registry import ALL, Span
 
 TORCH_DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -43,9 +44,6 @@ _EXACT_INT = {
 # Value written into output buffers before a check, so an untouched output never passes.
 SENTINEL = 77
 
-# The reduction over every rank of the group, as a Span source.
-ALL = -1
-
 # Elements compared at a time: the check's temporaries (a mask, and a float copy where the
 # comparison needs one) stay under `check_scratch_bytes` whatever the message size.
 CHECK_CHUNK = 1 << 22
@@ -53,17 +51,6 @@ CHECK_CHUNK = 1 << 22
 _PERIOD = {"sum": 55, "prod": 6}
 _DEFAULT_PERIOD = 97
 _RANKS_AT_ONCE = 4096  # ranks combined per step when reducing over a large group
-
-
-@dataclass(frozen=True)
-class Span:
-    """Buffer elements [at, at + numel) hold `source`'s values for global element indices
-    [start, start + numel); `source` is a rank, or ALL (the reduction over every rank)."""
-
-    at: int
-    numel: int
-    source: int
-    start: int = 0
 
 
 def period(op: str) -> int:

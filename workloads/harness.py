@@ -14,7 +14,6 @@ agree before any collective runs) and reported as that rank's error; the next si
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable
 
@@ -93,7 +92,7 @@ def prepare(coll: Collective, c: Ctx, device: torch.device) -> tuple[torch.Tenso
     dist.all_reduce(everyone, op=dist.ReduceOp.MIN)
     if error or not int(everyone.item()):
         raise CountSkipped(error)
-    return send, recv, functools.partial(coll.call, c, send, recv, reduce_op(c.op))
+    return send, recv, coll.bind(c, send, recv, reduce_op(c.op))
 
 
 def _out_of_memory(e: BaseException) -> bool:

@@ -1,25 +1,25 @@
 """The collective interface and the one registry of workloads.
 
 A collective module fills in one `Collective`: buffer sizes, inputs whose result is known and the
-expected output (both as `workloads.data.Span`s: which rank's data lies where), the
-bus-bandwidth factor and the call. The harness (`workloads.harness`) owns
+expected output (both as `Span`s: which rank's data lies where), the
+bus-bandwidth factor and the call, bound to one size's buffers. The harness (`workloads.harness`) owns
 every loop, timer and check; nothing here loops over sizes or iterations.
 
-This module imports no torch at import time: the driver reads the names below to validate a
-sweep. The collective modules (which do import torch) load on the first `get()`.
+Neither this module nor the collective modules import torch at import time (a collective's call
+imports torch.distributed when it runs), so the driver and the analysis commands read names,
+sizes and bus-bandwidth factors without a device library.
 """
 
 from __future__ import annotations
 
 import importlib
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
     import torch
-
-    from workloads.data import Span
 
 # The collectives, in the order a sweep runs them; each is `workloads.collectives.<name>`.
 COLLECTIVES: tuple[str, ...] = (
@@ -28,6 +28,22 @@ COLLECTIVES: tuple[str, ...] = (
 # A matmul and all_reduce alone and together on the same group (`workloads.overlap`).
 OVERLAP = "overlap"
 WORKLOADS: tuple[str, ...] = (*COLLECTIVES, OVERLAP)
+
+
+# The reduction over every rank of the group, as a Span source.
+ALL = -1
+
+
+@dataclass(frozen=True)
+class Span:
+    """Buffer elements [at, at + numel) hold `source`'s values for global element indices
+    [start, start + numel); `source` is a rank, or ALL (the reduction over every rank).
+    workloads.data writes and checks buffers from these."""
+
+    at: int
+    numel: int
+    source: int
+    start: int = 0
 
 
 @dataclass(frozen=True)
@@ -91,8 +107,9 @@ class Collective(ABC):
         """What this rank's receive buffer must hold afterwards, or None where it is undefined."""
 
     @abstractmethod
-    def call(self, c: Ctx, send: torch.Tensor, recv: torch.Tensor, op: object) -> None:
-        """One blocking call of the collective."""
+    def bind(self, c: Ctx, send: torch.Tensor, recv: torch.Tensor, op: object) -> Callable[[], None]:
+        """One blocking call of the collective on these buffers, ready to be timed (bound once
+        per size, so the timed region holds the call and nothing else)."""
 
 
 REGISTRY: dict[str, Collective] = {}

@@ -1,140 +1,95 @@
-"""What a user reads out of a run: intra vs inter, bad pairs, nodes and ranks, failures.
-Pure functions of a rows DataFrame; no Ray, no I/O."""
+"""What a user reads out of a run: intra vs inter tables, and the flags an operator gates on.
+Pure functions of a `Frame` (one run's rows); no Ray, no I/O.
+
+Every group is compared with its peers of the same shape (collective, dtype, op, placement,
+pattern, world size, ranks per node) at the largest size the shape measured: a group whose busbw
+is more than `threshold` below the shape's median of at least three groups is slow, and the
+slowness is named where it can be placed:
+- pairwise (and 2-rank inter) groups: the slow node pair, and a node whose pairs are slow;
+- intra-pairwise groups: the slow GPU pair of a node, and a GPU whose pairs are slow;
+- intra groups: their node;
+- inter groups (rail-aligned): a rail all of whose groups are slow, or a node all of whose
+  groups are slow; otherwise the group and its nodes;
+- mixed and kbatch groups: the group and its nodes.
+Ranks whose own time is above their group's median (stragglers) and failed, timed-out and
+skipped groups are flagged too.
+"""
 
 from __future__ import annotations
 
-import numpy as np
+from dataclasses import asdict, dataclass, field
+
 import pandas as pd
 
+from orchestrator.analysis.frame import Frame
+from orchestrator.sweep.sizes import format_bytes
 from workloads.messages import Topology
 
 TOPOLOGIES = tuple(t.value for t in Topology)
+SHAPE = ["collective", "dtype", "op", "in_place", "pattern", "world_size", "ranks_per_node"]
+MIN_PEERS = 3
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One finding: `kind` (slow_pair, slow_node, slow_group, slow_rail, slow_gpu_pair, slow_gpu,
+    straggler, failed_group, below_expected), where (node IPs; ranks: local GPU indices for GPU
+    kinds and rails, global ranks for stragglers and failures), what and by how much."""
+
+    kind: str
+    nodes: list[str]
+    ranks: list[int]
+    collective: str | None
+    msg_bytes: int | None
+    value: float | None  # the measurement (busbw GB/s, or time ratio for stragglers)
+    reference: float | None  # what it is compared with (peers' median, expected value)
+    message: str
+    source: str | None = None  # where the reference comes from (expected values)
+    extra: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        out.pop("extra")
+        return {**out, **self.extra}
 
 
 def ok_rows(df: pd.DataFrame) -> pd.DataFrame:
     return df[df.status == "ok"]
 
 
-def headline(df: pd.DataFrame, collective: str) -> tuple[list[dict], dict]:
-    """busbw by msg_bytes per topology (largest group of each), the intra/inter ratio, and per
-    topology the peak and the smallest size reaching half of it."""
+# -- tables -----------------------------------------------------------------------------------
+def by_size(df: pd.DataFrame, collective: str, value: str) -> list[dict]:
+    """`value` (busbw_gbps or time_us) by msg_bytes per topology, the widest group of each."""
     d = ok_rows(df)
     d = d[d.collective == collective]
-    widest = {t: d[d.topology == t].world_size.max() for t in TOPOLOGIES if (d.topology == t).any()}
-    series = {
-        t: d[(d.topology == t) & (d.world_size == n)].groupby("msg_bytes").busbw_gbps.median()
-        for t, n in widest.items()
-    }
+    d = d[d.world_size == d.groupby("topology", observed=True).world_size.transform("max")]
+    table = d.groupby(["msg_bytes", "topology"], observed=True)[value].median().unstack("topology")
     rows = []
-    for size in sorted(set().union(*[s.index for s in series.values()]) if series else []):
-        row = {"msg_bytes": int(size)}
+    for size, rec in table.iterrows():
+        row = {"collective": collective, "msg_bytes": int(size), "size": format_bytes(int(size))}
         for t in TOPOLOGIES:
-            row[t] = float(series[t][size]) if t in series and size in series[t].index else None
-        row["intra/inter"] = row["intra"] / row["inter"] if row["intra"] and row["inter"] else None
+            v = rec.get(t)
+            row[t] = float(v) if v is not None and v == v else None
         rows.append(row)
-    summary = {}
-    for t, s in series.items():
-        peak = float(s.max())
-        half = int(s[s >= peak / 2].index.min())
-        summary[t] = {"world_size": int(widest[t]), "peak_busbw": peak, "half_peak_bytes": half}
-    return rows, summary
+    return rows
 
 
-def _node_label(ip: str, host: str) -> str:
-    return f"{host} ({ip})" if host else ip
-
-
-def node_labels(df: pd.DataFrame) -> dict[str, str]:
-    """node id -> "host (ip)" for every node in the rows."""
-    ids = np.concatenate(df.node_ids.values)
-    ips = np.concatenate(df.node_ips.values)
-    hosts = np.concatenate(df.hosts.values)
-    _, first = np.unique(ids, return_index=True)
-    return {ids[i]: _node_label(ips[i], hosts[i]) for i in first}
-
-
-def pair_results(df: pd.DataFrame, collective: str) -> pd.DataFrame:
-    """Median busbw per node pair at the largest message size: pairwise and 2-node inter groups.
-    Columns: pair (labels), nodes (sorted node ids), busbw_gbps, msg_bytes, labels."""
-    d = ok_rows(df)
-    d = d[(d.collective == collective) & (d.n_nodes == 2) & d.pattern.isin(["pairwise", "inter"])]
-    if d.empty:
-        return pd.DataFrame(columns=["pair", "nodes", "busbw_gbps", "msg_bytes", "labels"])
-    d = d[d.msg_bytes == d.msg_bytes.max()]
-    labels = node_labels(d)
-    # Group ranks are ordered by node: a 2-node group's first and last ranks are on its two nodes.
-    keys = pd.Series([tuple(sorted((ids[0], ids[-1]))) for ids in d.node_ids.values], index=d.index)
-    agg = d.busbw_gbps.groupby(keys).median()
-    out = pd.DataFrame({"nodes": list(agg.index), "busbw_gbps": agg.values})
-    out["pair"] = [" - ".join(labels[n] for n in ns) for ns in out.nodes]
-    out["msg_bytes"] = int(d.msg_bytes.iloc[0])
-    out["labels"] = [{n: labels[n] for n in ns} for ns in out.nodes]
-    return out
-
-
-def diagnose(df: pd.DataFrame, collective: str, threshold: float) -> dict:
-    """Pairs and nodes whose busbw is more than `threshold` below the median of their peers;
-    ranks whose mean time is more than `threshold` above their group's median (stragglers);
-    failed, timed-out and skipped groups."""
-    pairs = pair_results(df, collective)
-    slow_pairs, slow_nodes = [], []
-    if len(pairs) >= 2:
-        median = float(pairs.busbw_gbps.median())
-        slow = pairs[pairs.busbw_gbps < (1 - threshold) * median].sort_values("busbw_gbps")
-        slow_pairs = [{"pair": p.pair, "busbw": p.busbw_gbps, "median": median,
-                       "below_median": 1 - p.busbw_gbps / median, "msg_bytes": p.msg_bytes}
-                      for p in slow.itertuples()]
-        per_node = pairs[["nodes", "busbw_gbps"]].explode("nodes").groupby("nodes").busbw_gbps.median()
-        node_median = float(per_node.median())
-        labels = {n: lbl for m in pairs.labels for n, lbl in m.items()}
-        for n, score in per_node[per_node < (1 - threshold) * node_median].sort_values().items():
-            slow_nodes.append({"node": labels[n], "busbw": float(score), "median": node_median,
-                               "below_median": 1 - score / node_median})
-    return {
-        "slow_pairs": slow_pairs,
-        "slow_nodes": slow_nodes,
-        "stragglers": stragglers(df, threshold),
-        "failures": failures(df),
-    }
-
-
-def stragglers(df: pd.DataFrame, threshold: float, top: int = 10) -> list[dict]:
-    """Ranks whose own mean time is above their group's median rank, in the median over at least
-    three rows."""
-    d = ok_rows(df)
-    d = d[d.world_size >= 3] if (d.world_size >= 3).any() else d[d.world_size >= 2]
-    if d.empty:
-        return []
-    ranks, ratios, where = [], [], {}
-    for n, g in d.groupby("world_size"):
-        times = np.stack(g.rank_time_us.values).astype(float)  # rows x ranks
-        med = np.median(times, axis=1, keepdims=True)
-        keep = med[:, 0] > 0
-        r = np.stack(g.ranks.values)[keep]
-        ranks.append(r.ravel())
-        ratios.append((times[keep] / med[keep]).ravel())
-        ips, hosts = np.stack(g.node_ips.values)[keep].ravel(), np.stack(g.hosts.values)[keep].ravel()
-        _, first = np.unique(r.ravel(), return_index=True)
-        for i in first:
-            where.setdefault(int(r.ravel()[i]), _node_label(ips[i], hosts[i]))
-    flat = pd.DataFrame({"rank": np.concatenate(ranks), "ratio": np.concatenate(ratios)})
-    score = flat.groupby("rank").ratio.agg(["median", "size"])
-    # A rank is flagged on evidence from several rows, not on one noisy measurement.
-    score = score[(score["median"] > 1 + threshold) & (score["size"] >= 3)]
-    score = score.sort_values("median", ascending=False).head(top)
-    return [{"rank": int(rank), "node": where[int(rank)], "time_vs_median": float(r["median"]), "rows": int(r["size"])}
-            for rank, r in score.iterrows()]
-
-
-def failures(df: pd.DataFrame) -> list[dict]:
-    bad = df[df.status != "ok"]
+def peaks(df: pd.DataFrame, collective: str, busbw: list[dict]) -> list[dict]:
+    """Per topology (widest group): the peak busbw and the smallest size reaching half of it, from
+    `by_size(df, collective, "busbw_gbps")`."""
     out = []
-    for gid, g in bad.groupby("group_id", sort=False):
-        row = g.iloc[0]
-        failed = list(row.failed_ranks) if row.failed_ranks is not None else []
-        out.append({"group_id": gid, "status": row.status, "pattern": row.pattern,
-                    "hosts": ", ".join(dict.fromkeys(_node_label(i, h) for i, h in zip(row.node_ips, row.hosts))),
-                    "failed_ranks": ",".join(str(row.ranks[j]) for j in failed), "error": row.error})
+    series = {}
+    for row in busbw:
+        for t in TOPOLOGIES:
+            if row[t] is not None:
+                series.setdefault(t, []).append((row["msg_bytes"], row[t]))
+    d = ok_rows(df)
+    d = d[d.collective == collective]
+    for t, points in series.items():
+        peak = max(v for _, v in points)
+        half = min(s for s, v in points if v >= peak / 2)
+        out.append({"collective": collective, "topology": t, "world_size": int(d[d.topology == t].world_size.max()),
+                    "peak_busbw": peak, "half_peak_bytes": half, "half_peak_size": format_bytes(half)})
     return out
 
 
@@ -147,7 +102,213 @@ def precision(df: pd.DataFrame, collective: str) -> list[dict]:
         return []
     d = d[d.world_size == d.world_size.max()]
     agg = d.groupby(["count", "dtype"]).agg(msg_bytes=("msg_bytes", "first"), time_us=("time_us", "median"),
-                                            busbw_gbps=("busbw_gbps", "median")).reset_index()
+                                            busbw=("busbw_gbps", "median")).reset_index()
     shared = agg.groupby("count").dtype.transform("nunique") >= 2
-    return [{"count": int(r["count"]), "dtype": r["dtype"], "msg_bytes": int(r.msg_bytes), "time_us": float(r.time_us),
-             "busbw": float(r.busbw_gbps)} for _, r in agg[shared].sort_values(["count", "msg_bytes"]).iterrows()]
+    agg = agg[shared].sort_values(["count", "msg_bytes"])
+    return [{"collective": collective, "count": int(r["count"]), "dtype": r["dtype"], "msg_bytes": int(r.msg_bytes),
+             "time_us": float(r.time_us), "busbw": float(r.busbw)} for _, r in agg.iterrows()]
+
+
+# -- flags ------------------------------------------------------------------------------------
+def shape_scores(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per group at its shape's largest size: busbw, the peers' median, their count and
+    the ratio to it (the frame's row index is kept, to look up the group's nodes)."""
+    d = ok_rows(df)
+    if d.empty:
+        return d.assign(peers=[], peer_median=[], ratio=[])
+    top = d[d.msg_bytes == d.groupby(SHAPE).msg_bytes.transform("max")]
+    top = top.groupby("group_id", sort=False).head(1)  # one row per group
+    grouped = top.groupby(SHAPE).busbw_gbps
+    top = top.assign(peers=grouped.transform("size"), peer_median=grouped.transform("median"))
+    return top.assign(ratio=top.busbw_gbps / top.peer_median)
+
+
+def flags(frame: Frame, threshold: float) -> list[Flag]:
+    df = frame.df
+    scores = shape_scores(df)
+    scores = scores[scores.peers >= MIN_PEERS]
+    out: list[Flag] = []
+    out += _pair_flags(frame, scores[scores.pattern == "pairwise"], threshold)
+    out += _gpu_pair_flags(frame, scores[scores.pattern == "intra-pairwise"], threshold)
+    out += _intra_flags(frame, scores[scores.pattern == "intra"], threshold)
+    rest = scores[~scores.pattern.isin(["pairwise", "intra-pairwise", "intra"])]
+    for _, shape in rest.groupby(SHAPE):
+        out += _group_flags(frame, shape, threshold)
+    out = _merge(out)
+    out += stragglers(frame, threshold)
+    out += failures(frame)
+    return out
+
+
+def _merge(found: list[Flag]) -> list[Flag]:
+    """One flag per culprit (kind, nodes, ranks, collective), from the shapes that name it: the
+    worst measurement is kept, and how many groups said so."""
+    merged: dict[tuple, Flag] = {}
+    for f in found:
+        key = (f.kind, tuple(f.nodes), tuple(f.ranks), f.collective)
+        seen = merged.get(key)
+        evidence = (seen.extra.get("groups", 1) if seen else 0) + f.extra.get("groups", 1)
+        if seen is None or _severity(f) < _severity(seen):
+            seen = f
+        merged[key] = Flag(**{**seen.__dict__, "extra": {**seen.extra, "groups": evidence}})
+    return list(merged.values())
+
+
+def _severity(f: Flag) -> float:
+    if f.value is not None and f.reference:
+        return f.value / f.reference
+    return f.extra.get("ratio", 1.0)
+
+
+def _slow(scores: pd.DataFrame, threshold: float) -> pd.DataFrame:
+    return scores[scores.ratio < 1 - threshold].sort_values("ratio")
+
+
+def _msg(row, what: str) -> str:
+    return (f"{what}: {row.collective} {format_bytes(int(row.msg_bytes))} busbw {row.busbw_gbps:.4g} GB/s, "
+            f"{1 - row.ratio:.0%} below the median {row.peer_median:.4g} of {int(row.peers)} peer groups")
+
+
+def _flag(kind, frame: Frame, row, nodes, ranks, what: str) -> Flag:
+    return Flag(kind, frame.ips(nodes), list(ranks), row.collective, int(row.msg_bytes), float(row.busbw_gbps),
+                float(row.peer_median), _msg(row, what))
+
+
+def _by_member(scores: pd.DataFrame, a: str, b: str) -> pd.Series:
+    """Median ratio of every member (node or GPU) over the groups it is in (columns a, b)."""
+    both = pd.concat([scores[[a, "ratio"]].rename(columns={a: "m"}), scores[[b, "ratio"]].rename(columns={b: "m"})])
+    return both.groupby("m").ratio.median()
+
+
+def _pair_flags(frame: Frame, scores: pd.DataFrame, threshold: float) -> list[Flag]:
+    out = []
+    for _, shape in scores.groupby(SHAPE):
+        for _, row in _slow(shape, threshold).iterrows():
+            nodes = [row.node_first, row.node_last]
+            out.append(_flag("slow_pair", frame, row, nodes, [], "slow node pair "
+                             + " - ".join(frame.label(n) for n in nodes)))
+        per_node = _by_member(shape, "node_first", "node_last")
+        for node, ratio in per_node[per_node < 1 - threshold].sort_values().items():
+            row = shape.iloc[0]
+            out.append(Flag("slow_node", [frame.nodes[node]], [], row.collective, int(row.msg_bytes), None, None,
+                            f"slow node {frame.label(node)}: its {row.collective} pairs at a median "
+                            f"{ratio:.0%} of their peers'", extra={"ratio": float(ratio)}))
+    return out
+
+
+def _gpu_pair_flags(frame: Frame, scores: pd.DataFrame, threshold: float) -> list[Flag]:
+    """Pairs of GPUs inside each node: a node all of whose pairs are slow (its fabric), else each
+    slow pair, and a GPU all of whose pairs are slow."""
+    out = []
+    for _, shape in scores.groupby(SHAPE):
+        slow = _slow(shape, threshold)
+        for node, on_node in slow.groupby("node_first"):
+            mine = shape[shape.node_first == node]
+            row = on_node.iloc[0]
+            if len(on_node) == len(mine):
+                out.append(_flag("slow_node", frame, row, [node], [], f"slow node {frame.label(node)} (every GPU "
+                                 "pair inside it)"))
+                continue
+            for _, pair in on_node.iterrows():
+                gpus = [int(pair.local_first), int(pair.local_last)]
+                out.append(_flag("slow_gpu_pair", frame, pair, [node], gpus,
+                                 f"slow GPU pair {gpus[0]}-{gpus[1]} on {frame.label(node)}"))
+            per_gpu = _by_member(mine, "local_first", "local_last")
+            for gpu, ratio in per_gpu[per_gpu < 1 - threshold].items():
+                if len(per_gpu) > 2:  # with two GPUs, the pair cannot say which
+                    out.append(Flag("slow_gpu", [frame.nodes[node]], [int(gpu)], row.collective, int(row.msg_bytes),
+                                    None, None, f"slow GPU {gpu} on {frame.label(node)}: its pairs at a median "
+                                    f"{ratio:.0%} of their peers'", extra={"ratio": float(ratio)}))
+    return out
+
+
+def _intra_flags(frame: Frame, scores: pd.DataFrame, threshold: float) -> list[Flag]:
+    out = []
+    for _, shape in scores.groupby(SHAPE):
+        for _, row in _slow(shape, threshold).iterrows():
+            out.append(_flag("slow_node", frame, row, [row.node_first], [],
+                             f"slow node {frame.label(row.node_first)} (its intra-node group of "
+                             f"{int(row.world_size)} ranks)"))
+    return out
+
+
+def _group_flags(frame: Frame, shape: pd.DataFrame, threshold: float) -> list[Flag]:
+    """inter, mixed, kbatch: a rail, or a node, all of whose groups are slow while others are
+    not explains them; what nothing explains is named as the group and its nodes."""
+    slow = _slow(shape, threshold)
+    if slow.empty or len(slow) == len(shape):  # nothing slow, or everything: no peer to blame
+        return []
+    members = {i: frame.node_codes(i) for i in shape.index}
+    slow_ids, explained, out = set(slow.index), set(), []
+    if (shape.pattern == "inter").all() and (shape.local_first >= 0).all():
+        for rail, groups in shape.groupby("local_first"):
+            if set(groups.index) <= slow_ids:
+                nodes = sorted({n for i in groups.index for n in members[i]})
+                out.append(_flag("slow_rail", frame, slow.loc[groups.index].iloc[0], nodes, [int(rail)],
+                                 f"slow rail {rail} (local rank {rail} on every node) across {len(nodes)} nodes"))
+                explained |= set(groups.index)
+    # A node all of whose groups are slow explains them, unless another node is in exactly the
+    # same groups (then the groups cannot tell the two apart: they are named together below).
+    groups_of: dict[int, frozenset[int]] = {}
+    for i, nodes in members.items():
+        for n in nodes:
+            groups_of[n] = groups_of.get(n, frozenset()) | {i}
+    suspects = {n: g for n, g in groups_of.items() if g <= slow_ids and not g <= explained}
+    for node, groups in suspects.items():
+        if sum(1 for other in suspects.values() if other == groups) == 1:
+            row = slow.loc[sorted(groups)].iloc[0]
+            out.append(_flag("slow_node", frame, row, [node], [], f"slow node {frame.label(node)}: every "
+                             f"{row.pattern} group it is in is slow"))
+            explained |= groups
+    for i, row in slow.iterrows():
+        if i not in explained:
+            kind = "slow_pair" if len(members[i]) == 2 else "slow_group"  # two nodes no other group separates
+            out.append(_flag(kind, frame, row, members[i], [], f"slow {row.pattern} group of {int(row.world_size)} "
+                             "ranks on " + ", ".join(frame.label(n) for n in members[i])))
+    return out
+
+
+def stragglers(frame: Frame, threshold: float, top: int = 10) -> list[Flag]:
+    """Ranks whose own mean time is above their group's median rank, in the median over at least
+    three rows."""
+    d = ok_rows(frame.df)
+    d = d[d.world_size >= 3] if (d.world_size >= 3).any() else d[d.world_size >= 2]
+    if d.empty:
+        return []
+    owner, ranks, times = frame.rank_times(d.index.to_numpy())
+    flat = pd.DataFrame({"row": owner, "rank": ranks, "t": times})
+    flat["median"] = flat.groupby("row").t.transform("median")
+    flat = flat[flat["median"] > 0]
+    flat["ratio"] = flat.t / flat["median"]
+    score = flat.groupby("rank").agg(ratio=("ratio", "median"), rows=("ratio", "size"), row=("row", "first"))
+    # A rank is flagged on evidence from several rows, not on one noisy measurement.
+    score = score[(score.ratio > 1 + threshold) & (score.rows >= 3)].sort_values("ratio", ascending=False).head(top)
+    out = []
+    for rank, s in score.iterrows():
+        lists = frame.lists(int(s.row))
+        j = lists["ranks"].index(int(rank))
+        where = f"{lists['hosts'][j]} ({lists['node_ips'][j]})"
+        out.append(Flag("straggler", [lists["node_ips"][j]], [int(rank)], None, None, float(s.ratio), 1.0,
+                        f"straggler: rank {rank} on {where} takes {s.ratio:.2f}x its group's median time "
+                        f"(median over {int(s.rows)} rows)", extra={"rows": int(s.rows)}))
+    return out
+
+
+def failures(frame: Frame) -> list[Flag]:
+    bad = frame.df[frame.df.status != "ok"]
+    out = []
+    for gid, g in bad.groupby("group_id", sort=False):
+        i = g.index[0]
+        row, lists = g.iloc[0], frame.lists(i)
+        failed = lists["failed_ranks"] or []
+        nodes = list(dict.fromkeys(lists["node_ips"][j] for j in failed)) or list(dict.fromkeys(lists["node_ips"]))
+        out.append(Flag("failed_group", nodes, [lists["ranks"][j] for j in failed], row.collective
+                        if isinstance(row.collective, str) else None, None, None, None,
+                        f"{row.status} group {gid} ({row.pattern}): {row.error}",
+                        extra={"group_id": gid, "status": row.status, "rows": len(g)}))
+    return out
+
+
+def failure_table(flags_: list[Flag]) -> list[dict]:
+    return [{"group_id": f.extra["group_id"], "status": f.extra["status"], "nodes": f.nodes, "failed_ranks": f.ranks,
+             "rows": f.extra["rows"], "error": f.message.split(": ", 1)[1]} for f in flags_ if f.kind == "failed_group"]

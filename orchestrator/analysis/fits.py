@@ -20,10 +20,24 @@ class Fit:
     points: int
 
     @property
+    def reason(self) -> str | None:
+        """Why the fit is not accepted, or None. The acceptance rule: at least 3 sizes,
+        non-negative latency, positive bandwidth, R^2 >= 0.9 and no point off by more than 50%."""
+        if self.points < 3:
+            return f"only {self.points} size(s)"
+        if not self.bandwidth_gbps > 0:
+            return "time does not grow with size"
+        if self.alpha_us < 0:
+            return f"negative latency ({self.alpha_us:.3g} us)"
+        if self.r2 < 0.9:
+            return f"R^2 {self.r2:.2f} < 0.9"
+        if self.max_rel_err > 0.5:
+            return f"a point off by {self.max_rel_err:.0%} > 50%"
+        return None
+
+    @property
     def poor(self) -> bool:
-        """The acceptance rule: at least 3 sizes, non-negative latency, positive bandwidth,
-        R^2 >= 0.9 and no point off by more than 50%."""
-        return self.points < 3 or self.alpha_us < 0 or self.bandwidth_gbps <= 0 or self.r2 < 0.9 or self.max_rel_err > 0.5
+        return self.reason is not None
 
 
 def fit_alpha_beta(msg_bytes: np.ndarray, time_us: np.ndarray) -> Fit:
@@ -50,12 +64,10 @@ def fit_groups(df: pd.DataFrame):
 
 
 def fits(df: pd.DataFrame) -> list[dict]:
-    out = []
-    for coll, topo, n, _, fit in fit_groups(df):
-        out.append(
-            {"collective": coll, "topology": topo, "world_size": int(n), "sizes": fit.points,
-             "alpha_us": None if fit.poor else fit.alpha_us,
-             "bandwidth": None if fit.poor else fit.bandwidth_gbps,
-             "r2": fit.r2, "quality": "poor fit: not shown" if fit.poor else "good"}
-        )
-    return out
+    """Every shape's fit; alpha and bandwidth only where the fit is accepted, else the reason."""
+    return [
+        {"collective": coll, "topology": topo, "world_size": int(n), "sizes": fit.points,
+         "alpha_us": None if fit.poor else fit.alpha_us, "bandwidth": None if fit.poor else fit.bandwidth_gbps,
+         "r2": fit.r2, "max_rel_err": fit.max_rel_err, "quality": "good" if not fit.poor else f"poor: {fit.reason}"}
+        for coll, topo, n, _, fit in fit_groups(df)
+    ]

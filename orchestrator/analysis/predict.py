@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from orchestrator.analysis.fits import fit_groups
+from workloads import registry
 from workloads.messages import topology_of
 
 
@@ -76,8 +77,10 @@ def group_topology(size: int, stride: int, gpus_per_node: int) -> str:
 
 
 def choose_fit(fits: dict, collective: str, topology: str, world: int) -> FitRef | None:
-    """The fit for exactly this group, else the nearest measured world size of the same topology
-    (said in `note`); `mixed` falls back to `inter`."""
+    """The fit for exactly this group, else the nearest measured world size of the same topology,
+    its bandwidth scaled by the collective's busbw factor (the link's bus bandwidth is what
+    carries over: algbw(n) = busbw / factor(n)) and said in `note`; `mixed` falls back to `inter`."""
+    factor = registry.get(collective).busbw_factor
     for topo in (topology, "inter") if topology == "mixed" else (topology,):
         if (collective, topo, world) in fits:
             return fits[(collective, topo, world)]
@@ -85,8 +88,19 @@ def choose_fit(fits: dict, collective: str, topology: str, world: int) -> FitRef
         if same:
             k = min(same, key=lambda k: (abs(math.log2(k[2]) - math.log2(world)), k[2]))
             ref = fits[k]
-            return FitRef(**{**ref.__dict__, "note": f"nearest measured: {topo} world {k[2]} for world {world}"})
+            scale = factor(k[2]) / factor(world) if factor(world) > 0 and factor(k[2]) > 0 else 1.0
+            return FitRef(**{**ref.__dict__, "bandwidth_gbps": ref.bandwidth_gbps * scale,
+                             "note": f"from {topo} world {k[2]}, bandwidth scaled x{scale:.3g} by the busbw factor "
+                                     f"for world {world}"})
     return None
+
+
+def _sweep_for(collective: str, topology: str, size: int, msg_bytes: float) -> str:
+    """The `collbench run` that would measure a missing term."""
+    pattern = {"intra": "intra", "inter": "inter", "mixed": "mixed"}[topology]
+    low, high = max(8, int(msg_bytes) >> 6), max(int(msg_bytes) * 4, 1 << 20)
+    return (f"collbench run --collectives {collective} --patterns {pattern} -b {low} -e {high} -f 2"
+            + (f" --group-sizes {size}" if topology != "intra" or size > 1 else ""))
 
 
 def predict(layout: Layout, fits: dict) -> list[dict]:
@@ -100,8 +114,9 @@ def predict(layout: Layout, fits: dict) -> list[dict]:
         topo = group_topology(size, stride, lay.gpus_per_node)
         ref = choose_fit(fits, coll, topo, size)
         if ref is None:
-            terms.append({"term": name, "formula": formula, "fit": f"no {coll} measurement ({topo})",
-                          "msg_bytes": msg, "count": count, "time_ms": None, "warning": "not measured"})
+            terms.append({"term": name, "formula": formula, "fit": f"no accepted {coll} fit ({topo})",
+                          "msg_bytes": msg, "count": count, "time_ms": None, "warning": "not measured",
+                          "measure_with": _sweep_for(coll, topo, size, msg)})
             return
         warn = "EXTRAPOLATED beyond the measured sizes" if ref.outside(msg) else ""
         terms.append({

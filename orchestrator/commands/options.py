@@ -72,5 +72,9 @@ def add_analysis_options(p: argparse.ArgumentParser, threshold: float) -> None:
 
 
 def check_threshold(threshold: float) -> None:
-    if not 0 < threshold < 1:
-        raise UsageError(f"--threshold {threshold}: must be between 0 and 1")
+    """A fraction strictly between 0 and 1; 5 meaning 5% is refused with the fraction it means."""
+    if threshold != threshold or threshold <= 0:
+        raise UsageError(f"--threshold {threshold:g}: must be a fraction above 0, such as 0.05 for 5%")
+    if threshold >= 1:
+        hint = f"; did you mean {threshold / 100:g} ({threshold:g}%)?" if threshold < 100 else ""
+        raise UsageError(f"--threshold {threshold:g}: must be a fraction below 1, such as 0.05 for 5%{hint}")

@@ -4,10 +4,12 @@ communication time of a training layout, from a measured run's alpha-beta fits."
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 
 from orchestrator.analysis import predict
 from orchestrator.commands.options import add_format
-from orchestrator.commands.render import render_tables
+from orchestrator.commands.render import render_csv, render_tables
 from orchestrator.errors import UsageError
 from orchestrator.results import dataset
 from workloads.dtypes import ELEMENT_BYTES
@@ -22,7 +24,7 @@ def add_parser(sub) -> None:
     )
     p.add_argument("path", help="results dataset")
     p.add_argument("--run", metavar="RUN_ID", help="run whose fits to use (default: the latest)")
-    p.add_argument("--params", type=float, required=True, help="model parameters, e.g. 7e9")
+    p.add_argument("--params", type=_count, required=True, help="model parameters: 7e9, 7B, 1.5T, 350M")
     for name, default, text in [("dp", 1, "data-parallel degree"), ("tp", 1, "tensor-parallel degree"),
                                 ("pp", 1, "pipeline-parallel degree"), ("layers", 32, "transformer layers"),
                                 ("hidden", 4096, "hidden size"), ("seq", 4096, "sequence length"),
@@ -37,24 +39,63 @@ def add_parser(sub) -> None:
     p.set_defaults(handler=main)
 
 
-def main(args: argparse.Namespace) -> int:
+_SUFFIX = {"K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
+
+
+def _count(text: str) -> float:
+    """7e9, 7B, 1.5T, 350M -> a number of parameters."""
+    t = text.strip().upper()
+    try:
+        return float(t[:-1]) * _SUFFIX[t[-1]] if t and t[-1] in _SUFFIX else float(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a count such as 7e9, 7B or 1.5T") from None
+
+
+def check_layout(args: argparse.Namespace) -> None:
     for name in ("dp", "tp", "pp", "layers", "hidden", "seq", "micro_batch", "micro_batches", "gpus_per_node"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} {getattr(args, name)}: must be at least 1")
-    if args.params <= 0 or args.bucket_mb <= 0:
-        raise UsageError(f"--params {args.params:g} / --bucket-mb {args.bucket_mb:g}: must be positive")
+    if not args.params > 0:
+        raise UsageError(f"--params {args.params:g}: must be positive")
+    if not args.bucket_mb > 0:
+        raise UsageError(f"--bucket-mb {args.bucket_mb:g}: must be positive")
+    if args.tp % args.gpus_per_node and args.gpus_per_node % args.tp:
+        raise UsageError(f"--tp {args.tp}: neither divides nor is a multiple of --gpus-per-node {args.gpus_per_node}, "
+                         "so tensor-parallel groups would straddle nodes unevenly")
+    if args.pp > args.layers:
+        raise UsageError(f"--pp {args.pp}: more pipeline stages than --layers {args.layers}")
+    if args.layers % args.pp:
+        raise UsageError(f"--pp {args.pp}: does not divide --layers {args.layers} into equal stages")
+
+
+def main(args: argparse.Namespace) -> int:
+    check_layout(args)
     layout = predict.Layout(
         params=args.params, dp=args.dp, tp=args.tp, pp=args.pp, fsdp=args.fsdp, dtype_bytes=ELEMENT_BYTES[args.dtype],
         bucket_mb=args.bucket_mb, layers=args.layers, hidden=args.hidden, seq=args.seq,
         micro_batch=args.micro_batch, micro_batches=args.micro_batches, gpus_per_node=args.gpus_per_node,
     )
-    df = dataset.load(args.path, args.run)
+    df = dataset.load(args.path, args.run, columns=["run_id", "status", "collective", "topology", "world_size",
+                                                    "msg_bytes", "time_us"])
     terms = predict.predict(layout, predict.fit_table(df))
     if not terms:
         raise UsageError("nothing to predict: set --dp, --tp or --pp above 1")
+    missing = [t for t in terms if t["time_ms"] is None]
     total = sum(t["time_ms"] for t in terms if t["time_ms"] is not None)
     summary = [{"run": df.run_id.iloc[0], "world_size": args.dp * args.tp * args.pp,
-                "nodes": -(-args.dp * args.tp * args.pp // args.gpus_per_node), "comm_ms_per_step": total,
-                "note": "upper bound: assumes no overlap with compute (T_step = T_comp + T_comm - T_overlap)"}]
-    print(render_tables([("per-step communication", summary), ("terms", terms)], args.format))
-    return 0
+                "nodes": -(-args.dp * args.tp * args.pp // args.gpus_per_node),
+                "comm_ms_per_step": None if missing else total, "measured_terms_ms": total,
+                "complete": not missing,
+                "note": ("incomplete: not measured: " + "; ".join(f"{t['term']} ({t['measure_with']})" for t in missing))
+                if missing else "upper bound: assumes no overlap with compute (T_step = T_comp + T_comm - T_overlap)"}]
+    tables = {"summary": summary, "terms": terms}
+    if args.format == "json":
+        print(json.dumps({"tables": tables}, indent=1, default=str))
+    elif args.format == "csv":
+        print(render_csv(terms), end="")
+    else:
+        print(render_tables([("per-step communication", summary), ("terms", terms)], args.format))
+    if missing:
+        print(f"collbench: incomplete: {len(missing)} term(s) not measured: "
+              + ", ".join(t["term"] for t in missing), file=sys.stderr)
+    return 1 if missing else 0

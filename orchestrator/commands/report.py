@@ -1,86 +1,123 @@
-"""`collbench report PATH`: intra vs inter per collective, alpha-beta fits, diagnosis, plots.
+"""`collbench report PATH`: intra vs inter per collective, latency, fits, and every flag.
 
-Exit codes: 0 nothing flagged, 1 something flagged (slow pair, node or rank, failed group),
-2 unusable input. Never touches Ray.
+Exit codes: 0 nothing flagged, 1 something flagged (a slow pair, node, rail, GPU pair or group,
+a straggler, a failed group), 2 unusable input. Never touches Ray or torch.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 
-from orchestrator.analysis import diagnosis, fits
+from orchestrator.analysis import report
+from orchestrator.analysis.frame import COLUMNS, Frame
 from orchestrator.commands.options import UNITS, add_analysis_options, check_threshold
-from orchestrator.commands.render import render_tables
+from orchestrator.commands.render import render_csv, render_tables
 from orchestrator.errors import UsageError
 from orchestrator.results import dataset
-from orchestrator.sweep.sizes import format_bytes
+from orchestrator.results.store import is_uri
+
+TABLE_NAMES = (*report.TABLES, "flags")
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "report",
-        help="intra- vs inter-node tables, latency-bandwidth fits, slow pairs/nodes/ranks, failures",
-        description="Summarise one run of a results dataset (directory, file or s3://, gs:// URI). "
-        "Exit 0 when nothing is flagged, 1 when something is, 2 for unusable input.",
+        help="intra- vs inter-node tables, latency, fits, slow nodes/pairs/rails/GPUs/groups, failures",
+        description="Summarise one run of a results dataset (directory, file or s3://, gs:// URI): busbw and "
+        "latency by size per topology, peaks, fits, and flags from comparing every group with its peers of "
+        "the same shape. Exit 0 when nothing is flagged, 1 when something is, 2 for unusable input.",
     )
     p.add_argument("path", help="results dataset (default output: results)")
     p.add_argument("--run", metavar="RUN_ID", help="run to report (default: the latest)")
-    p.add_argument("--collective", default=None, help="collective for the diagnosis (default: all_reduce if measured)")
-    p.add_argument("--plots", metavar="DIR", help="write PNG plots here (needs the plot extra: pip install 'collbench[plot]')")
+    p.add_argument("--collective", default=None, help="report only this collective (default: every one measured)")
+    p.add_argument("--table", choices=TABLE_NAMES, metavar="NAME",
+                   help="print only this table: " + ", ".join(TABLE_NAMES) + " (with --format csv: plain CSV)")
+    p.add_argument("--csv-dir", metavar="DIR", help="with --format csv: write every table to DIR/NAME.csv")
+    p.add_argument("--plots", metavar="DIR", nargs="?", const="",
+                   help="write PNG plots to DIR (default: PATH/_plots/RUN_ID, which readers of PATH skip); "
+                   "needs the plot extra: pip install 'collbench[plot]'")
     add_analysis_options(p, threshold=0.10)
     p.set_defaults(handler=main)
 
 
 def main(args: argparse.Namespace) -> int:
     check_threshold(args.threshold)
-    if args.plots:
+    if args.format == "csv" and not (args.table or args.csv_dir):
+        raise UsageError("--format csv: name one table with --table NAME, or a folder for all of them with --csv-dir")
+    if args.plots is not None:
         _require_matplotlib()
-    df = dataset.load(args.path, args.run)
-    scale = UNITS[args.unit]
-    unit = args.unit
-    tables = []
-    run_id = df.run_id.iloc[0]
-    collectives = list(dict.fromkeys(df.collective))
-    for coll in collectives:
-        rows, summary = diagnosis.headline(df, coll)
-        tables.append((f"{coll}: busbw ({unit}) by message size, run {run_id}",
-                       [_scaled(r, scale, keep=("msg_bytes", "intra/inter")) for r in rows]))
-        tables.append((f"{coll}: peak busbw ({unit}) and half-peak size",
-                       [{"topology": t, "world_size": s["world_size"], "peak_busbw": s["peak_busbw"] * scale,
-                         "half_peak_at": format_bytes(s["half_peak_bytes"])} for t, s in summary.items()]))
-    for coll in collectives:
-        rows = diagnosis.precision(df, coll)
-        if rows:
-            tables.append((f"{coll}: dtypes at equal element counts (busbw in {unit})",
-                           [_scaled(r, scale, keep=("time_us",)) for r in rows]))
-        elif df[df.collective == coll].dtype.nunique() > 1:
-            tables.append((f"{coll}: dtypes at equal element counts", [{"note": "no element count was measured in "
-                           "two dtypes: sweep with -f 2 so that counts coincide"}]))
-    tables.append((f"latency-bandwidth fits: time = alpha + bytes / bandwidth ({unit})",
-                   [{**f, "bandwidth": None if f["bandwidth"] is None else f["bandwidth"] * scale} for f in fits.fits(df)]))
-    target = args.collective or ("all_reduce" if "all_reduce" in collectives else collectives[0])
-    if target not in collectives:
-        raise UsageError(f"--collective {target}: not in run {run_id} (measured: {', '.join(collectives)})")
-    diag = diagnosis.diagnose(df, target, args.threshold)
-    tables.append((f"slow node pairs ({target}, >{args.threshold:.0%} below the median pair)",
-                   [_scaled(p, scale, keep=("below_median", "msg_bytes")) for p in diag["slow_pairs"]]))
-    tables.append((f"slow nodes ({target}, >{args.threshold:.0%} below the median node)",
-                   [_scaled(n, scale, keep=("below_median",)) for n in diag["slow_nodes"]]))
-    tables.append((f"stragglers (rank time >{args.threshold:.0%} above its group's median)", diag["stragglers"]))
-    tables.append(("failed, timed-out and skipped groups", diag["failures"]))
-    print(render_tables(tables, args.format))
-    if args.plots:
+    table = dataset.load_table(args.path, args.run, columns=COLUMNS)
+    frame = Frame(table)
+    run_id = frame.df.run_id.iloc[0]
+    if args.collective and args.collective not in set(frame.df.collective):
+        measured = ", ".join(dict.fromkeys(frame.df.collective.dropna()))
+        raise UsageError(f"--collective {args.collective}: not in run {run_id} (measured: {measured})")
+    plots_dir = _plots_dir(args.path, args.plots, run_id) if args.plots is not None else None
+    rep = report.build(frame, dataset.manifest(args.path, run_id), args.threshold, args.unit, UNITS[args.unit],
+                       args.collective)
+    _print(rep, args)
+    if plots_dir:
         from orchestrator.analysis import plots
 
-        for path in plots.write(df, args.plots, scale, unit):
+        for path in plots.write(frame, plots_dir, UNITS[args.unit], args.unit):
             print(f"wrote {path}", file=sys.stderr)
-    flagged = sum(len(diag[k]) for k in ("slow_pairs", "slow_nodes", "stragglers", "failures"))
-    return 1 if flagged else 0
+    return 1 if rep.flags else 0
 
 
-def _scaled(row: dict, scale: float, keep: tuple[str, ...]) -> dict:
-    return {k: (v * scale if isinstance(v, float) and k not in keep else v) for k, v in row.items()}
+def _print(rep: report.Report, args: argparse.Namespace) -> None:
+    flags = [f.to_json() for f in rep.flags]
+    named = {**rep.tables, "flags": flags}
+    if args.format == "json":
+        out = rep.to_json()
+        if args.table:
+            out = {"run": out["run"], "unit": out["unit"], "warnings": out["warnings"],
+                   **({"flags": flags} if args.table == "flags" else {"tables": {args.table: rep.tables[args.table]}})}
+        print(json.dumps(out, indent=1, default=str))
+    elif args.format == "csv":
+        if args.csv_dir:
+            os.makedirs(args.csv_dir, exist_ok=True)
+            for name, rows in named.items():
+                with open(os.path.join(args.csv_dir, f"{name}.csv"), "w") as f:
+                    f.write(render_csv(rows))
+        if args.table:
+            print(render_csv(named[args.table]), end="")
+    else:
+        titles = [(report.title(n, rep.unit), rep.tables[n]) for n in report.TABLES if args.table in (None, n)]
+        if args.table in (None, "flags"):
+            titles.append(("flags", [{"kind": f["kind"], "nodes": f["nodes"], "ranks": f["ranks"],
+                                      "message": f["message"]} for f in flags]))
+        print(_header(rep) + render_tables(titles, args.format))
+
+
+def _header(rep: report.Report) -> str:
+    r = rep.run
+    lines = [f"run {r['run_id']} ({r.get('state') or 'state unknown'}), started {r.get('started_at') or '?'}"]
+    if "collbench_version" in r:
+        lines.append(f"collbench {r.get('collbench_version')}, torch {r.get('torch_version')}, ray "
+                     f"{r.get('ray_version')}, backend {r.get('backend')}, NCCL {', '.join(r['nccl_versions']) or '-'}")
+        lines.append(f"hosts: {', '.join(r.get('hostnames') or [])}; devices: "
+                     f"{', '.join(r['gpu_models'] or r.get('device_models') or [])}")
+    lines += [f"WARNING: {w}" for w in rep.warnings]
+    return "\n".join(lines) + "\n\n"
+
+
+def _plots_dir(path: str, plots: str, run_id: str) -> str:
+    """Where plots go: the given folder, or PATH/_plots/RUN_ID. A folder inside the dataset must
+    sit below a name starting with '_' or '.', or pandas.read_parquet(PATH) would read the PNGs."""
+    if not plots:
+        if is_uri(path):
+            raise UsageError(f"--plots: name a local folder for the plots of {path}")
+        return os.path.join(path, "_plots", run_id)
+    if not is_uri(path):
+        rel = os.path.relpath(os.path.abspath(plots), os.path.abspath(path))
+        inside = not rel.startswith("..")
+        if inside and not any(part.startswith(("_", ".")) for part in rel.split(os.sep)):
+            raise UsageError(f"--plots {plots}: inside the results dataset, where pandas.read_parquet({path!r}) "
+                             f"would try the PNGs as Parquet; use {os.path.join(path, '_plots')} or a folder outside")
+    return plots
 
 
 def _require_matplotlib() -> None:

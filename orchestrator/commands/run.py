@@ -110,6 +110,7 @@ def main(args: argparse.Namespace) -> int:
             )
             return 130
         pool.shutdown()
+        store.compact()
         manifest.update(
             state="finished",
             finished_at=dt.datetime.now(dt.timezone.utc),
@@ -159,14 +160,11 @@ def _median(values: list[float]) -> float:
 
 def _resumed_run(output: str, run_id: str) -> tuple[SweepSpec, list[tuple[str, int]]]:
     """The spec a run was started with and its nodes (id, ranks), from its manifest."""
-    import pyarrow.parquet as pq
+    from orchestrator.results import dataset
 
-    store = ResultStore(output, run_id)
-    path = f"{store.root}/_runs/{run_id}.parquet"
-    try:
-        table = pq.read_table(path, filesystem=store.fs)
-    except (OSError, FileNotFoundError):
-        raise UsageError(f"--resume {run_id}: no such run in {output}") from None
-    saved = json.loads(table.column("spec")[0].as_py())
-    nodes = [(n["node_id"], n["ranks"]) for n in json.loads(table.column("inventory")[0].as_py())]
+    record = dataset.manifest(output, run_id)
+    if record is None:
+        raise UsageError(f"--resume {run_id}: no such run in {output}")
+    saved = json.loads(record["spec"])
+    nodes = [(n["node_id"], n["ranks"]) for n in json.loads(record["inventory"])]
     return SweepSpec(**from_mapping(saved, source=f"--resume {run_id}")), nodes

@@ -41,8 +41,8 @@ def check_keys(row: dict) -> dict:
 
 
 def group_base(run: RunRef, backend: str, group, groups_in_round: int, workers: Sequence[WorkerInfo],
-               pair_nodes: list[str] | None) -> dict:
-    """The columns shared by every row of one group: `workers` by group rank."""
+               local_ranks: Sequence[int], pair_nodes: list[str] | None) -> dict:
+    """The columns shared by every row of one group: `workers` and `local_ranks` by group rank."""
     per_node = Counter(w.node_id for w in workers)
     return check_keys({
         "run_id": run.run_id,
@@ -57,6 +57,7 @@ def group_base(run: RunRef, backend: str, group, groups_in_round: int, workers: 
         "round": group.round,
         "groups_in_round": groups_in_round,
         "ranks": list(group.ranks),
+        "local_ranks": list(local_ranks),
         "hosts": [w.hostname for w in workers],
         "node_ips": [w.node_ip for w in workers],
         "node_ids": [w.node_id for w in workers],

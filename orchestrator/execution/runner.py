@@ -82,7 +82,8 @@ class Runner:
             n = len(g.ranks)
             pair = [self.pool.inv.nodes[i].node_id for i in g.pair] if g.pair else None
             base = rows.group_base(self.run_ref, self.backend, g, groups_in_round,
-                                   [self.pool.workers[r].info for r in g.ranks], pair)
+                                   [self.pool.workers[r].info for r in g.ranks],
+                                   [self.pool.slots[r][1] for r in g.ranks], pair)
             r = _GroupRun(g, base, self._cases.setdefault(n, build_cases(self.spec, n)), now,
                           self.spec.group_timeout_s)
             self._notify("group_started", g, base)

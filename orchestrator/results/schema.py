@@ -37,6 +37,7 @@ ROW_SCHEMA = pa.schema(
         ("round", pa.int32()),
         ("groups_in_round", pa.int32()),
         ("ranks", pa.list_(pa.int32())),  # global ranks, by group rank
+        ("local_ranks", pa.list_(pa.int32())),  # each rank's index on its node (its GPU's rail), by group rank
         ("hosts", _str_list),  # by group rank
         ("node_ips", _str_list),
         ("node_ids", _str_list),

@@ -1,19 +1,29 @@
-"""ResultStore: one Parquet file per finished group, and one manifest per run.
+"""ResultStore: one Parquet file per finished group while a run goes, a few once it is done,
+and one manifest per run.
 
 Layout under the output root:
-    <root>/<run_id>/<group_id>.parquet     rows of one group (ROW_SCHEMA)
-    <root>/_runs/<run_id>.parquet          the run's manifest (MANIFEST_SCHEMA), one row
-Readers skip names starting with `_` or `.`, so `pandas.read_parquet(root)` returns all rows of
-all runs, and `pandas.read_parquet(root + "/_runs")` the manifests, joinable by run_id.
+    <root>/<run_id>/<group_id>.parquet     rows of one group (ROW_SCHEMA), written as it ends
+    <root>/<run_id>/part-00000.parquet     the run's rows once it finished (compacted)
+    <root>/_runs/<run_id>.json             the run's manifest (MANIFEST_SCHEMA's fields)
+Every .parquet file below the root holds rows, so `pandas.read_parquet(root)`,
+`pyarrow.dataset.dataset(root)`, DuckDB's `'root/**/*.parquet'` and Polars'
+`scan_parquet('root/**/*.parquet')` all read the rows of every run, each row once; readers skip
+names starting with `_` or `.` (manifests, plots written to `_plots`, temporary files).
 Directories are not named `run_id=...`: the rows carry run_id themselves, and pandas' hive
 discovery would add a second, dictionary-typed run_id column that clashes with it.
 Local files are written under a hidden temporary name and renamed, so a crash never leaves a
-torn file; object stores make each put atomic by themselves.
+torn file; object stores make each put atomic by themselves. Compaction swaps a finished run's
+folder for its compacted twin in one atomic rename (Linux renameat2), so a reader sees either all
+group files or the part files, never both; on object stores the part files are written first and
+the group files deleted after, and collbench's own reader ignores group files beside part files.
 """
 
 from __future__ import annotations
 
+import ctypes
+import json
 import os
+import shutil
 import urllib.parse
 import uuid
 
@@ -22,9 +32,11 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from orchestrator.errors import UsageError, first_line
-from orchestrator.results.schema import MANIFEST_SCHEMA, SCHEMA_VERSION, rows_table
+from orchestrator.results.schema import MANIFEST_SCHEMA, ROW_SCHEMA, SCHEMA_VERSION, rows_table
 
 MANIFEST_DIR = "_runs"
+PART_PREFIX = "part-"
+PART_ROWS = 1_000_000  # rows per compacted file
 
 
 def is_uri(output: str) -> bool:
@@ -120,16 +132,56 @@ class ResultStore:
         self._write(rows_table(rows), f"{self.run_dir}/{group_id}.parquet")
 
     def write_manifest(self, manifest: dict) -> None:
-        table = pa.Table.from_pylist(
-            [{"schema_version": SCHEMA_VERSION, "run_id": self.run_id, **manifest}], schema=MANIFEST_SCHEMA
-        )
-        self._write(table, f"{self.root}/{MANIFEST_DIR}/{self.run_id}.parquet")
+        """The manifest as one JSON object (its types are MANIFEST_SCHEMA's; times in ISO 8601)."""
+        record = {"schema_version": SCHEMA_VERSION, "run_id": self.run_id, **manifest}
+        unknown = sorted(set(record) - set(MANIFEST_SCHEMA.names))
+        if unknown:
+            raise KeyError(f"not a manifest field: {', '.join(unknown)}")
+        text = json.dumps(record, default=_iso, indent=1).encode()
+        self._put(text, f"{self.root}/{MANIFEST_DIR}/{self.run_id}.json")
 
     def finished_groups(self) -> set[str]:
-        """Group ids with a complete file in this run (for --resume)."""
-        selector = pafs.FileSelector(self.run_dir, allow_not_found=True)
-        names = (info.base_name for info in self.fs.get_file_info(selector))
-        return {n[: -len(".parquet")] for n in names if n.endswith(".parquet") and not n.startswith((".", "_"))}
+        """Group ids of this run already on disk (for --resume): group files and compacted rows."""
+        names = [i.base_name for i in self.fs.get_file_info(pafs.FileSelector(self.run_dir, allow_not_found=True))]
+        groups = {n[: -len(".parquet")] for n in names if _row_file(n) and not n.startswith(PART_PREFIX)}
+        for name in names:
+            if _row_file(name) and name.startswith(PART_PREFIX):
+                table = pq.read_table(f"{self.run_dir}/{name}", columns=["group_id"], filesystem=self.fs)
+                groups.update(table.column("group_id").unique().to_pylist())
+        return groups
+
+    def compact(self) -> int:
+        """Rewrite the run's rows as part files of up to PART_ROWS rows (a group file replaces
+        its group's rows in older part files); returns the number of group files merged."""
+        from orchestrator.results.dataset import load_table
+
+        infos = self.fs.get_file_info(pafs.FileSelector(self.run_dir, allow_not_found=True))
+        groups = sorted(i.path for i in infos if _row_file(i.base_name) and not i.base_name.startswith(PART_PREFIX))
+        old_parts = [i.path for i in infos if _row_file(i.base_name) and i.base_name.startswith(PART_PREFIX)]
+        if not groups or (len(groups) < 2 and not old_parts):
+            return 0
+        table = load_table(self.location_of_run(), columns=ROW_SCHEMA.names)
+        parts = [table.slice(lo, PART_ROWS) for lo in range(0, table.num_rows, PART_ROWS)]
+        if self._local and _exchange is not None:
+            staging = os.path.join(self.root, f".{self.run_id}.compacting")
+            os.makedirs(staging)
+            for k, part in enumerate(parts):
+                pq.write_table(part, os.path.join(staging, f"{PART_PREFIX}{k:05d}.parquet"))
+            _exchange(staging, self.run_dir)  # readers see the group files or the parts, never both
+            shutil.rmtree(staging)
+        else:
+            for k, part in enumerate(parts):
+                self._write(part, f"{self.run_dir}/{PART_PREFIX}{k:05d}.parquet")
+            for path in [*groups, *old_parts[len(parts):]]:
+                self.fs.delete_file(path)
+        return len(groups)
+
+    def location_of_run(self) -> str:
+        """The run's folder as a path or URI, for the dataset reader."""
+        if not is_uri(self.output):
+            return self.run_dir
+        parts = urllib.parse.urlsplit(self.output)
+        return urllib.parse.urlunsplit(parts._replace(path=f"{parts.path.rstrip('/')}/{self.run_id}"))
 
     def _write(self, table: pa.Table, path: str) -> None:
         if not self._local:
@@ -139,3 +191,44 @@ class ResultStore:
         tmp = os.path.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
         pq.write_table(table, tmp)
         os.replace(tmp, path)
+
+    def _put(self, data: bytes, path: str) -> None:
+        if not self._local:
+            with self.fs.open_output_stream(path) as f:
+                f.write(data)
+            return
+        directory, name = os.path.split(path)
+        tmp = os.path.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+
+
+def _row_file(name: str) -> bool:
+    return name.endswith(".parquet") and not name.startswith((".", "_"))
+
+
+def _iso(value: object) -> str:
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def _renameat2_exchange():
+    """os has no atomic exchange of two paths; Linux's renameat2(RENAME_EXCHANGE) is one."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return None
+    at_fdcwd, rename_exchange = -100, 2
+
+    def exchange(a: str, b: str) -> None:
+        if fn(at_fdcwd, a.encode(), at_fdcwd, b.encode(), rename_exchange) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"renameat2 exchange {a} <-> {b}: {os.strerror(err)}")
+
+    return exchange
+
+
+_exchange = _renameat2_exchange()

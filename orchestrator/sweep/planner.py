@@ -7,6 +7,8 @@ A round is a set of disjoint groups that run at the same time. Patterns:
   talks to local rank i), every rail and every block of k nodes at once;
 - mixed: blocks of k nodes with all their ranks;
 - pairwise: every node pair exactly once (circle method: N-1 rounds for even N, N for odd);
+- intra-pairwise: every pair of ranks inside each node, all nodes at once (circle method over
+  the ranks of a node: N-1 rounds for N ranks per node), to name a bad GPU or NVLink;
 - kbatch:K: consecutive blocks of K nodes with all their ranks, all at once.
 """
 
@@ -101,7 +103,7 @@ def resolve_patterns(patterns: tuple[str, ...], n_nodes: int) -> list[str]:
         if p == "auto":
             out += ["intra"] + (["inter", "mixed"] if n_nodes > 1 else [])
             continue
-        need = int(p.split(":")[1]) if p.startswith("kbatch:") else (2 if p != "intra" else 1)
+        need = int(p.split(":")[1]) if p.startswith("kbatch:") else (1 if p.startswith("intra") else 2)
         if n_nodes < need:
             raise UsageError(f"--patterns {p}: needs at least {need} nodes, the cluster has {n_nodes}")
         out.append(p)
@@ -171,6 +173,10 @@ def _pattern_rounds(pattern: str, inv: Inventory):
         if max(counts) > 1:
             for k in doubling(n_nodes):
                 yield [(all_ranks(range(b * k, (b + 1) * k)), None) for b in range(n_nodes // k)]
+    elif pattern == "intra-pairwise":
+        for pairs in circle_rounds(max(counts)):
+            yield [((first[i] + a, first[i] + b), None) for i in range(n_nodes) for a, b in pairs
+                   if b < counts[i]]
     elif pattern == "pairwise":
         for pairs in circle_rounds(n_nodes):
             yield [(all_ranks(p), p) for p in pairs]

@@ -19,7 +19,7 @@ from workloads.comm_env import COMM_ENV_PREFIXES as ENV_PREFIXES
 from workloads.dtypes import ELEMENT_BYTES, OPS, unsupported_pair
 from workloads.registry import COLLECTIVES, WORKLOADS
 
-PATTERNS = ("intra", "inter", "mixed", "pairwise")  # and kbatch:K
+PATTERNS = ("intra", "inter", "mixed", "pairwise", "intra-pairwise")  # and kbatch:K
 BACKENDS = ("auto", "nccl", "gloo")
 
 
@@ -56,8 +56,8 @@ class SweepSpec:
     patterns: tuple[str, ...] = _opt(
         ("auto",),
         ("--patterns",),
-        "group patterns, comma-separated: intra, inter, mixed, pairwise, kbatch:K; auto = intra, "
-        "plus inter and mixed on several nodes",
+        "group patterns, comma-separated: intra, inter, mixed, pairwise (every node pair), intra-pairwise "
+        "(every rank pair inside each node), kbatch:K; auto = intra, plus inter and mixed on several nodes",
         "list",
     )
     group_sizes: tuple[int, ...] = _opt(

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 import torch
 
+from orchestrator.results import dataset
 from tests.helpers import run_cli
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU with CUDA")]
@@ -21,7 +22,8 @@ def sweep(tmp_path_factory):
                     "-f", "16", "-n", "10", "-w", "3", "-c", "1", "--patterns", "intra", "--output", str(out)],
                    timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return pd.read_parquet(out), pd.read_parquet(out / "_runs")
+    df = pd.read_parquet(out)
+    return df, dataset.manifest(str(out), df.run_id.iloc[0])
 
 
 def test_every_gpu_measured_exactly(sweep):

@@ -45,7 +45,7 @@ def _worker(rank: int, n: int, port: int, queue) -> None:
         send, recv = buffers(coll, c, torch.device("cpu"))
         fill(coll, c, send, recv, it=3)
         sent = send.clone()
-        coll.call(c, send, recv, _OPS[op] if op != NO_OP else None)
+        coll.bind(c, send, recv, _OPS[op] if op != NO_OP else None)()
         spans = coll.expected(c)
         own, own_wrong = None, None
         if spans is not None:  # what the module says the output is, written out in full
@@ -55,10 +55,10 @@ def _worker(rank: int, n: int, port: int, queue) -> None:
         out[(name, dtype, op, in_place)] = (sent, recv.clone(), own, own_wrong)
     # A collective that never communicates must be caught by the harness' check.
     broken = Case("all_reduce", "float32", "sum", True, (COUNT,), iters=1, warmup=0, check_iters=2)
-    real_call = registry.REGISTRY["all_reduce"].call
-    registry.REGISTRY["all_reduce"].call = lambda *a: None
+    real_bind = registry.REGISTRY["all_reduce"].bind
+    registry.REGISTRY["all_reduce"].bind = lambda *a: (lambda: None)
     out["broken_n_wrong"] = run_case(broken, rank, n, torch.device("cpu"))[0].n_wrong
-    registry.REGISTRY["all_reduce"].call = real_call
+    registry.REGISTRY["all_reduce"].bind = real_bind
     # A size that does not fit on the last rank: every rank skips it, the next size still runs.
     sizes = Case("all_reduce", "float32", "sum", True, (COUNT, 2 * COUNT, 3 * COUNT), iters=2, warmup=1, check_iters=1)
     real_buffers = harness.buffers
@@ -183,8 +183,8 @@ def test_registering_an_incomplete_or_unlisted_collective_fails():
         def inputs(self, c):
             return []
 
-        def call(self, c, send, recv, op):
-            pass
+        def bind(self, c, send, recv, op):
+            return lambda: None
 
     with pytest.raises(TypeError, match="expected"):
         registry.register(NoCheck)

@@ -10,6 +10,7 @@ import time
 import pandas as pd
 import pytest
 
+from orchestrator.results import dataset
 from tests.faults import LiveRun, worker_pids
 from tests.helpers import run_cli
 
@@ -108,9 +109,10 @@ def test_killed_driver_then_resume_measures_each_group_once(ray_head, tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert f"resuming: {len(before)} group(s) already on disk are skipped" in proc.stdout
     _, after = _groups_on_disk(out)
-    assert after == ["r0-g0.parquet", "r1-g0.parquet", "r2-g0.parquet"]
+    assert after == ["part-00000.parquet"]  # the finished run, compacted
     df = pd.read_parquet(out)
     assert len(df) == 3 and df.group_id.is_unique and (df.status == "ok").all()
+    assert sorted(df.group_id) == ["r0-g0", "r1-g0", "r2-g0"]
     assert set(df.run_id) == {run_id}
 
 
@@ -121,7 +123,7 @@ def test_ctrl_c_saves_finished_groups_and_says_how_to_resume(ray_head, tmp_path)
     run_id, files = _groups_on_disk(out)
     assert "r0-g0.parquet" in files
     assert f"collbench run --resume {run_id} --output {out}" in "".join(run.stderr)
-    assert pd.read_parquet(out / "_runs").loc[0, "state"] == "interrupted"
+    assert dataset.manifest(str(out), run_id)["state"] == "interrupted"
     assert (pd.read_parquet(out).status == "ok").all()
     time.sleep(1)
     assert not worker_pids()  # actors released

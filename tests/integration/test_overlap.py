@@ -37,7 +37,7 @@ def test_float32_moves_twice_the_bytes_of_bfloat16(ray_head, tmp_path):
     # the noise of this machine flags nothing and the exit code is exactly 0.
     rep = run_cli(["report", str(out), "--format", "json", "--threshold", "0.99"])
     assert rep.returncode == 0, rep.stdout + rep.stderr
-    table = json.loads(rep.stdout)["all_reduce: dtypes at equal element counts (busbw in GBps)"]
+    table = json.loads(rep.stdout)["tables"]["dtypes"]
     by_count: dict[int, dict[str, dict]] = {}
     for r in table:
         by_count.setdefault(r["count"], {})[r["dtype"]] = r

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from orchestrator.results import dataset
 from tests.helpers import run_cli
 from workloads import registry
 from workloads.dtypes import BACKEND_DTYPES, NO_OP, OPS
@@ -50,10 +51,9 @@ def test_full_sweep_every_collective_dtype_and_op(ray_head, tmp_path):
     assert set(df["topology"]) == {"intra"} and set(df["backend"]) == {"gloo"}
     # the table printed while it ran
     assert "all_reduce" in proc.stdout and "reduce_scatter" in proc.stdout and "#wrong" not in proc.stderr
-    manifest = pd.read_parquet(out / "_runs")
-    assert list(manifest["state"]) == ["finished"]
-    assert manifest.loc[0, "run_id"] == df["run_id"].iloc[0]
-    assert manifest.loc[0, "torch_version"].startswith("2.")
+    manifest = dataset.manifest(str(out), df["run_id"].iloc[0])
+    assert manifest["state"] == "finished" and manifest["run_id"] == df["run_id"].iloc[0]
+    assert manifest["torch_version"].startswith("2.") and manifest["groups_done"] == 2
 
 
 def test_two_runs_make_one_dataset(ray_head, tmp_path):

@@ -51,7 +51,9 @@ def test_all_patterns_against_the_shaped_link(lab2x2, tmp_path):
     # One node pair only (nothing to compare a pair with); --threshold 0.99 flags no noisy rank.
     rep = run_cli(["report", str(out), "--format", "json", "--threshold", "0.99"])
     assert rep.returncode == 0, rep.stdout + rep.stderr
-    head = json.loads(rep.stdout)[f"all_reduce: busbw (GBps) by message size, run {df.run_id.iloc[0]}"]
+    rep = json.loads(rep.stdout)
+    assert rep["run"]["run_id"] == df.run_id.iloc[0] and rep["run"]["state"] == "finished"
+    head = [r for r in rep["tables"]["busbw"] if r["collective"] == "all_reduce"]
     assert head and all(r["intra"] > r["inter"] for r in head)
 
 

@@ -130,3 +130,20 @@ def test_interface_for_ip():
     assert interface_for_ip("10.213.0.10", IP_ADDR) == "cblab0n"
     assert interface_for_ip("192.0.2.2", IP_ADDR) == "eth0"
     assert interface_for_ip("10.9.9.9", IP_ADDR) is None
+
+
+@pytest.mark.parametrize("ranks_per_node", [2, 3, 4, 8])
+def test_intra_pairwise_covers_every_pair_inside_each_node_in_n_minus_1_rounds(ranks_per_node):
+    inv = from_description(f"3x{ranks_per_node}")
+    plan = make_plan(SweepSpec(patterns=("intra-pairwise",)), inv)
+    want_rounds = ranks_per_node - 1 if ranks_per_node % 2 == 0 else ranks_per_node
+    assert len(plan.rounds) == want_rounds
+    first = inv.first_rank()
+    for rnd in plan.rounds:
+        used = [r for g in rnd for r in g.ranks]
+        assert len(used) == len(set(used))  # disjoint: all nodes at once
+    for node in range(3):
+        pairs = {tuple(r - first[node] for r in g.ranks) for g in plan.groups if g.ranks[0] in
+                 range(first[node], first[node] + ranks_per_node)}
+        assert pairs == set(itertools.combinations(range(ranks_per_node), 2))
+    assert all(len(g.ranks) == 2 and g.pattern == "intra-pairwise" for g in plan.groups)

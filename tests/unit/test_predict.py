@@ -17,10 +17,10 @@ def fits_dataset(tmp_path_factory):
     return out
 
 
-def _predict(path, *args):
+def _predict(path, *args, code=0):
     proc = run_main(["predict", path, "--format", "json", *args])
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
+    assert proc.returncode == code and proc.stdout, proc.stderr
+    return json.loads(proc.stdout)["tables"] | {"stderr": proc.stderr}
 
 
 def test_dp_gradient_all_reduce_across_nodes(fits_dataset):
@@ -30,7 +30,7 @@ def test_dp_gradient_all_reduce_across_nodes(fits_dataset):
     assert term["count"] == 80 and term["msg_bytes"] == 25e6
     assert term["time_ms"] == pytest.approx(80 * 2520 / 1e3, rel=1e-6)
     assert "all_reduce inter world 2" in term["fit"] and term["warning"] == ""
-    assert rep["per-step communication"][0]["comm_ms_per_step"] == pytest.approx(201.6, rel=1e-6)
+    assert rep["summary"][0]["comm_ms_per_step"] == pytest.approx(201.6, rel=1e-6) and rep["summary"][0]["complete"]
 
 
 def test_tp_activation_all_reduce_inside_a_node(fits_dataset):
@@ -43,13 +43,43 @@ def test_tp_activation_all_reduce_inside_a_node(fits_dataset):
     assert "all_reduce intra world 2" in term["fit"]
 
 
-def test_unmeasured_and_extrapolated_terms_are_said(fits_dataset):
-    rep = _predict(fits_dataset, "--params", "1e12", "--dp", "2", "--pp", "2", "--gpus-per-node", "1",
-                   "--bucket-mb", "1000")
+def test_an_incomplete_total_is_said_and_exits_1(fits_dataset):
+    rep = _predict(fits_dataset, "--params", "1T", "--dp", "2", "--pp", "2", "--gpus-per-node", "1",
+                   "--bucket-mb", "1000", code=1)
     terms = {t["term"]: t for t in rep["terms"]}
     assert "EXTRAPOLATED" in terms["dp gradient all_reduce"]["warning"]  # 1e9-byte buckets, measured up to 64M
-    assert terms["pp activation send/recv"]["time_ms"] is None
-    assert terms["pp activation send/recv"]["warning"] == "not measured"
+    missing = terms["pp activation send/recv"]
+    assert missing["time_ms"] is None and missing["warning"] == "not measured"
+    assert missing["measure_with"].startswith("collbench run --collectives send_recv --patterns inter")
+    (summary,) = rep["summary"]
+    assert summary["comm_ms_per_step"] is None and not summary["complete"]
+    assert summary["note"].startswith("incomplete: not measured: pp activation send/recv (collbench run")
+    assert summary["measured_terms_ms"] == pytest.approx(terms["dp gradient all_reduce"]["time_ms"])
+    assert "incomplete: 1 term(s) not measured: pp activation send/recv" in rep["stderr"]
+
+
+def test_another_world_size_is_scaled_by_the_busbw_factor(fits_dataset):
+    """The fits are of 2-rank groups; at 8 ranks all_reduce moves 2(n-1)/n of the buffer per rank:
+    the bus bandwidth carries over, so the algorithm bandwidth is scaled by f(2)/f(8) = 1/1.75."""
+    rep = _predict(fits_dataset, "--params", "7B", "--dp", "8", "--gpus-per-node", "1", "--bucket-mb", "25")
+    (term,) = rep["terms"]
+    assert "bandwidth scaled x0.571 by the busbw factor for world 8" in term["fit"]
+    assert term["warning"] == "other world size"
+    # 7e9 bf16 params = 14e9 bytes = 560 buckets; each 20 us + 25e6 B / (10 GB/s / 1.75)
+    assert term["time_ms"] == pytest.approx(560 * (20 + 25e6 / (10e3 / 1.75)) / 1e3, rel=1e-6)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--params", "7X"], "argument --params: '7X': expected a count such as 7e9, 7B or 1.5T"),
+    (["--params", "7B", "--tp", "3", "--gpus-per-node", "8"],
+     "--tp 3: neither divides nor is a multiple of --gpus-per-node 8"),
+    (["--params", "7B", "--pp", "64", "--layers", "32"], "--pp 64: more pipeline stages than --layers 32"),
+    (["--params", "7B", "--pp", "3", "--layers", "32"], "--pp 3: does not divide --layers 32"),
+    (["--params", "0"], "--params 0: must be positive"),
+])
+def test_impossible_layouts_are_refused(fits_dataset, args, message):
+    proc = run_main(["predict", fits_dataset, *args])
+    assert proc.returncode == 2 and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
 def test_group_topology():

@@ -20,7 +20,8 @@ def _worker(node: str, pid: int) -> WorkerInfo:
 
 def _base(nodes=("n1", "n1", "n2")):
     g = Group("r3-g1", "mixed", 3, (4, 5, 6))
-    return rows.group_base(RUN, "gloo", g, 2, [_worker(n, 100 + i) for i, n in enumerate(nodes)], None)
+    return rows.group_base(RUN, "gloo", g, 2, [_worker(n, 100 + i) for i, n in enumerate(nodes)],
+                           list(range(len(nodes))), None)
 
 
 def test_topology_rule():

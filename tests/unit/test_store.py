@@ -1,11 +1,14 @@
 import datetime as dt
 
 import pandas as pd
+import pyarrow as pa
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 import pytest
 
 from orchestrator.errors import UsageError
-from orchestrator.results.schema import ROW_SCHEMA, SCHEMA_VERSION
+from orchestrator.results import dataset
+from orchestrator.results.schema import ROW_SCHEMA, SCHEMA_VERSION, rows_table
 from orchestrator.results.store import ResultStore, check_writable
 
 
@@ -56,7 +59,7 @@ def test_written_rows_read_back_equal(tmp_path):
     assert (df["schema_version"] == SCHEMA_VERSION).all()
     assert ds.dataset(str(tmp_path / "res")).schema.equals(ROW_SCHEMA)
     assert store.finished_groups() == {"r0-g0", "r0-g1"}
-    assert pd.read_parquet(tmp_path / "res" / "_runs").loc[0, "run_id"] == "run-a"
+    assert dataset.manifest(str(tmp_path / "res"), "run-a")["spec"] == "{}"
     # no temporary files are left behind
     assert sorted(p.name for p in (tmp_path / "res" / "run-a").iterdir()) == ["r0-g0.parquet", "r0-g1.parquet"]
 
@@ -70,3 +73,73 @@ def test_unwritable_outputs_are_refused(tmp_path):
         check_writable(str(blocker / "below"))
     check_writable(str(tmp_path / "new" / "deeper"))
     assert not (tmp_path / "new").exists()
+
+
+def _readers(root: str) -> dict[str, int]:
+    """Rows seen by the four obvious readers of a results folder."""
+    import duckdb
+    import polars as pl
+
+    return {
+        "pandas": len(pd.read_parquet(root)),
+        "pyarrow": ds.dataset(root).count_rows(),
+        "duckdb": duckdb.sql(f"SELECT count(*) FROM '{root}/**/*.parquet'").fetchall()[0][0],
+        "polars": pl.scan_parquet(f"{root}/**/*.parquet").select(pl.len()).collect().item(),
+    }
+
+
+def test_every_reader_sees_each_row_once_before_and_after_compaction(tmp_path):
+    root = str(tmp_path / "res")
+    store = ResultStore(root, "run-a")
+    store.create()
+    for g in range(5):
+        store.write_group(f"r0-g{g}", [{**_row(i), "group_id": f"r0-g{g}"} for i in range(3)])
+    store.write_manifest({"state": "finished", "spec": "{}"})
+    # plots where `collbench report --plots` puts them by default, inside the dataset
+    (tmp_path / "res" / "_plots").mkdir()
+    (tmp_path / "res" / "_plots" / "busbw.png").write_bytes(b"\x89PNG\r\n")
+    assert _readers(root) == dict.fromkeys(["pandas", "pyarrow", "duckdb", "polars"], 15)
+    # a user's own CSV beside the rows: pandas and pyarrow would try it as Parquet; collbench
+    # ignores it (and so do the glob readers)
+    (tmp_path / "res" / "summary.csv").write_text("a,b\n1,2\n")
+    assert len(dataset.load(root)) == 15
+    (tmp_path / "res" / "summary.csv").unlink()
+    assert store.compact() == 5
+    assert sorted(p.name for p in (tmp_path / "res" / "run-a").iterdir()) == ["part-00000.parquet"]
+    assert _readers(root) == dict.fromkeys(["pandas", "pyarrow", "duckdb", "polars"], 15)
+    assert store.finished_groups() == {f"r0-g{g}" for g in range(5)}  # --resume still knows them
+    assert not any(p.name.startswith(".") for p in (tmp_path / "res").iterdir())  # no staging left
+
+
+def test_a_group_file_replaces_its_rows_in_part_files(tmp_path):
+    """Groups measured again after a compaction (--resume --retry-failed): the group file wins in
+    collbench's reader, and the next compaction folds it in."""
+    root = str(tmp_path / "res")
+    store = ResultStore(root, "run-a")
+    store.create()
+    for g in range(3):
+        store.write_group(f"r0-g{g}", [{**_row(0), "group_id": f"r0-g{g}", "status": "failed"}])
+    store.compact()
+    store.write_group("r0-g1", [{**_row(0), "group_id": "r0-g1", "status": "ok"}, {**_row(1), "group_id": "r0-g1"}])
+    df = dataset.load(root)
+    assert sorted(zip(df.group_id, df.status)) == [("r0-g0", "failed"), ("r0-g1", "ok"), ("r0-g1", "ok"),
+                                                   ("r0-g2", "failed")]
+    assert store.compact() == 1
+    assert _readers(root)["pandas"] == 4 and len(dataset.load(root)) == 4
+
+
+def test_older_and_foreign_files(tmp_path):
+    """A schema_version 1 file (no transport columns) is read with those columns null; a Parquet
+    file without schema_version is not ours and is ignored; a newer version is refused."""
+    root = tmp_path / "res"
+    (root / "old").mkdir(parents=True)
+    v1 = rows_table([_row(0)]).drop_columns(["gpu_model", "nccl_version", "net_transport", "intra_transport",
+                                              "time_us_batch", "busbw_gbps_batch"])
+    v1 = v1.set_column(0, "schema_version", pa.array([1], pa.int32()))
+    pq.write_table(v1, root / "old" / "g.parquet")
+    pq.write_table(pa.table({"x": [1, 2]}), root / "export.parquet")
+    df = dataset.load(str(root))
+    assert len(df) == 1 and df.schema_version.iloc[0] == 1 and df.nccl_version.isna().all()
+    pq.write_table(pa.table({"schema_version": pa.array([3], pa.int32()), "run_id": ["x"]}), root / "new.parquet")
+    with pytest.raises(UsageError, match="schema_version 3 is newer than this collbench reads"):
+        dataset.load(str(root))

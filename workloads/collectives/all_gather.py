@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import torch
-import torch.distributed as dist
+import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from workloads.data import Span
-from workloads.registry import Collective, Ctx, register
+from workloads.registry import Collective, Ctx, Span, register
 
-_all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+if TYPE_CHECKING:
+    import torch
 
 
 @register
@@ -37,5 +38,8 @@ class AllGather(Collective):
     def expected(self, c: Ctx) -> list[Span] | None:
         return [Span(r * c.chunk, c.chunk, r, r * c.chunk) for r in range(c.n)]
 
-    def call(self, c: Ctx, send: torch.Tensor, recv: torch.Tensor, op: dist.ReduceOp | None) -> None:
-        _all_gather(recv, send)
+    def bind(self, c: Ctx, send: torch.Tensor, recv: torch.Tensor, op: object) -> Callable[[], None]:
+        import torch.distributed as dist
+
+        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+        return functools.partial(gather, recv, send)

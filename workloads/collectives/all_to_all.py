@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-import torch
-import torch.distributed as dist
+import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from workloads.data import Span
-from workloads.registry import Collective, Ctx, register
+from workloads.registry import Collective, Ctx, Span, register
+
+if TYPE_CHECKING:
+    import torch
 
 
 @register
@@ -27,5 +30,7 @@ class AllToAll(Collective):
         # chunk `rank` of every rank r's input, in rank order
         return [Span(r * c.chunk, c.chunk, r, c.rank * c.chunk) for r in range(c.n)]
 
-    def call(self, c: Ctx, send: torch.Tensor, recv: torch.Tensor, op: dist.ReduceOp | None) -> None:
-        dist.all_to_all_single(recv, send)
+    def bind(self, c: Ctx, send: torch.Tensor, recv: torch.Tensor, op: object) -> Callable[[], None]:
+        import torch.distributed as dist
+
+        return functools.partial(dist.all_to_all_single, recv, send)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-import torch
-import torch.distributed as dist
+import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from workloads.data import Span
-from workloads.registry import Collective, Ctx, register
+from workloads.registry import Collective, Ctx, Span, register
+
+if TYPE_CHECKING:
+    import torch
 
 
 @register
@@ -26,5 +29,7 @@ class Broadcast(Collective):
     def expected(self, c: Ctx) -> list[Span] | None:
         return [Span(0, c.count, c.root)]
 
-    def call(self, c: Ctx, send: torch.Tensor, recv: torch.Tensor, op: dist.ReduceOp | None) -> None:
-        dist.broadcast(recv, src=c.root)
+    def bind(self, c: Ctx, send: torch.Tensor, recv: torch.Tensor, op: object) -> Callable[[], None]:
+        import torch.distributed as dist
+
+        return functools.partial(dist.broadcast, recv, src=c.root)

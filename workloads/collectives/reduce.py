@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-import torch
-import torch.distributed as dist
+import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from workloads.data import ALL, Span
-from workloads.registry import Collective, Ctx, register
+from workloads.registry import ALL, Collective, Ctx, Span, register
+
+if TYPE_CHECKING:
+    import torch
 
 
 @register
@@ -26,5 +29,7 @@ class Reduce(Collective):
     def expected(self, c: Ctx) -> list[Span] | None:
         return [Span(0, c.count, ALL)] if c.rank == c.root else None
 
-    def call(self, c: Ctx, send: torch.Tensor, recv: torch.Tensor, op: dist.ReduceOp | None) -> None:
-        dist.reduce(recv, dst=c.root, op=op)
+    def bind(self, c: Ctx, send: torch.Tensor, recv: torch.Tensor, op: object) -> Callable[[], None]:
+        import torch.distributed as dist
+
+        return functools.partial(dist.reduce, recv, dst=c.root, op=op)

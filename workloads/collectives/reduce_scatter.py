@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import torch
-import torch.distributed as dist
+import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from workloads.data import ALL, Span
-from workloads.registry import Collective, Ctx, register
+from workloads.registry import ALL, Collective, Ctx, Span, register
 
-_reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+if TYPE_CHECKING:
+    import torch
 
 
 @register
@@ -38,5 +39,8 @@ class ReduceScatter(Collective):
     def expected(self, c: Ctx) -> list[Span] | None:
         return [Span(0, c.chunk, ALL, c.rank * c.chunk)]
 
-    def call(self, c: Ctx, send: torch.Tensor, recv: torch.Tensor, op: dist.ReduceOp | None) -> None:
-        _reduce_scatter(recv, send, op=op)
+    def bind(self, c: Ctx, send: torch.Tensor, recv: torch.Tensor, op: object) -> Callable[[], None]:
+        import torch.distributed as dist
+
+        scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+        return functools.partial(scatter, recv, send, op=op)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-import torch
-import torch.distributed as dist
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from workloads.data import Span
-from workloads.registry import Collective, Ctx, register
+from workloads.registry import Collective, Ctx, Span, register
+
+if TYPE_CHECKING:
+    import torch
 
 
 @register
@@ -25,10 +27,16 @@ class SendRecv(Collective):
     def expected(self, c: Ctx) -> list[Span] | None:
         return [Span(0, c.count, (c.rank - 1) % c.n)]
 
-    def call(self, c: Ctx, send: torch.Tensor, recv: torch.Tensor, op: dist.ReduceOp | None) -> None:
+    def bind(self, c: Ctx, send: torch.Tensor, recv: torch.Tensor, op: object) -> Callable[[], None]:
+        import torch.distributed as dist
+
         ops = [
             dist.P2POp(dist.isend, send, (c.rank + 1) % c.n),
             dist.P2POp(dist.irecv, recv, (c.rank - 1) % c.n),
         ]
-        for req in dist.batch_isend_irecv(ops):
-            req.wait()
+
+        def shift() -> None:
+            for req in dist.batch_isend_irecv(ops):
+                req.wait()
+
+        return shift

@@ -1,0 +1,183 @@
+"""Expected bus bandwidth per platform and path, and how far each measurement is from it.
+
+Entries come from three places, the first that applies winning: the user's `--expected FILE`,
+what the cluster declared when the run started (a collbench lab: its shaped link rate; in the
+manifest), and the table shipped with collbench (expected.yaml, each entry with its source).
+An entry applies to a row by platform tag, collective, topology, minimum size and world size and,
+where given, the transport NCCL used (README: Expected values); the most specific one wins.
+Pure; no Ray, no I/O but reading the YAML files.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from orchestrator.analysis.diagnosis import Flag
+from orchestrator.analysis.frame import Frame
+from orchestrator.errors import UsageError
+from orchestrator.sweep.sizes import format_bytes, parse_bytes
+
+SHIPPED = os.path.join(os.path.dirname(__file__), "expected.yaml")
+TOPOLOGIES = ("intra", "inter", "mixed")
+ORIGINS = ("user", "declared", "shipped")  # precedence
+
+
+@dataclass(frozen=True)
+class Entry:
+    topology: str
+    busbw_gbps: float
+    min_bytes: int = 0
+    collective: str = "*"
+    platform: str = "*"
+    min_world: int = 1
+    transport: str | None = None
+    meaning: str = "typical"
+    source: str = ""
+    origin: str = "shipped"
+
+    def applies(self, tags: set[str], collective: str, topology: str, msg_bytes: int, world: int,
+                transports: str) -> bool:
+        return ((self.platform == "*" or self.platform in tags) and self.collective in ("*", collective)
+                and self.topology == topology and msg_bytes >= self.min_bytes and world >= self.min_world
+                and (self.transport is None or self.transport in transports))
+
+    def rank(self) -> tuple:
+        """Precedence: origin, then platform, collective and transport named, then larger sizes."""
+        return (-ORIGINS.index(self.origin), self.platform != "*", self.collective != "*",
+                self.transport is not None, self.min_world, self.min_bytes)
+
+
+_FIELDS = {f for f in Entry.__dataclass_fields__ if f != "origin"}
+
+
+def parse(items: object, where: str, origin: str) -> list[Entry]:
+    """Entries from YAML data: a list of mappings, or {entries: [...]}; UsageError naming the
+    entry and field that is wrong."""
+    if isinstance(items, dict):
+        items = items.get("entries")
+    if not isinstance(items, list):
+        raise UsageError(f"{where}: expected a list of entries (collective, topology, min_bytes, busbw_gbps, ...)")
+    out = []
+    for i, item in enumerate(items, 1):
+        at = f"{where}: entry {i}"
+        if not isinstance(item, dict):
+            raise UsageError(f"{at}: expected a mapping")
+        unknown = sorted(set(item) - _FIELDS)
+        if unknown:
+            raise UsageError(f"{at}: unknown field {unknown[0]!r} (known: {', '.join(sorted(_FIELDS))})")
+        for need in ("topology", "busbw_gbps"):
+            if need not in item:
+                raise UsageError(f"{at}: missing {need}")
+        if item["topology"] not in TOPOLOGIES:
+            raise UsageError(f"{at}: topology {item['topology']!r}: one of {', '.join(TOPOLOGIES)}")
+        try:
+            values = {**item, "busbw_gbps": float(item["busbw_gbps"]),
+                      "min_bytes": parse_bytes(str(item.get("min_bytes", 0))),
+                      "min_world": int(item.get("min_world", 1))}
+        except (TypeError, ValueError) as e:
+            raise UsageError(f"{at}: {e}") from None
+        if not values["busbw_gbps"] > 0:
+            raise UsageError(f"{at}: busbw_gbps {item['busbw_gbps']!r}: must be positive")
+        out.append(Entry(**{k: (str(v) if k in ("collective", "platform", "meaning", "source", "transport")
+                                and v is not None else v) for k, v in values.items()}, origin=origin))
+    return out
+
+
+def load(path: str, origin: str) -> list[Entry]:
+    import yaml
+
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f)
+    except OSError as e:
+        raise UsageError(f"--expected {path}: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise UsageError(f"--expected {path}: not valid YAML{where} ({getattr(e, 'problem', None) or e})") from None
+    return parse(data, f"--expected {path}" if origin == "user" else path, origin)
+
+
+def shipped() -> list[Entry]:
+    return load(SHIPPED, "shipped")
+
+
+@dataclass
+class Evaluation:
+    table: list[dict] = field(default_factory=list)
+    flags: list[Flag] = field(default_factory=list)
+    uncovered: list[str] = field(default_factory=list)  # platforms no entry applied to
+
+
+def evaluate(frame: Frame, entries: list[Entry], min_fraction: float) -> Evaluation:
+    """Every ok row beside the entry that applies to it: the `expected` table (median busbw of
+    each collective, topology, world size and size), and a below_expected flag for every group
+    whose busbw at its largest covered size is under min_fraction of the entry."""
+    df = frame.df[frame.df.status == "ok"]
+    if df.empty or "platform" not in df:
+        return Evaluation()
+    transports = (df.intra_transport.fillna("") + " " + df.net_transport.fillna("")) if "net_transport" in df \
+        else pd.Series("", index=df.index)
+    keys = ["platform", "collective", "topology", "world_size", "msg_bytes"]
+    d = df.assign(transports=transports, platform=df.platform.fillna(""))
+    lookup: dict[tuple, Entry | None] = {}
+    for key in d[keys + ["transports"]].drop_duplicates().itertuples(index=False):
+        tags = set(key.platform.split("+")) if key.platform else set()
+        fits = [e for e in entries if e.applies(tags, key.collective, key.topology, int(key.msg_bytes),
+                                                 int(key.world_size), key.transports)]
+        lookup[tuple(key)] = max(fits, key=Entry.rank) if fits else None
+    d = d.assign(entry=[lookup[k] for k in d[keys + ["transports"]].itertuples(index=False, name=None)])
+    covered = d[d.entry.notna()]
+    out = Evaluation(uncovered=sorted(set(d.platform) - set(covered.platform)))
+    for (platform, coll, topo, world, size), g in covered.groupby(keys, sort=True):
+        entry = g.entry.iloc[0]
+        busbw = float(g.busbw_gbps.median())
+        out.table.append({"platform": platform, "collective": coll, "topology": topo, "world_size": int(world),
+                          "msg_bytes": int(size), "size": format_bytes(int(size)), "busbw": busbw,
+                          "expected": entry.busbw_gbps, "pct_of_expected": 100 * busbw / entry.busbw_gbps,
+                          "meaning": entry.meaning, "origin": entry.origin, "source": entry.source})
+    top = covered[covered.msg_bytes == covered.groupby("group_id").msg_bytes.transform("max")]
+    for i, row in top.groupby("group_id", sort=False).head(1).iterrows():
+        entry = row.entry
+        if row.busbw_gbps < min_fraction * entry.busbw_gbps:
+            nodes = frame.node_codes(i)
+            out.flags.append(Flag(
+                "below_expected", frame.ips(nodes), [], row.collective, int(row.msg_bytes), float(row.busbw_gbps),
+                entry.busbw_gbps,
+                f"below expected: {row.pattern} group on {', '.join(frame.label(n) for n in nodes)}: {row.collective} "
+                f"{format_bytes(int(row.msg_bytes))} busbw {row.busbw_gbps:.4g} GB/s, "
+                f"{row.busbw_gbps / entry.busbw_gbps:.0%} of the expected {entry.busbw_gbps:g} ({entry.meaning}, "
+                f"{entry.origin}: {entry.source})", source=entry.source,
+                extra={"fraction": float(row.busbw_gbps / entry.busbw_gbps), "group_id": row.group_id}))
+    return out
+
+
+def intra_vs_inter(table: list[dict]) -> list[dict]:
+    """The seed question per collective: NVLink (intra) and the network (inter, else mixed) at the
+    largest size with an entry, measured beside expected, and their ratios."""
+    out = []
+    rows = pd.DataFrame(table)
+    if rows.empty:
+        return out
+    for coll, g in rows.groupby("collective", sort=False):
+        pick = {}
+        for topo in ("intra", "inter", "mixed"):
+            t = g[g.topology == topo]
+            if len(t):
+                pick[topo] = t[t.msg_bytes == t.msg_bytes.max()].sort_values("world_size").iloc[-1]
+        net = pick.get("inter", pick.get("mixed"))
+        intra = pick.get("intra")
+        if intra is None and net is None:
+            continue
+        out.append({
+            "collective": coll,
+            "intra_busbw": None if intra is None else intra.busbw, "intra_expected": None if intra is None else intra.expected,
+            "net_topology": None if net is None else net.topology,
+            "net_busbw": None if net is None else net.busbw, "net_expected": None if net is None else net.expected,
+            "measured_ratio": intra.busbw / net.busbw if intra is not None and net is not None else None,
+            "expected_ratio": intra.expected / net.expected if intra is not None and net is not None else None,
+        })
+    return out

@@ -1,0 +1,90 @@
+"""A run's report as data: the run's header, tables with fixed snake_case names, and flags.
+Pure: the command reads the dataset, this builds, `commands.render` formats.
+
+JSON form (README: "The report as JSON"): {"run": {...}, "unit": "GBps", "warnings": [...],
+"tables": {"busbw": [...], "latency": [...], "peaks": [...], "dtypes": [...], "fits": [...],
+"failures": [...]}, "flags": [{"kind", "nodes", "ranks", "collective", "msg_bytes", "value",
+"reference", "message", ...}]}.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from orchestrator.analysis import diagnosis, fits
+from orchestrator.analysis.diagnosis import Flag
+from orchestrator.analysis.frame import Frame
+
+# name -> (title, columns scaled by the bandwidth unit)
+TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "busbw": ("busbw ({unit}) by message size, widest group of each topology", ("intra", "inter", "mixed")),
+    "latency": ("time_us by message size, widest group of each topology", ()),
+    "peaks": ("peak busbw ({unit}) and the size reaching half of it", ("peak_busbw",)),
+    "dtypes": ("dtypes at equal element counts (busbw in {unit})", ("busbw",)),
+    "fits": ("latency-bandwidth fits: time = alpha + bytes / bandwidth ({unit}, algorithm bandwidth)", ("bandwidth",)),
+    "failures": ("failed, timed-out and skipped groups", ()),
+}
+RUN_FIELDS = ("run_id", "state", "started_at", "finished_at", "collbench_version", "torch_version", "ray_version",
+              "nccl_version", "gpu_driver", "python_version", "backend", "hostnames", "device_models", "command_line")
+
+
+@dataclass
+class Report:
+    run: dict
+    unit: str
+    tables: dict[str, list[dict]]
+    flags: list[Flag]
+    warnings: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"run": self.run, "unit": self.unit, "warnings": self.warnings, "tables": self.tables,
+                "flags": [f.to_json() for f in self.flags]}
+
+
+def run_header(frame: Frame, manifest: dict | None) -> tuple[dict, list[str]]:
+    df = frame.df
+    run = {"run_id": df.run_id.iloc[0]}
+    warnings = []
+    if manifest is None:
+        warnings.append("no manifest for this run (versions and hosts unknown)")
+    else:
+        run.update({k: manifest.get(k) for k in RUN_FIELDS if k in manifest})
+        state = manifest.get("state")
+        if state == "running":
+            warnings.append("the run is still running, or its driver died: the report covers the groups on disk so far")
+        elif state == "interrupted":
+            warnings.append(f"the run was interrupted after {manifest.get('groups_done')} of "
+                            f"{manifest.get('groups_total')} groups: resume it with collbench run --resume "
+                            f"{run['run_id']}")
+    run["gpu_models"] = sorted(set(df.gpu_model.dropna())) if "gpu_model" in df else []
+    run["nccl_versions"] = sorted(set(df.nccl_version.dropna())) if "nccl_version" in df else []
+    return run, warnings
+
+
+def build(frame: Frame, manifest: dict | None, threshold: float, unit: str, scale: float,
+          collective: str | None = None) -> Report:
+    df = frame.df
+    collectives = [collective] if collective else [c for c in df.collective.unique() if isinstance(c, str)]
+    tables: dict[str, list[dict]] = {name: [] for name in TABLES}
+    for coll in collectives:
+        busbw = diagnosis.by_size(df, coll, "busbw_gbps")
+        tables["busbw"] += busbw
+        tables["latency"] += diagnosis.by_size(df, coll, "time_us")
+        tables["peaks"] += diagnosis.peaks(df, coll, busbw)
+        tables["dtypes"] += diagnosis.precision(df, coll)
+    for row in tables["busbw"]:
+        row["intra/inter"] = row["intra"] / row["inter"] if row["intra"] and row["inter"] else None
+    tables["fits"] = [f for f in fits.fits(df) if f["collective"] in collectives]
+    found = diagnosis.flags(frame, threshold)
+    if collective:
+        found = [f for f in found if f.collective in (collective, None)]
+    tables["failures"] = diagnosis.failure_table(found)
+    for name, (_, scaled) in TABLES.items():
+        tables[name] = [{k: v * scale if k in scaled and isinstance(v, float) else v for k, v in r.items()}
+                        for r in tables[name]]
+    run, warnings = run_header(frame, manifest)
+    return Report(run, unit, tables, found, warnings)
+
+
+def title(name: str, unit: str) -> str:
+    return TABLES[name][0].format(unit=unit)

@@ -1,0 +1,90 @@
+"""Expected values: platform detection on recorded /sys trees, the shipped table's entries and
+their sources, user files, and % of expected with below_expected flags on known data."""
+
+from pathlib import Path
+
+import pytest
+
+from orchestrator.analysis import expected
+from orchestrator.errors import UsageError
+from orchestrator.sweep.platform import detect, gpu_tag
+
+SYS = Path(__file__).resolve().parents[1] / "fixtures" / "sys"
+H100 = ["NVIDIA H100 80GB HBM3"] * 8
+
+
+def test_an_h100_node_with_infiniband():
+    p = detect(str(SYS / "h100_ib"), env={}, nvidia_smi_names=H100)
+    assert p.tags == ("h100-sxm", "gpus-8", "ib-ndr", "ib-ndr-x8", "roce-200", "roce-200-x1")
+    assert p.key == "gpus-8+h100-sxm+ib-ndr+ib-ndr-x8+roce-200+roce-200-x1"
+    assert p.instance_type is None and len(p.nics) == 9 and p.gpus == 8
+
+
+def test_a_p5_with_efa():
+    p = detect(str(SYS / "p5_efa"), env={}, nvidia_smi_names=H100)
+    assert p.tags == ("h100-sxm", "gpus-8", "efa", "efa-x32", "aws-p5")
+    assert p.instance_type == "p5.48xlarge" and {n.kind for n in p.nics} == {"EFA"}
+
+
+def test_a_cpu_only_node_and_a_lab_node(tmp_path):
+    assert detect(str(SYS / "cpu_only"), env={}).tags == ("cpu",)
+    declared = tmp_path / "expected.yaml"
+    declared.write_text("entries:\n  - {collective: '*', topology: inter, min_bytes: 1M, busbw_gbps: 0.125}\n")
+    lab = detect(str(SYS / "cpu_only"), env={"COLLBENCH_PLATFORM": "lab", "COLLBENCH_EXPECTED": str(declared)})
+    assert lab.tags == ("cpu", "lab") and lab.declared[0]["busbw_gbps"] == 0.125
+
+
+@pytest.mark.parametrize("name, tag", [
+    ("NVIDIA H100 80GB HBM3", "h100-sxm"), ("NVIDIA H100 PCIe", "h100-pcie"), ("NVIDIA H200", "h200-sxm"),
+    ("NVIDIA A100-SXM4-80GB", "a100-sxm"), ("NVIDIA A100-PCIE-40GB", "a100-pcie"), ("NVIDIA B200", "b200"),
+    ("NVIDIA H100 NVL", "h100-nvl"), ("Tesla T4", None),
+])
+def test_gpu_tags(name, tag):
+    assert gpu_tag(name) == tag
+
+
+def test_the_shipped_table_cites_a_source_for_every_entry():
+    entries = expected.shipped()
+    assert len(entries) >= 18 and all(e.source and e.meaning in ("typical", "line", "derived") for e in entries)
+    platforms = {e.platform for e in entries}
+    assert {"h100-sxm", "h200-sxm", "a100-sxm", "b200", "h100-pcie", "ib-ndr", "ib-hdr", "aws-p5", "aws-p4d"} <= platforms
+    assert any(e.transport == "GPUDirectTCPX" for e in entries) and any(e.transport == "FasTrak" for e in entries)
+
+
+def _best(tags, collective, topology, size, world=8, transports=""):
+    fits = [e for e in expected.shipped() if e.applies(set(tags), collective, topology, size, world, transports)]
+    return max(fits, key=expected.Entry.rank) if fits else None
+
+
+def test_the_most_specific_entry_applies():
+    h100 = ["h100-sxm", "gpus-8", "ib-ndr", "ib-ndr-x8"]
+    assert _best(h100, "all_reduce", "intra", 1 << 30, transports="NVLS+P2P/NVL").busbw_gbps == 480
+    assert _best(h100, "all_reduce", "intra", 1 << 30, transports="P2P/NVL").busbw_gbps == 370  # ring
+    assert _best(h100, "all_gather", "intra", 1 << 30).busbw_gbps == 370
+    assert _best(h100, "all_reduce", "intra", 1 << 20) is None  # below the size it holds from
+    assert _best(h100, "all_reduce", "inter", 1 << 30).busbw_gbps == 48
+    assert _best(h100, "all_reduce", "mixed", 1 << 30).busbw_gbps == 370
+    assert _best(["h100-sxm", "gpus-8"], "all_reduce", "mixed", 1 << 30, transports="P2P/NVL GPUDirectTCPX_v7").busbw_gbps == 66
+
+
+def test_user_files_are_checked_and_win(tmp_path):
+    good = tmp_path / "mine.yaml"
+    good.write_text("- {collective: all_reduce, topology: inter, min_bytes: 64M, busbw_gbps: 40, source: our acceptance}\n"
+                    "- {platform: h100-sxm, collective: '*', topology: intra, min_bytes: 1G, busbw_gbps: 350}\n")
+    mine = expected.load(str(good), "user")
+    assert [(e.platform, e.collective, e.min_bytes, e.origin) for e in mine] == [
+        ("*", "all_reduce", 64 << 20, "user"), ("h100-sxm", "*", 1 << 30, "user")]
+    fits = [e for e in mine + expected.shipped() if e.applies({"h100-sxm", "ib-ndr"}, "all_reduce", "inter", 1 << 30, 2, "")]
+    assert max(fits, key=expected.Entry.rank).busbw_gbps == 40  # the user's entry wins over ib-ndr's 48
+    bad = tmp_path / "bad.yaml"
+    for text, message in [
+        ("- {topology: inter}\n", "entry 1: missing busbw_gbps"),
+        ("- {topology: sideways, busbw_gbps: 1}\n", "entry 1: topology 'sideways': one of intra, inter, mixed"),
+        ("- {topology: inter, busbw_gbps: 1, bandwidth: 2}\n", "entry 1: unknown field 'bandwidth'"),
+        ("- {topology: inter, busbw_gbps: -3}\n", "busbw_gbps -3: must be positive"),
+        ("- {topology: inter, busbw_gbps: 1, min_bytes: lots}\n", "not a byte size: 'lots'"),
+        ("- {topology: inter\n  busbw_gbps: 1}\n", "not valid YAML at line 2"),
+    ]:
+        bad.write_text(text)
+        with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            expected.load(str(bad), "user")
