@@ -64,7 +64,7 @@ def write_cluster_run(out: str, run_id: str, *, nodes: int = 4, ranks_per_node: 
                       sizes: list[int] | None = None, intra_gbps: float = 40.0, inter_gbps: float = 10.0,
                       alpha_us: float = 20.0, faults: tuple = (), noise: float = 0.0, iters: int = 20, seed: int = 0,
                       minute: int = 0, collective: str = "all_reduce", failed_groups: tuple[str, ...] = (),
-                      one_file: bool = False) -> None:
+                      one_file: bool = False, platform: str | None = None) -> None:
     """A run over the groups the real planner makes for `nodes` x `ranks_per_node`, with a known
     bus bandwidth per topology and planted faults, written through the product's store.
 
@@ -131,7 +131,7 @@ def write_cluster_run(out: str, run_id: str, *, nodes: int = 4, ranks_per_node: 
             "local_ranks": local, "hosts": [f"host{10 + m}" for m in members], "node_ips": [ips[m] for m in members],
             "node_ids": [f"id-{ips[m]}" for m in members], "devices": [f"gpu:{x}" for x in local],
             "pids": list(range(n)), "iters": iters, "warmup": 5, "check_iters": 1, "gpu_model": "NVIDIA H100",
-            "nccl_version": "2.21.5",
+            "nccl_version": "2.21.5", "platform": platform,
         }
         rows = []
         for size in sizes:

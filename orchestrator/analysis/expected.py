@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from orchestrator import yamlfile
 from orchestrator.analysis.diagnosis import Flag
 from orchestrator.analysis.frame import Frame
 from orchestrator.errors import UsageError
@@ -87,17 +88,7 @@ def parse(items: object, where: str, origin: str) -> list[Entry]:
 
 
 def load(path: str, origin: str) -> list[Entry]:
-    import yaml
-
-    try:
-        with open(path) as f:
-            data = yaml.safe_load(f)
-    except OSError as e:
-        raise UsageError(f"--expected {path}: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise UsageError(f"--expected {path}: not valid YAML{where} ({getattr(e, 'problem', None) or e})") from None
+    data = yamlfile.read(path, "--expected")
     return parse(data, f"--expected {path}" if origin == "user" else path, origin)
 
 

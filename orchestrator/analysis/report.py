@@ -3,15 +3,16 @@ Pure: the command reads the dataset, this builds, `commands.render` formats.
 
 JSON form (README: "The report as JSON"): {"run": {...}, "unit": "GBps", "warnings": [...],
 "tables": {"busbw": [...], "latency": [...], "peaks": [...], "dtypes": [...], "fits": [...],
-"failures": [...]}, "flags": [{"kind", "nodes", "ranks", "collective", "msg_bytes", "value",
-"reference", "message", ...}]}.
+"failures": [...], "expected": [...], "intra_vs_inter": [...]}, "flags": [{"kind", "nodes",
+"ranks", "collective", "msg_bytes", "value", "reference", "message", ...}]}.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
-from orchestrator.analysis import diagnosis, fits
+from orchestrator.analysis import diagnosis, expected, fits
 from orchestrator.analysis.diagnosis import Flag
 from orchestrator.analysis.frame import Frame
 
@@ -23,6 +24,9 @@ TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "dtypes": ("dtypes at equal element counts (busbw in {unit})", ("busbw",)),
     "fits": ("latency-bandwidth fits: time = alpha + bytes / bandwidth ({unit}, algorithm bandwidth)", ("bandwidth",)),
     "failures": ("failed, timed-out and skipped groups", ()),
+    "expected": ("busbw ({unit}) beside the expected value for the platform (% of expected)", ("busbw", "expected")),
+    "intra_vs_inter": ("intra-node (NVLink) vs the network, measured and expected ({unit})",
+                       ("intra_busbw", "intra_expected", "net_busbw", "net_expected")),
 }
 RUN_FIELDS = ("run_id", "state", "started_at", "finished_at", "collbench_version", "torch_version", "ray_version",
               "nccl_version", "gpu_driver", "python_version", "backend", "hostnames", "device_models", "command_line")
@@ -61,8 +65,15 @@ def run_header(frame: Frame, manifest: dict | None) -> tuple[dict, list[str]]:
     return run, warnings
 
 
+def entries(manifest: dict | None, user: list[expected.Entry]) -> list[expected.Entry]:
+    """The user's entries, those the cluster declared (in the manifest), and the shipped table."""
+    declared = json.loads(manifest["expected"]) if manifest and manifest.get("expected") else []
+    return [*user, *expected.parse(declared, "the run's manifest", "declared"), *expected.shipped()]
+
+
 def build(frame: Frame, manifest: dict | None, threshold: float, unit: str, scale: float,
-          collective: str | None = None) -> Report:
+          collective: str | None = None, user_entries: list[expected.Entry] = (),
+          min_fraction: float = 0.8) -> Report:
     df = frame.df
     collectives = [collective] if collective else [c for c in df.collective.unique() if isinstance(c, str)]
     tables: dict[str, list[dict]] = {name: [] for name in TABLES}
@@ -79,10 +90,17 @@ def build(frame: Frame, manifest: dict | None, threshold: float, unit: str, scal
     if collective:
         found = [f for f in found if f.collective in (collective, None)]
     tables["failures"] = diagnosis.failure_table(found)
+    judged = expected.evaluate(frame, entries(manifest, list(user_entries)), min_fraction)
+    tables["expected"] = [r for r in judged.table if r["collective"] in collectives]
+    tables["intra_vs_inter"] = expected.intra_vs_inter(tables["expected"])
+    found += [f for f in judged.flags if f.collective in collectives]
     for name, (_, scaled) in TABLES.items():
         tables[name] = [{k: v * scale if k in scaled and isinstance(v, float) else v for k, v in r.items()}
                         for r in tables[name]]
     run, warnings = run_header(frame, manifest)
+    for platform in judged.uncovered:
+        warnings.append(f"no expected value covers platform {platform or 'unknown'}: busbw is judged against "
+                        "its peers only (add entries with --expected FILE)")
     return Report(run, unit, tables, found, warnings)
 
 

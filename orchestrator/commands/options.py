@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from orchestrator.errors import UsageError, first_line
+from orchestrator import yamlfile
+from orchestrator.errors import UsageError
 from orchestrator.sweep.spec import SweepSpec, convert, from_mapping, spec_fields
 
 FORMATS = ("table", "markdown", "csv", "json")
@@ -42,15 +43,7 @@ def spec_from_args(args: argparse.Namespace) -> SweepSpec:
 
 
 def _load_yaml(path: str) -> dict:
-    import yaml
-
-    try:
-        with open(path) as fh:
-            data = yaml.safe_load(fh)
-    except OSError as e:
-        raise UsageError(f"--config {path}: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        raise UsageError(f"--config {path}: not valid YAML ({first_line(e)})") from None
+    data = yamlfile.read(path, "--config")
     if data is None:
         return {}
     if not isinstance(data, dict):

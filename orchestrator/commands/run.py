@@ -49,7 +49,7 @@ def main(args: argparse.Namespace) -> int:
 
     from orchestrator.execution import connect, provenance
     from orchestrator.execution.pool import ActorPool, PlacementError
-    from orchestrator.execution.probe import probe_devices
+    from orchestrator.execution.probe import probe_nodes
     from orchestrator.execution.rows import RunRef
     from orchestrator.execution.runner import Runner
     from orchestrator.sweep import inventory
@@ -72,7 +72,9 @@ def main(args: argparse.Namespace) -> int:
             )
         plan = make_plan(spec, inv)
         check_plan(spec, plan)
-        caps = probe_devices(inv, with_nccl=bool(FLOAT8 & set(spec.dtypes))) if inv.use_gpus else {}
+        probes = probe_nodes(inv, with_nccl=bool(FLOAT8 & set(spec.dtypes)))
+        caps = {node_id: p.caps for node_id, p in probes.items() if p.caps is not None}
+        platforms = {node_id: p.platform for node_id, p in probes.items()}
         check_float8(spec, backend, inv, caps)
         check_memory(spec, backend, inv, {len(g.ranks) for g in plan.groups}, caps)
 
@@ -92,11 +94,13 @@ def main(args: argparse.Namespace) -> int:
         store.create()
         manifest = provenance.manifest(spec, inv, pool.infos(), backend, len(plan))
         manifest["gpu_driver"] = ",".join(sorted({c.driver_version for c in caps.values() if c.driver_version})) or None
+        manifest.update(provenance.platforms(inv, platforms))
         manifest["started_at"] = now
         store.write_manifest(manifest)
         outcome = Outcome()
         observers = [outcome, console.Console(len(plan) - len(skip))]
-        runner = Runner(spec, plan, pool, store, backend, RunRef(run_id, now), observers)
+        runner = Runner(spec, plan, pool, store, backend, RunRef(run_id, now), observers,
+                        {node_id: p.tags for node_id, p in platforms.items()})
         try:
             runner.run(skip)
         except KeyboardInterrupt:

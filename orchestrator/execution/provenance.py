@@ -56,3 +56,13 @@ def _node_infos(inv: Inventory, infos: list[WorkerInfo]):
     for node in inv.nodes:
         if node.node_id in seen:
             yield node, seen[node.node_id]
+
+
+def platforms(inv: Inventory, found: dict) -> dict:
+    """The manifest's `platforms` (node IP -> platform key) and `expected` (the entries the
+    cluster declared, as a lab does), as JSON."""
+    declared = []
+    for p in found.values():
+        declared += [e for e in p.declared if e not in declared]
+    return {"platforms": json.dumps({n.ip: found[n.node_id].key for n in inv.nodes if n.node_id in found}),
+            "expected": json.dumps(declared) if declared else None}

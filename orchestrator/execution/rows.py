@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from orchestrator.execution import stats
@@ -41,9 +41,12 @@ def check_keys(row: dict) -> dict:
 
 
 def group_base(run: RunRef, backend: str, group, groups_in_round: int, workers: Sequence[WorkerInfo],
-               local_ranks: Sequence[int], pair_nodes: list[str] | None) -> dict:
-    """The columns shared by every row of one group: `workers` and `local_ranks` by group rank."""
+               local_ranks: Sequence[int], pair_nodes: list[str] | None,
+               platforms: Mapping[str, Sequence[str]] | None = None) -> dict:
+    """The columns shared by every row of one group: `workers` and `local_ranks` by group rank;
+    `platforms` (node id -> platform tags) gives the tags all of the group's nodes share."""
     per_node = Counter(w.node_id for w in workers)
+    shared = set.intersection(*(set(platforms.get(n, ())) for n in per_node)) if platforms else set()
     return check_keys({
         "run_id": run.run_id,
         "started_at": run.started_at,
@@ -64,6 +67,7 @@ def group_base(run: RunRef, backend: str, group, groups_in_round: int, workers: 
         "devices": [_device(w) for w in workers],
         "pids": [w.pid for w in workers],
         "pair_nodes": pair_nodes,
+        "platform": "+".join(sorted(shared)) or None,
     })
 
 

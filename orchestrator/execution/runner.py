@@ -58,9 +58,9 @@ class Runner:
     the group ends (ok, failed, timed out or skipped)."""
 
     def __init__(self, spec: SweepSpec, plan: Plan, pool: ActorPool, store: ResultStore, backend: str,
-                 run: rows.RunRef, observers: Sequence[RunObserver]) -> None:
+                 run: rows.RunRef, observers: Sequence[RunObserver], platforms: dict[str, tuple[str, ...]]) -> None:
         self.spec, self.plan, self.pool, self.store = spec, plan, pool, store
-        self.backend, self.run_ref, self.observers = backend, run, list(observers)
+        self.backend, self.run_ref, self.observers, self.platforms = backend, run, list(observers), platforms
         self._cases: dict[int, list[Case]] = {}
 
     def run(self, skip: frozenset[str] | set[str] = frozenset()) -> None:
@@ -83,7 +83,7 @@ class Runner:
             pair = [self.pool.inv.nodes[i].node_id for i in g.pair] if g.pair else None
             base = rows.group_base(self.run_ref, self.backend, g, groups_in_round,
                                    [self.pool.workers[r].info for r in g.ranks],
-                                   [self.pool.slots[r][1] for r in g.ranks], pair)
+                                   [self.pool.slots[r][1] for r in g.ranks], pair, self.platforms)
             r = _GroupRun(g, base, self._cases.setdefault(n, build_cases(self.spec, n)), now,
                           self.spec.group_timeout_s)
             self._notify("group_started", g, base)

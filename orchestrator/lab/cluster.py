@@ -56,6 +56,14 @@ class LabState:
     namespaces: list[str] = field(default_factory=list)
     veths: list[str] = field(default_factory=list)
     sessions: list[int] = field(default_factory=list)
+    node_links: dict[str, str] = field(default_factory=dict)  # node index -> its own rate (a planted slow link)
+
+    def link_of(self, i: int) -> str:
+        return self.node_links.get(str(i), self.link)
+
+    @property
+    def expected_path(self) -> str:
+        return os.path.join(self.state_dir, "expected.yaml")
 
     @property
     def head_ip(self) -> str:
@@ -95,6 +103,18 @@ def load(name: str) -> LabState:
         raise UsageError(f"--name {name}: no lab of that name is up (no {state_path(name)})") from None
 
 
+def parse_node_links(items: list[str] | None, nodes: int) -> dict[str, str]:
+    """`--node-link I=RATE` items -> {"I": RATE}, each index a node of the lab and each rate valid."""
+    out = {}
+    for item in items or []:
+        index, sep, rate = item.partition("=")
+        if not sep or not index.isdigit() or int(index) >= nodes:
+            raise UsageError(f"--node-link {item!r}: expected NODE=RATE with NODE in 0..{nodes - 1}, such as 1=500mbit")
+        link_rate_bps(rate)
+        out[str(int(index))] = rate
+    return out
+
+
 def check_host(name: str, nodes: int, ranks_per_node: int, link: str, subnet: str) -> None:
     """Refuse what cannot work, before creating anything."""
     if not re.fullmatch(r"[a-z][a-z0-9]{0,5}", name):
@@ -131,11 +151,14 @@ def check_host(name: str, nodes: int, ranks_per_node: int, link: str, subnet: st
             raise UsageError(f"--name {name}: network namespace cb-{name}-{i} already exists")
 
 
-def up(name: str, nodes: int, ranks_per_node: int, link: str, subnet: str, timeout_s: float = 120.0) -> LabState:
+def up(name: str, nodes: int, ranks_per_node: int, link: str, subnet: str, timeout_s: float = 120.0,
+       node_links: dict[str, str] | None = None) -> LabState:
     check_host(name, nodes, ranks_per_node, link, subnet)
     os.makedirs(state_dir(name), exist_ok=True)
-    st = LabState(name, nodes, ranks_per_node, link, subnet, state_dir(name), f"/tmp/cbl-{name}")
+    st = LabState(name, nodes, ranks_per_node, link, subnet, state_dir(name), f"/tmp/cbl-{name}",
+                  node_links=dict(node_links or {}))
     st.save()
+    _declare(st)
     try:
         _build_network(st)
         _start_ray(st, timeout_s)
@@ -147,9 +170,6 @@ def up(name: str, nodes: int, ranks_per_node: int, link: str, subnet: str, timeo
 
 def _build_network(st: LabState) -> None:
     prefix = ipaddress.ip_network(st.subnet).prefixlen
-    rate_bps = link_rate_bps(st.link)
-    # tbf needs a bucket of at least one timer tick's worth of bytes to reach its rate.
-    burst = max(128 * 1024, int(rate_bps / 8 / 100))
     st.bridge = f"cb{st.name}br"
     st.save()
     _ip("link", "add", st.bridge, "type", "bridge")
@@ -167,7 +187,9 @@ def _build_network(st: LabState) -> None:
         _ip("-n", ns, "addr", "add", f"{st.node_ip(i)}/{prefix}", "dev", node_end)
         _ip("-n", ns, "link", "set", node_end, "up")
         _ip("-n", ns, "link", "set", "lo", "up")
-        tbf = ["root", "tbf", "rate", st.link, "burst", str(burst), "latency", "50ms"]
+        # tbf needs a bucket of at least one timer tick's worth of bytes to reach its rate.
+        burst = max(128 * 1024, int(link_rate_bps(st.link_of(i)) / 8 / 100))
+        tbf = ["root", "tbf", "rate", st.link_of(i), "burst", str(burst), "latency", "50ms"]
         _run(["tc", "qdisc", "add", "dev", host_end, *tbf])
         _run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", node_end, *tbf])
 
@@ -194,11 +216,24 @@ def _start_ray(st: LabState, timeout_s: float) -> None:
             raynodes.ray_start(
                 [f"--address={st.address}", f"--node-ip-address={st.node_ip(i)}", f"--num-cpus={st.ranks_per_node}",
                  "--object-store-memory=100000000"],
-                os.path.join(st.state_dir, f"node{i}.log"), netns=ns, env=st.auth_env(),
+                os.path.join(st.state_dir, f"node{i}.log"), netns=ns,
+                env={**st.auth_env(), "COLLBENCH_PLATFORM": "lab", "COLLBENCH_EXPECTED": st.expected_path},
             )
         )
         st.save()
         _wait_nodes(st, i + 1, timeout_s)
+
+
+def _declare(st: LabState) -> None:
+    """What the lab is, for expected values: every node's link carries the --link rate, which a
+    2-rank all_reduce across it reaches (gloo's ring; its all_gather and send/recv reach 60-90%
+    of it on these machines, a property of gloo, not of the link). A node given its own rate with
+    --node-link is a planted fault, not part of the declaration."""
+    entry = {"platform": "lab", "collective": "all_reduce", "topology": "inter", "min_bytes": "1M",
+             "busbw_gbps": link_rate_bps(st.link) / 8e9, "meaning": "line",
+             "source": f"collbench lab up --link {st.link}: tc tbf on both ends of every node's link"}
+    with open(st.expected_path, "w") as f:
+        json.dump({"entries": [entry]}, f, indent=1)  # JSON is YAML
 
 
 def _wait_nodes(st: LabState, nodes: int, timeout_s: float) -> None:

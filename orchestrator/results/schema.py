@@ -46,6 +46,7 @@ ROW_SCHEMA = pa.schema(
         ("pair_nodes", _str_list),  # pairwise only: the two node ids
         # what the backend really used (null where unknown; README: Transport)
         ("gpu_model", pa.string()),  # null on CPU ranks
+        ("platform", pa.string()),  # the platform tags its nodes share, joined by + (README: Expected values)
         ("nccl_version", pa.string()),  # of the library loaded by the workers, from NCCL's own log
         ("net_transport", pa.string()),  # inter-node path: IB, Socket/eth0, AWS Libfabric/GDRDMA, gloo/tcp/eth0
         ("intra_transport", pa.string()),  # intra-node paths NCCL connected: P2P, SHM, NVLS, NET (joined by +)
@@ -100,6 +101,8 @@ MANIFEST_SCHEMA = pa.schema(
         ("command_line", pa.string()),
         ("spec", pa.string()),  # JSON of the validated SweepSpec
         ("inventory", pa.string()),  # JSON of the nodes used
+        ("platforms", pa.string()),  # JSON: node IP -> platform key
+        ("expected", pa.string()),  # JSON: expected-value entries the cluster declared (a lab's link rate)
         ("groups_total", pa.int32()),
         ("groups_done", pa.int32()),
     ]

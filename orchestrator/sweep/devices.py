@@ -43,6 +43,7 @@ class DeviceCaps:
     driver_version: str | None = None
     nccl_version: tuple[int, int, int] | None = None  # the NCCL torch was built with
     problem: str | None = None
+    gpus: int = 0
 
 
 def case_bytes(case: Case, n: int, backend: str) -> int:

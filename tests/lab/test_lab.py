@@ -55,6 +55,12 @@ def test_all_patterns_against_the_shaped_link(lab2x2, tmp_path):
     assert rep["run"]["run_id"] == df.run_id.iloc[0] and rep["run"]["state"] == "finished"
     head = [r for r in rep["tables"]["busbw"] if r["collective"] == "all_reduce"]
     assert head and all(r["intra"] > r["inter"] for r in head)
+    # the lab declared what it is: every node's platform is cpu+lab, and an inter-node group's
+    # busbw is judged against the shaped rate (the same physical truth as above)
+    assert set(df.platform) == {"cpu+lab"}
+    inter_rows = [r for r in rep["tables"]["expected"] if r["topology"] == "inter"]
+    assert inter_rows and all(r["expected"] == LINK_GBPS and r["origin"] == "declared" for r in inter_rows)
+    assert all(70 <= r["pct_of_expected"] <= 105 for r in inter_rows), inter_rows
 
 
 def test_plan_against_the_live_lab(lab2x2):
@@ -180,3 +186,28 @@ def test_expect_net_fails_groups_on_another_network(lab2x2, tmp_path):
     # each node's traffic leaves through its own veth in its namespace (cb<lab><i>n)
     for _, row in df.iterrows():
         assert row.net_transport.startswith(f"gloo/tcp/cb{lab2x2.name}"), row.net_transport
+
+
+def test_a_half_rate_node_is_below_expected(tmp_path):
+    """Three nodes, the middle one's link at half the declared rate: every group that crosses it
+    reads about half of expected and is flagged; the pair that avoids it is not."""
+    from tests.lab.conftest import Lab, require_lab
+
+    require_lab()
+    lab = Lab(nodes=3, ranks_per_node=1, link="1gbit", node_links={1: "500mbit"})
+    try:
+        out = tmp_path / "results"
+        proc = run_cli(["run", "--address", lab.address, "--ranks-per-node", "1", "--patterns", "pairwise",
+                        "--collectives", "all_reduce", "-b", "4M", "-e", "4M", "-n", "4", "-w", "1", "--no-concurrent",
+                        "--output", str(out)], env=lab.env(), timeout=600)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        rep = run_cli(["report", str(out), "--format", "json", "--threshold", "0.99"])
+        assert rep.returncode == 1, rep.stdout[-2000:]
+        flags = json.loads(rep.stdout)["flags"]
+        below = {tuple(f["nodes"]): f for f in flags if f["kind"] == "below_expected"}
+        ips = lab.node_ips
+        assert set(below) == {(ips[0], ips[1]), (ips[1], ips[2])}, [f["message"] for f in flags]
+        assert all(0.35 <= f["fraction"] <= 0.6 for f in below.values())
+        assert all(f["source"].startswith("collbench lab up --link 1gbit") for f in below.values())
+    finally:
+        lab.down()

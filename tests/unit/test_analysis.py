@@ -42,8 +42,12 @@ def test_fit_recovers_alpha_and_bandwidth_and_says_why_a_fit_is_poor():
 def test_a_healthy_cluster_passes(tmp_path):
     write_cluster_run(str(tmp_path), "ok-run", noise=0.02)
     rep, code = _report(str(tmp_path), code=0)
-    assert rep["flags"] == [] and rep["warnings"] == ["no manifest for this run (versions and hosts unknown)"]
-    assert set(rep["tables"]) == {"busbw", "latency", "peaks", "dtypes", "fits", "failures"}
+    assert rep["flags"] == [] and rep["warnings"] == [
+        "no manifest for this run (versions and hosts unknown)",
+        "no expected value covers platform unknown: busbw is judged against its peers only (add entries with "
+        "--expected FILE)"]
+    assert set(rep["tables"]) == {"busbw", "latency", "peaks", "dtypes", "fits", "failures", "expected",
+                                  "intra_vs_inter"}
 
 
 def test_degraded_intra_node_fabric_names_its_node(tmp_path):
@@ -134,7 +138,8 @@ def test_text_csv_and_one_table(tmp_path):
     assert len(table) == len(SIZES)
     run_main(["report", str(tmp_path / "res"), "--format", "csv", "--csv-dir", str(tmp_path / "csv")])
     assert sorted(p.name for p in (tmp_path / "csv").iterdir()) == [
-        "busbw.csv", "dtypes.csv", "failures.csv", "fits.csv", "flags.csv", "latency.csv", "peaks.csv"]
+        "busbw.csv", "dtypes.csv", "expected.csv", "failures.csv", "fits.csv", "flags.csv", "intra_vs_inter.csv",
+        "latency.csv", "peaks.csv"]
     flags = pd.read_csv(tmp_path / "csv" / "flags.csv")
     assert list(flags.kind) == ["slow_pair"] and flags.nodes[0] == "10.0.0.11;10.0.0.14"
     bad = run_main(["report", str(tmp_path / "res"), "--format", "csv"])
@@ -149,8 +154,8 @@ def test_the_header_reads_the_manifest_and_warns_of_an_interrupted_run(tmp_path)
                                               "hostnames": ["host10", "host11"]})
     rep, _ = _report(out)
     assert rep["run"]["state"] == "interrupted" and rep["run"]["hostnames"] == ["host10", "host11"]
-    assert rep["warnings"] == ["the run was interrupted after 3 of 9 groups: resume it with collbench run "
-                               "--resume run-a"]
+    assert rep["warnings"][0] == ("the run was interrupted after 3 of 9 groups: resume it with collbench run "
+                                  "--resume run-a")
     assert rep["run"]["nccl_versions"] == []  # rows of the old generator carry none
     text = run_main(["report", out]).stdout
     assert text.startswith("run run-a (interrupted)") and "WARNING: the run was interrupted" in text

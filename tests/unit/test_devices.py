@@ -19,7 +19,7 @@ IDS = [n.node_id for n in INV.nodes]
 
 def test_nvidia_smi_is_read_per_node():
     caps = parse_nvidia_smi(H100_SMI)
-    assert caps == DeviceCaps("NVIDIA H100 80GB HBM3", 81559 << 20, (9, 0), "550.54.15")
+    assert caps == DeviceCaps("NVIDIA H100 80GB HBM3", 81559 << 20, (9, 0), "550.54.15", gpus=8)
     mixed = parse_nvidia_smi(MIXED_SMI)
     assert mixed.memory_bytes == 40960 << 20 and mixed.compute_capability == (8, 0)  # the smallest GPU counts
     assert parse_nvidia_smi("No devices were found\n").problem.startswith("unexpected nvidia-smi output")

@@ -88,3 +88,38 @@ def test_user_files_are_checked_and_win(tmp_path):
         bad.write_text(text)
         with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
             expected.load(str(bad), "user")
+
+
+def test_report_shows_percent_of_expected_and_flags_below_it(tmp_path):
+    """Synthetic links at 10 GB/s between nodes and 40 inside: a user file says so; a node whose
+    NIC runs at half rate is below_expected in every group that crosses it."""
+    import json
+
+    from tests.helpers import run_main
+    from tests.synthetic import write_cluster_run
+
+    mine = tmp_path / "expected.yaml"
+    mine.write_text("- {collective: all_reduce, topology: inter, min_bytes: 16M, busbw_gbps: 10, source: spec sheet}\n"
+                    "- {collective: all_reduce, topology: intra, min_bytes: 16M, busbw_gbps: 40, source: spec sheet}\n")
+    write_cluster_run(str(tmp_path / "ok"), "ok", nodes=4, ranks_per_node=2, patterns=("intra", "inter"),
+                      platform="cpu+lab")
+    proc = run_main(["report", str(tmp_path / "ok"), "--expected", str(mine), "--format", "json"])
+    rep = json.loads(proc.stdout)
+    assert proc.returncode == 0, [f["message"] for f in rep["flags"]]
+    rows = rep["tables"]["expected"]
+    assert {(r["topology"], r["size"]) for r in rows} == {(t, s) for t in ("intra", "inter") for s in ("16M", "64M")}
+    assert all(95 <= r["pct_of_expected"] <= 100 and r["origin"] == "user" and r["source"] == "spec sheet" for r in rows)
+    (side,) = rep["tables"]["intra_vs_inter"]
+    assert side["expected_ratio"] == 4 and side["measured_ratio"] == pytest.approx(4, rel=0.03)
+
+    write_cluster_run(str(tmp_path / "bad"), "bad", nodes=4, ranks_per_node=1, patterns=("inter", "pairwise"),
+                      platform="cpu+lab", faults=(("node_nic", 2, 0.5),))
+    proc = run_main(["report", str(tmp_path / "bad"), "--expected", str(mine), "--format", "json"])
+    rep = json.loads(proc.stdout)
+    below = [f for f in rep["flags"] if f["kind"] == "below_expected"]
+    assert proc.returncode == 1 and below and all("10.0.0.12" in f["nodes"] for f in below)
+    assert all(f["reference"] == 10 and f["source"] == "spec sheet" and 0.45 < f["fraction"] < 0.55 for f in below)
+    # every group that crosses node 2: pairs (0,2), (1,2), (2,3) (pairwise, and inter k=2), all four (inter k=4)
+    assert {tuple(f["nodes"]) for f in below} == {("10.0.0.10", "10.0.0.12"), ("10.0.0.11", "10.0.0.12"),
+                                                  ("10.0.0.12", "10.0.0.13"),
+                                                  ("10.0.0.10", "10.0.0.11", "10.0.0.12", "10.0.0.13")}
