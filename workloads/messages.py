@@ -23,8 +23,7 @@ class Status(str, Enum):
 class Stage(str, Enum):
     """Where a group is in its life, as the driver tracks it."""
 
-    RENDEZVOUS = "rendezvous"  # rank 0 opens the group's store
-    JOIN = "join"  # every rank forms the process group
+    JOIN = "join"  # every rank forms the process group (through the run's rendezvous store)
     MEASURE = "measure"  # cases run one after another
     LEAVE = "leave"  # every rank destroys the process group
 
@@ -65,11 +64,9 @@ class Case:
 class JoinRequest:
     """Form the process group `group_id` as rank `rank` of `world_size`."""
 
-    group_id: str
+    group_id: str  # the key prefix of the group in the run's rendezvous store
     rank: int
     world_size: int
-    store_ip: str  # rank 0's rendezvous store
-    store_port: int
     backend: str
     timeout_s: float  # of the backend's own operations (longer than the driver's deadline)
 

@@ -1,7 +1,7 @@
 """BenchWorker: one rank. A plain class; the driver turns it into a Ray actor.
 
-Lifecycle per group: the group's rank 0 `open_store()`s a TCP store on a free port of its node,
-every member `join()`s with that address, the driver sends `run()` cases, then `leave()`. Messages are the dataclasses of
+Lifecycle per group: every member `join()`s through the run's rendezvous store (in the driver;
+each worker keeps one connection to it), the driver sends `run()` cases, then `leave()`. Messages are the dataclasses of
 `workloads.messages`.
 The same worker serves many groups in turn; it is never in two groups at once.
 """
@@ -67,20 +67,19 @@ class BenchWorker:
         self._nccl_log = nccl_log.configure(os.environ)
         return self.describe()
 
-    def open_store(self, timeout_s: float) -> tuple[str, int]:
-        """Create the group's rendezvous store on a free port; return its address."""
-        self._store = dist.TCPStore(
-            self._ip, 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=timeout_s)
-        )
-        return self._ip, self._store.port
+    def ping(self) -> int:
+        """This process answers (called in its own concurrency group, beside a running call)."""
+        return os.getpid()
+
+    def connect_store(self, ip: str, port: int, timeout_s: float) -> None:
+        """Connect to the run's rendezvous store, once for every group this worker will join."""
+        self._store = dist.TCPStore(ip, port, is_master=False, timeout=timedelta(seconds=timeout_s))
 
     def join(self, req: JoinRequest) -> Joined:
-        """Form the torch.distributed group `req` describes; return what it used."""
+        """Form the torch.distributed group `req` describes through the run's store, under the
+        group's own key prefix; return what it used."""
         timeout = timedelta(seconds=req.timeout_s)
-        if req.rank == 0:
-            store = self._store
-        else:
-            store = dist.TCPStore(req.store_ip, req.store_port, is_master=False, timeout=timeout)
+        self._store.set_timeout(timeout)
         if dist.is_initialized():
             dist.destroy_process_group()
         self._rank, self._world_size, self._backend = req.rank, req.world_size, req.backend
@@ -94,7 +93,7 @@ class BenchWorker:
             kwargs["device_id"] = self._device  # set up the communicator now, not in a timed call
         dist.init_process_group(
             req.backend,
-            store=dist.PrefixStore(req.group_id, store),
+            store=dist.PrefixStore(req.group_id, self._store),
             rank=self._rank,
             world_size=self._world_size,
             timeout=timeout,
@@ -112,7 +111,6 @@ class BenchWorker:
         transport = self._transport()
         if dist.is_initialized():
             dist.destroy_process_group()
-        self._store = None
         return transport
 
     def _transport(self) -> Transport:

@@ -99,10 +99,10 @@ def main(args: argparse.Namespace) -> int:
         store.write_manifest(manifest)
         outcome = Outcome()
         observers = [outcome, console.Console(len(plan) - len(skip))]
-        runner = Runner(spec, plan, pool, store, backend, RunRef(run_id, now), observers,
+        runner = Runner(spec, pool, store, backend, RunRef(run_id, now), observers,
                         {node_id: p.tags for node_id, p in platforms.items()})
         try:
-            runner.run(skip)
+            runner.run(plan, skip)
         except KeyboardInterrupt:
             manifest.update(state="interrupted", finished_at=dt.datetime.now(dt.timezone.utc))
             store.write_manifest(manifest)

@@ -104,9 +104,6 @@ class Console:
     def measuring(self) -> None:
         self._print(header())
 
-    def group_joined(self, group: Group, setup_s: float, joined: list) -> None:
-        pass
-
     def note(self, text: str) -> None:
         self._print(text)
 

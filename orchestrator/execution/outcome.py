@@ -26,7 +26,9 @@ class Outcome:
     setup_s: list[float] = field(default_factory=list)  # round start -> group formed, per group
     teardown_s: list[float] = field(default_factory=list)  # last measurement -> group left, per group
     first_row_at: float | None = None  # time.monotonic() of the first row
+    rounds: list[dict] = field(default_factory=list)  # per round: groups, wall_s, measured_s (inside timed iterations)
     _measured: dict[int, dict[str, float]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(float)))
+    _round_t0: dict[int, tuple[float, int]] = field(default_factory=dict)
     _last_result_at: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -36,14 +38,14 @@ class Outcome:
         return sum(max(groups.values()) for groups in self._measured.values())
 
     # -- RunObserver ----------------------------------------------------------------------
-    def group_started(self, group: Group, base: dict) -> None:
-        pass
+    def round_started(self, round_no: int, groups: int) -> None:
+        self._round_t0[round_no] = (time.monotonic(), groups)
 
-    def measuring(self) -> None:
-        pass
-
-    def note(self, text: str) -> None:
-        pass
+    def round_ended(self, round_no: int) -> None:
+        t0, groups = self._round_t0.pop(round_no)
+        measured = max(self._measured.get(round_no, {0: 0.0}).values())
+        self.rounds.append({"round": round_no, "groups": groups, "wall_s": time.monotonic() - t0,
+                            "measured_s": measured})
 
     def group_joined(self, group: Group, setup_s: float, joined: list[Joined]) -> None:
         self.setup_s.append(setup_s)

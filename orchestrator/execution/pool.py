@@ -12,6 +12,7 @@ from ray.actor import ActorHandle
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from orchestrator.errors import first_line
+from orchestrator.execution.rendezvous import RunStore, reachable_ip
 from orchestrator.sweep.inventory import Inventory, Node
 from workloads.messages import WorkerInfo
 from workloads.worker import BenchWorker
@@ -51,6 +52,8 @@ class ActorPool:
 
     def __init__(self, inv: Inventory, env: dict[str, str], start_timeout_s: float) -> None:
         self.inv = inv
+        # every worker connects to it once; every group forms through it (execution.rendezvous)
+        self.rendezvous = RunStore(reachable_ip(ray.get_runtime_context().gcs_address))
         self.env = env
         self.start_timeout_s = start_timeout_s
         # slot per global rank: (node index, local index)
@@ -116,7 +119,8 @@ class ActorPool:
         and reported in one PlacementError after the others are set up."""
         ranks = list(ranks)
         use_gpus = self.inv.use_gpus
-        cls = ray.remote(BenchWorker)
+        # "ctl": a thread of its own that answers ping() while a collective blocks the default one
+        cls = ray.remote(concurrency_groups={"ctl": 1})(BenchWorker)
         actors = {}
         for r in ranks:
             node = self.node_of(r)
@@ -140,6 +144,7 @@ class ActorPool:
         started = [r for r in ranks if r not in failed]
         if use_gpus and started:
             self._assign_gpus(started, first)
+        self._connect(started)
         self._check_nodes(started)
         if failed:
             where = sorted({f"{self.node_of(r).ip} ({self.node_of(r).hostname or '?'})" for r in failed})
@@ -172,6 +177,30 @@ class ActorPool:
             raise PlacementError(f"could not set the GPUs of new workers: {first_line(e)}") from None
         for r, info in zip(refs.values(), infos):
             self.workers[r] = Worker(self.workers[r].actor, info)
+
+    def silent(self, ranks: Sequence[int], timeout_s: float = 3.0) -> list[int]:
+        """Which of these ranks' processes do not answer a ping within `timeout_s` (stopped,
+        dead, or stuck outside Python with the GIL held); the others are alive."""
+        refs = {self.actor(r).ping.options(concurrency_group="ctl").remote(): r for r in ranks
+                if self.actor(r) is not None}
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s)
+        answered = set()
+        for ref in ready:
+            try:
+                ray.get(ref, timeout=0)
+                answered.add(refs[ref])
+            except Exception:  # died
+                pass
+        return [r for r in ranks if r not in answered]
+
+    def _connect(self, ranks: list[int]) -> None:
+        ip, port = self.rendezvous.address
+        refs = [self.actor(r).connect_store.remote(ip, port, self.start_timeout_s) for r in ranks]
+        try:
+            ray.get(refs, timeout=self.start_timeout_s)
+        except Exception as e:
+            raise PlacementError(f"workers could not reach the run's rendezvous store at {ip}:{port}: "
+                                 f"{first_line(e)}") from None
 
     def _check_nodes(self, ranks: list[int]) -> None:
         for r in ranks:

@@ -35,7 +35,7 @@ class _GroupRun:
     t0: float
     limit_s: float  # the current stage's deadline, from its start
     deadline: float = 0.0
-    stage: Stage = Stage.RENDEZVOUS
+    stage: Stage = Stage.JOIN
     refs: dict[Stage, list] = field(default_factory=dict)  # join, leave: one per rank
     case_refs: list[list] = field(default_factory=list)  # per case, one per rank
     next_case: int = 0
@@ -57,21 +57,25 @@ class Runner:
     """Runs a plan round by round on the pool's workers and writes every group's rows as soon as
     the group ends (ok, failed, timed out or skipped)."""
 
-    def __init__(self, spec: SweepSpec, plan: Plan, pool: ActorPool, store: ResultStore, backend: str,
-                 run: rows.RunRef, observers: Sequence[RunObserver], platforms: dict[str, tuple[str, ...]]) -> None:
-        self.spec, self.plan, self.pool, self.store = spec, plan, pool, store
+    def __init__(self, spec: SweepSpec, pool: ActorPool, store: ResultStore, backend: str, run: rows.RunRef,
+                 observers: Sequence[RunObserver], platforms: dict[str, tuple[str, ...]]) -> None:
+        self.spec, self.pool, self.store = spec, pool, store
         self.backend, self.run_ref, self.observers, self.platforms = backend, run, list(observers), platforms
         self._cases: dict[int, list[Case]] = {}
 
-    def run(self, skip: frozenset[str] | set[str] = frozenset()) -> None:
-        for rnd in self.plan.rounds:
+    def run(self, plan: Plan, skip: frozenset[str] | set[str] = frozenset()) -> None:
+        for rnd in plan.rounds:
             todo = [g for g in rnd if g.group_id not in skip]
             if todo:
+                self._notify("round_started", todo[0].round, len(todo))
                 self._run_round(todo, len(rnd))
+                self._notify("round_ended", todo[0].round)
 
     def _notify(self, event: str, *args) -> None:
         for o in self.observers:
-            getattr(o, event)(*args)
+            handler = getattr(o, event, None)
+            if handler is not None:
+                handler(*args)
 
     # -- one round ------------------------------------------------------------------------
     def _run_round(self, groups: list[Group], groups_in_round: int) -> None:
@@ -96,35 +100,19 @@ class Runner:
             return
         self._notify("measuring")
         owner = {}
-        for r, address in self._open_stores(runs).items():
-            self._submit(r, *address)
+        for r in runs:
+            self._submit(r)
             for ref in [x for refs in (*r.refs.values(), *r.case_refs) for x in refs]:
                 owner[ref] = r
-        self._event_loop([r for r in runs if not r.done], owner)
+        self._event_loop(runs, owner)
 
-    def _open_stores(self, runs: list[_GroupRun]) -> dict[_GroupRun, tuple[str, int]]:
-        """Rank 0 of each group opens its rendezvous store. One wait for every group, so a slow
-        rank 0 costs no other group its deadline."""
-        stores = {self._actor(r, 0).open_store.remote(self.spec.group_timeout_s): r for r in runs}
-        ready, _ = ray.wait(list(stores), num_returns=len(stores), timeout=self.spec.group_timeout_s)
-        opened = {}
-        for ref, r in stores.items():
-            if ref not in ready:
-                self._end(r, Status.TIMEOUT, [0], "rendezvous store on rank 0 did not open before the deadline")
-                continue
-            try:
-                opened[r] = ray.get(ref, timeout=0)
-            except Exception as e:
-                self._end(r, Status.FAILED, [0], f"rendezvous store on rank 0: {one_line(e)}")
-        return opened
-
-    def _submit(self, r: _GroupRun, ip: str, port: int) -> None:
+    def _submit(self, r: _GroupRun) -> None:
         n = len(r.group.ranks)
         # The backend's own timeout is longer than any deadline of the group, so the driver's
         # deadline fires first and names the ranks that hang, instead of a backend error on those
         # that wait.
         longest = max([self.spec.group_timeout_s, *(case_deadline_s(self.spec, c) for c in r.cases)])
-        reqs = [JoinRequest(r.group.group_id, j, n, ip, port, self.backend, longest + 30) for j in range(n)]
+        reqs = [JoinRequest(r.group.group_id, j, n, self.backend, longest + 30) for j in range(n)]
         r.refs[Stage.JOIN] = [self._actor(r, j).join.remote(req) for j, req in enumerate(reqs)]
         r.case_refs = [[self._actor(r, j).run.remote(case) for j in range(n)] for case in r.cases]
         r.refs[Stage.LEAVE] = [self._actor(r, j).leave.remote() for j in range(n)]
@@ -144,11 +132,25 @@ class Runner:
                 if not r.done and now >= r.deadline:
                     self._advance(r)  # results that arrived since the wait count
                 if not r.done and now >= r.deadline:
-                    late = [j for j, ref in enumerate(r.stage_refs()) if not _is_ready(ref)]
-                    hosts = ", ".join(sorted({rows.where(r.base, j) for j in late}))
-                    self._end(r, Status.TIMEOUT, late, f"deadline of {r.limit_s:.1f}s passed during {r.stage.value}; "
-                              f"ranks {_ranks(late)} on {hosts} had not returned")
+                    self._timed_out(r)
             active = [r for r in active if not r.done]
+
+    def _timed_out(self, r: _GroupRun) -> None:
+        """Name the culprits of a hang: of the ranks that had not returned, those whose process
+        does not answer a ping (stopped, dead); if every one answers, all of them (stuck in the
+        backend, or waiting on a network that lost them)."""
+        late = [j for j, ref in enumerate(r.stage_refs()) if not _is_ready(ref)]
+        silent_global = set(self.pool.silent([r.group.ranks[j] for j in late]))
+        silent = [j for j in late if r.group.ranks[j] in silent_global]
+        what = f"deadline of {r.limit_s:.1f}s passed during {r.stage.value}; "
+        if silent:
+            waiting = [j for j in late if j not in silent]
+            what += (f"ranks {_ranks(silent)} on {', '.join(sorted({rows.where(r.base, j) for j in silent}))} do not "
+                     f"answer (stopped or dead)" + (f", ranks {_ranks(waiting)} wait for them" if waiting else ""))
+        else:
+            what += (f"ranks {_ranks(late)} on {', '.join(sorted({rows.where(r.base, j) for j in late}))} had not "
+                     "returned; every one answers (stuck in the backend or waiting on the network)")
+        self._end(r, Status.TIMEOUT, silent or late, what)
 
     def _outstanding(self, r: _GroupRun) -> list:
         return [ref for ref in r.stage_refs() if not _is_ready(ref)] or r.stage_refs()

@@ -62,7 +62,7 @@ def test_one_actor_per_gpu_on_its_node_reused_across_groups(gpu_cluster, tmp_pat
     now = dt.datetime.now(dt.timezone.utc)
     # gloo on GPU nodes measures host memory: this machine has no real GPU behind the fake ones.
     outcome = Outcome()
-    Runner(spec, plan, pool, store, "gloo", RunRef("run-x", now), [outcome], {}).run()
+    Runner(spec, pool, store, "gloo", RunRef("run-x", now), [outcome], {}).run(plan)
     assert outcome.groups_failed == 0 and outcome.groups_ok == len(plan) and outcome.rows == len(plan)
     assert [w.actor for w in pool.workers] == handles and pool.respawns == 0
     assert [i.pid for i in ray.get([h.describe.remote() for h in handles])] == pids
