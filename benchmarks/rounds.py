@@ -3,7 +3,7 @@ CPU rank each), a pairwise sweep of a 1 KiB all_reduce (120 pairs in 15 rounds o
 the same with 1, 2, 4 and 8 concurrent groups per round. A round's overhead is its wall time minus
 the time inside timed iterations (its longest group's).
 
-    python benchmarks/rounds.py [--nodes 16] [--repeat 1]
+    python benchmarks/rounds.py [--nodes 16]
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from orchestrator.commands import compare, lab, plan, predict, report, run
+from orchestrator.commands import compare, lab, plan, predict, qualify, report, run
 from orchestrator.errors import UsageError
 
 
@@ -22,7 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Cluster-wide benchmarks of collective communication (NCCL on GPUs, gloo on CPUs) on Ray.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for module in (run, plan, report, compare, predict, lab):
+    for module in (run, qualify, plan, report, compare, predict, lab):
         module.add_parser(sub)
     return parser
 

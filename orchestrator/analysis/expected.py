@@ -96,6 +96,13 @@ def shipped() -> list[Entry]:
     return load(SHIPPED, "shipped")
 
 
+def find(entries: list[Entry], tags: set[str], collective: str, topology: str, msg_bytes: int, world: int,
+         transports: str = "") -> Entry | None:
+    """The most specific entry that applies, or None."""
+    fits = [e for e in entries if e.applies(tags, collective, topology, msg_bytes, world, transports)]
+    return max(fits, key=Entry.rank) if fits else None
+
+
 @dataclass
 class Evaluation:
     table: list[dict] = field(default_factory=list)
@@ -114,12 +121,9 @@ def evaluate(frame: Frame, entries: list[Entry], min_fraction: float) -> Evaluat
         else pd.Series("", index=df.index)
     keys = ["platform", "collective", "topology", "world_size", "msg_bytes"]
     d = df.assign(transports=transports, platform=df.platform.fillna(""))
-    lookup: dict[tuple, Entry | None] = {}
-    for key in d[keys + ["transports"]].drop_duplicates().itertuples(index=False):
-        tags = set(key.platform.split("+")) if key.platform else set()
-        fits = [e for e in entries if e.applies(tags, key.collective, key.topology, int(key.msg_bytes),
-                                                 int(key.world_size), key.transports)]
-        lookup[tuple(key)] = max(fits, key=Entry.rank) if fits else None
+    lookup = {tuple(key): find(entries, set(key.platform.split("+")) if key.platform else set(), key.collective,
+                               key.topology, int(key.msg_bytes), int(key.world_size), key.transports)
+              for key in d[keys + ["transports"]].drop_duplicates().itertuples(index=False)}
     d = d.assign(entry=[lookup[k] for k in d[keys + ["transports"]].itertuples(index=False, name=None)])
     covered = d[d.entry.notna()]
     out = Evaluation(uncovered=sorted(set(d.platform) - set(covered.platform)))

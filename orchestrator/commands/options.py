@@ -7,19 +7,27 @@ import argparse
 
 from orchestrator import yamlfile
 from orchestrator.errors import UsageError
+from orchestrator.sweep.sizes import format_bytes
 from orchestrator.sweep.spec import SweepSpec, convert, from_mapping, spec_fields
 
 FORMATS = ("table", "markdown", "csv", "json")
 UNITS = {"GBps": 1.0, "Gbps": 8.0}  # from GB/s (1e9 bytes/s)
 
 
-def add_spec_options(p: argparse.ArgumentParser) -> None:
-    """One option per SweepSpec field, from the field's own flags and help."""
+def add_spec_options(p: argparse.ArgumentParser, only: tuple[str, ...] | None = None,
+                     defaults: dict | None = None) -> None:
+    """One option per SweepSpec field (or per field in `only`), from the field's own flags and
+    help; `defaults` are the command's own (shown in the help, applied by spec_from_args)."""
     g = p.add_argument_group("sweep options (also accepted as keys of a --config YAML file)")
+    p.set_defaults(spec_defaults=defaults or {})
     for f in spec_fields():
+        if only is not None and f.name not in only:
+            continue
         flags, kind = f.metadata["flags"], f.metadata["kind"]
         default = f.default if not callable(f.default_factory) else f.default_factory()  # type: ignore[misc]
-        shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
+        default = (defaults or {}).get(f.name, default)
+        shown = ",".join(map(str, default)) if isinstance(default, tuple) else \
+            format_bytes(default) if kind == "bytes" else default
         help_text = f"{f.metadata['help']} (default: {shown if shown not in ('', None) else 'none'})"
         if kind == "bool":
             g.add_argument(*flags, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
@@ -31,8 +39,9 @@ def add_spec_options(p: argparse.ArgumentParser) -> None:
 
 
 def spec_from_args(args: argparse.Namespace) -> SweepSpec:
-    """Defaults, then the --config file, then command-line options."""
-    values = {}
+    """Defaults (the command's own over the spec's), then the --config file, then command-line
+    options."""
+    values = dict(getattr(args, "spec_defaults", {}))
     if args.config:
         values.update(from_mapping(_load_yaml(args.config), source=f"--config {args.config}"))
     for f in spec_fields():
@@ -62,6 +71,24 @@ def add_analysis_options(p: argparse.ArgumentParser, threshold: float) -> None:
     p.add_argument("--unit", choices=list(UNITS), default="GBps",
                    help="bandwidth unit: GBps (1e9 bytes/s, as nccl-tests; default) or Gbps (1e9 bits/s, link speeds)")
     add_format(p)
+
+
+def add_expected_options(p: argparse.ArgumentParser, what: str) -> None:
+    """--expected and --min-fraction, for report and qualify."""
+    p.add_argument("--expected", metavar="FILE",
+                   help="YAML entries of expected busbw (collective, topology, min_bytes, busbw_gbps, optional "
+                   "platform, source) that add to and override the shipped table (README: Expected values)")
+    p.add_argument("--min-fraction", type=float, default=0.8,
+                   help=f"{what} below this fraction of the expected value (default: 0.8)")
+
+
+def expected_from_args(args: argparse.Namespace) -> list:
+    """The user's --expected entries, after checking --min-fraction."""
+    from orchestrator.analysis import expected
+
+    if not 0 < args.min_fraction <= 1:
+        raise UsageError(f"--min-fraction {args.min_fraction:g}: must be above 0 and at most 1 (0.8: 80% of expected)")
+    return expected.load(args.expected, "user") if args.expected else []
 
 
 def check_threshold(threshold: float) -> None:

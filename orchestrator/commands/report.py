@@ -11,9 +11,15 @@ import json
 import os
 import sys
 
-from orchestrator.analysis import expected, report
+from orchestrator.analysis import report
 from orchestrator.analysis.frame import COLUMNS, Frame
-from orchestrator.commands.options import UNITS, add_analysis_options, check_threshold
+from orchestrator.commands.options import (
+    UNITS,
+    add_analysis_options,
+    add_expected_options,
+    check_threshold,
+    expected_from_args,
+)
 from orchestrator.commands.render import render_csv, render_tables
 from orchestrator.errors import UsageError
 from orchestrator.results import dataset
@@ -39,20 +45,14 @@ def add_parser(sub) -> None:
     p.add_argument("--plots", metavar="DIR", nargs="?", const="",
                    help="write PNG plots to DIR (default: PATH/_plots/RUN_ID, which readers of PATH skip); "
                    "needs the plot extra: pip install 'collbench[plot]'")
-    p.add_argument("--expected", metavar="FILE",
-                   help="YAML entries of expected busbw (collective, topology, min_bytes, busbw_gbps, optional "
-                   "platform, source) that add to and override the shipped table (README: Expected values)")
-    p.add_argument("--min-fraction", type=float, default=0.8,
-                   help="flag measurements below this fraction of their expected value (default: 0.8)")
+    add_expected_options(p, "flag measurements")
     add_analysis_options(p, threshold=0.10)
     p.set_defaults(handler=main)
 
 
 def main(args: argparse.Namespace) -> int:
     check_threshold(args.threshold)
-    if not 0 < args.min_fraction <= 1:
-        raise UsageError(f"--min-fraction {args.min_fraction:g}: must be above 0 and at most 1 (0.8: 80% of expected)")
-    user = expected.load(args.expected, "user") if args.expected else []
+    user = expected_from_args(args)
     if args.format == "csv" and not (args.table or args.csv_dir):
         raise UsageError("--format csv: name one table with --table NAME, or a folder for all of them with --csv-dir")
     if args.plots is not None:

@@ -15,7 +15,7 @@ from orchestrator.errors import UsageError
 from orchestrator.execution import console
 from orchestrator.execution.outcome import Outcome
 from orchestrator.results.store import ResultStore, check_writable, resolve_output
-from orchestrator.sweep.spec import SweepSpec, check_backend_dtypes, from_mapping
+from orchestrator.sweep.spec import SweepSpec, from_mapping
 
 
 def add_parser(sub) -> None:
@@ -45,89 +45,42 @@ def main(args: argparse.Namespace) -> int:
         saved, saved_nodes = _resumed_run(spec.output, args.resume)
         spec = dataclasses.replace(saved, output=spec.output, address=spec.address, allow_failures=spec.allow_failures)
     # Ray and everything that needs it are imported here, after the cheap checks.
-    import ray
-
-    from orchestrator.execution import connect, provenance
-    from orchestrator.execution.pool import ActorPool, PlacementError
-    from orchestrator.execution.probe import probe_nodes
-    from orchestrator.execution.rows import RunRef
-    from orchestrator.execution.runner import Runner
-    from orchestrator.sweep import inventory
-    from orchestrator.sweep.devices import FLOAT8, check_float8, check_memory
+    from orchestrator.execution.pool import PlacementError
+    from orchestrator.execution.session import Session
     from orchestrator.sweep.planner import check_plan, make_plan
 
-    where = connect.connect(spec.address)
+    now = dt.datetime.now(dt.timezone.utc)
+    run_id = args.resume or new_run_id(now)
     try:
-        inv = inventory.from_ray_nodes(ray.nodes(), spec.ranks_per_node)
-        if not inv.nodes:
-            raise UsageError("the Ray cluster has no node that can hold a rank")
-        backend = spec.backend if spec.backend != "auto" else ("nccl" if inv.use_gpus else "gloo")
-        if backend == "nccl" and not inv.use_gpus:
-            raise UsageError("--backend nccl: the cluster has no GPU")
-        check_backend_dtypes(backend, spec)
-        if saved_nodes is not None and saved_nodes != [(n.node_id, n.ranks) for n in inv.nodes]:
-            raise UsageError(
-                f"--resume {args.resume}: the cluster's nodes changed since the run started, so its groups "
-                "would not be the same; start a new run"
-            )
-        plan = make_plan(spec, inv)
-        check_plan(spec, plan)
-        probes = probe_nodes(inv, with_nccl=bool(FLOAT8 & set(spec.dtypes)))
-        caps = {node_id: p.caps for node_id, p in probes.items() if p.caps is not None}
-        platforms = {node_id: p.platform for node_id, p in probes.items()}
-        check_float8(spec, backend, inv, caps)
-        check_memory(spec, backend, inv, {len(g.ranks) for g in plan.groups}, caps)
-
-        now = dt.datetime.now(dt.timezone.utc)
-        run_id = args.resume or new_run_id(now)
-        store = ResultStore(spec.output, run_id)
-        skip = store.finished_groups() if args.resume else set()
-        print(
-            f"collbench: run {run_id} on {where}: {len(inv.nodes)} node(s), {inv.world_size} rank(s), "
-            f"backend {backend}, {len(plan)} group(s) in {len(plan.rounds)} round(s); results -> {store.location}",
-            flush=True,
-        )
-        if skip:
-            print(f"collbench: resuming: {len(skip)} group(s) already on disk are skipped", flush=True)
-        pool = ActorPool(inv, spec.env_vars(), start_timeout_s=min(spec.group_timeout_s, 300.0))
-        pool.start()
-        store.create()
-        manifest = provenance.manifest(spec, inv, pool.infos(), backend, len(plan))
-        manifest["gpu_driver"] = ",".join(sorted({c.driver_version for c in caps.values() if c.driver_version})) or None
-        manifest.update(provenance.platforms(inv, platforms))
-        manifest["started_at"] = now
-        store.write_manifest(manifest)
-        outcome = Outcome()
-        observers = [outcome, console.Console(len(plan) - len(skip))]
-        runner = Runner(spec, pool, store, backend, RunRef(run_id, now), observers,
-                        {node_id: p.tags for node_id, p in platforms.items()})
-        try:
-            runner.run(plan, skip)
-        except KeyboardInterrupt:
-            manifest.update(state="interrupted", finished_at=dt.datetime.now(dt.timezone.utc))
-            store.write_manifest(manifest)
-            pool.shutdown()
+        with Session(spec, run_id, now) as session:
+            inv, backend = session.cluster(saved_nodes, args.resume)
+            plan = make_plan(spec, inv)
+            check_plan(spec, plan)
+            session.check_devices({len(g.ranks) for g in plan.groups})
+            store = session.store
+            skip = store.finished_groups() if args.resume else set()
             print(
-                f"\ncollbench: interrupted; finished groups are saved in {store.location}. Resume with:\n"
-                f"  collbench run --resume {run_id} --output {spec.output}",
-                file=sys.stderr,
+                f"collbench: run {run_id} on {session.where}: {len(inv.nodes)} node(s), {inv.world_size} rank(s), "
+                f"backend {backend}, {len(plan)} group(s) in {len(plan.rounds)} round(s); results -> {store.location}",
+                flush=True,
             )
-            return 130
-        pool.shutdown()
-        store.compact()
-        manifest.update(
-            state="finished",
-            finished_at=dt.datetime.now(dt.timezone.utc),
-            groups_done=len(skip) + outcome.groups_ok + outcome.groups_failed + outcome.groups_skipped,
-            device_models=sorted(set(manifest["device_models"]) | outcome.device_names),
-            nccl_version=",".join(sorted(outcome.nccl_versions)) or manifest["nccl_version"],
-        )
-        store.write_manifest(manifest)
+            if skip:
+                print(f"collbench: resuming: {len(skip)} group(s) already on disk are skipped", flush=True)
+            runner, outcome = session.start(len(plan), [console.Console(len(plan) - len(skip))])
+            try:
+                runner.run(plan, skip)
+            except KeyboardInterrupt:
+                session.interrupted()
+                print(
+                    f"\ncollbench: interrupted; finished groups are saved in {store.location}. Resume with:\n"
+                    f"  collbench run --resume {run_id} --output {spec.output}",
+                    file=sys.stderr,
+                )
+                return 130
+            session.finish(outcome, len(skip))
     except PlacementError as e:
         print(f"collbench: error: {e}", file=sys.stderr)
         return 1
-    finally:
-        connect.disconnect()
     return _report_end(spec, store, outcome, t_start)
 
 

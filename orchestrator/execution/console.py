@@ -89,26 +89,31 @@ def failure_summary(failures: list[dict]) -> list[str]:
 
 class Console:
     """Prints the run as it goes: group lines, a column header once per round, a line per row
-    and per failure on stdout; progress (groups done, elapsed, estimate) on stderr."""
+    (`rows=False`: none of these) and per failure on stdout; progress (groups done, elapsed, and
+    an estimate where the total is known) on stderr."""
 
-    def __init__(self, total_groups: int, out: TextIO = sys.stdout, progress: TextIO = sys.stderr) -> None:
+    def __init__(self, total_groups: int | None, out: TextIO = sys.stdout, progress: TextIO = sys.stderr,
+                 rows: bool = True) -> None:
         self.total = total_groups
         self.done = 0
         self.t0 = time.monotonic()
         self.out = out
         self.progress = progress
+        self.rows = rows
 
     def group_started(self, group: Group, base: dict) -> None:
-        self._print(group_line(group, base))
+        if self.rows:
+            self._print(group_line(group, base))
 
     def measuring(self) -> None:
-        self._print(header())
+        if self.rows:
+            self._print(header())
 
     def note(self, text: str) -> None:
         self._print(text)
 
     def rows_measured(self, rows: list[dict]) -> None:
-        for row in rows:
+        for row in rows if self.rows else ():
             self._print(row_line(row))
 
     def group_ended(self, group: Group, status: Status, rows: list[dict], failure: dict | None) -> None:
@@ -116,9 +121,12 @@ class Console:
             self._print(f"  {status.value.upper()}: group {group.group_id}: {failure['error']}")
         self.done += 1
         elapsed = time.monotonic() - self.t0
-        left = elapsed / self.done * (self.total - self.done)
-        print(f"[progress] {self.done}/{self.total} groups done, {elapsed:.0f}s elapsed, ~{left:.0f}s left",
-              file=self.progress, flush=True)
+        if self.total is None:
+            line = f"[progress] {self.done} groups done, {elapsed:.0f}s elapsed"
+        else:
+            left = elapsed / self.done * (self.total - self.done)
+            line = f"[progress] {self.done}/{self.total} groups done, {elapsed:.0f}s elapsed, ~{left:.0f}s left"
+        print(line, file=self.progress, flush=True)
 
     def _print(self, line: str) -> None:
         print(line, file=self.out, flush=True)

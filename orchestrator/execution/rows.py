@@ -56,6 +56,7 @@ def group_base(run: RunRef, backend: str, group, groups_in_round: int, workers: 
         "ranks_per_node": max(per_node.values()),
         "topology": topology_of([w.node_id for w in workers]).value,
         "pattern": group.pattern,
+        "phase": group.phase,
         "group_id": group.group_id,
         "round": group.round,
         "groups_in_round": groups_in_round,

@@ -150,7 +150,7 @@ class Runner:
         else:
             what += (f"ranks {_ranks(late)} on {', '.join(sorted({rows.where(r.base, j) for j in late}))} had not "
                      "returned; every one answers (stuck in the backend or waiting on the network)")
-        self._end(r, Status.TIMEOUT, silent or late, what)
+        self._end(r, Status.TIMEOUT, silent or late, what, culprits=bool(silent))
 
     def _outstanding(self, r: _GroupRun) -> list:
         return [ref for ref in r.stage_refs() if not _is_ready(ref)] or r.stage_refs()
@@ -186,7 +186,8 @@ class Runner:
         died = [j for j, e in errors.items() if isinstance(e, ray.exceptions.RayActorError)]
         blamed = died or sorted(errors)
         j = blamed[0]
-        self._end(r, Status.FAILED, blamed, f"rank {j} on {rows.where(r.base, j)}: {one_line(errors[j])}")
+        self._end(r, Status.FAILED, blamed, f"rank {j} on {rows.where(r.base, j)}: {one_line(errors[j])}",
+                  culprits=bool(died))
 
     def _joined(self, r: _GroupRun, joined: list[Joined]) -> None:
         r.base["devices"] = [x.device for x in joined]
@@ -206,8 +207,10 @@ class Runner:
             r.enter(Stage.LEAVE, self.spec.group_timeout_s)
 
     # -- the end of a group ---------------------------------------------------------------
-    def _end(self, r: _GroupRun, status: Status, failed: Sequence[int] = (), error: str | None = None) -> None:
-        """Record what was not measured, write the group's rows, replace failed workers."""
+    def _end(self, r: _GroupRun, status: Status, failed: Sequence[int] = (), error: str | None = None,
+             culprits: bool = False) -> None:
+        """Record what was not measured, write the group's rows, replace failed workers.
+        `culprits`: the failed ranks are the cause (did not answer, died), not merely affected."""
         failure = None
         r.base.update(transport.columns(self.backend, r.base["node_ids"], r.transports))
         for row in r.rows:
@@ -216,7 +219,7 @@ class Runner:
             r.rows += rows.unmeasured_rows(r.base, r.cases[r.next_case:], status, error,
                                            None if status is Status.SKIPPED else failed)
             failure = {"status": status.value, "error": error, "group_id": r.group.group_id,
-                       "ranks": [r.group.ranks[j] for j in failed],
+                       "ranks": [r.group.ranks[j] for j in failed], "culprits": culprits,
                        "hosts": sorted({rows.where(r.base, j) for j in failed})}
         self.store.write_group(r.group.group_id, r.rows)
         r.done = True

@@ -33,6 +33,7 @@ ROW_SCHEMA = pa.schema(
         ("ranks_per_node", pa.int32()),  # largest number of the group's ranks on one node
         ("topology", pa.string()),  # intra | inter | mixed, from where the ranks really ran
         ("pattern", pa.string()),
+        ("phase", pa.string()),  # collbench qualify: intra, pairs, retest, gate, bisect (null in a sweep)
         ("group_id", pa.string()),
         ("round", pa.int32()),
         ("groups_in_round", pa.int32()),
@@ -88,6 +89,7 @@ MANIFEST_SCHEMA = pa.schema(
         ("started_at", pa.timestamp("us", tz="UTC")),
         ("finished_at", pa.timestamp("us", tz="UTC")),
         ("state", pa.string()),  # running | finished | interrupted
+        ("command", pa.string()),  # run | qualify
         ("collbench_version", pa.string()),
         ("torch_version", pa.string()),
         ("ray_version", pa.string()),

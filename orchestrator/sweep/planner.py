@@ -32,6 +32,7 @@ class Group:
     round: int
     ranks: tuple[int, ...]  # global ranks in group-rank order
     pair: tuple[int, int] | None = None  # pairwise: the two node indices
+    phase: str | None = None  # qualify: the step that made it (intra, pairs, retest, gate, bisect)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,98 @@
+"""A session on Ray, shared by `run` and `qualify`: join the cluster, read what it is, check what
+the sweep needs, start one worker per rank, open the store and the manifest, and close it all in
+one place (a finished, interrupted or failed session leaves its manifest saying which)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import ray
+
+from orchestrator.errors import UsageError
+from orchestrator.execution import connect, provenance
+from orchestrator.execution.outcome import Outcome
+from orchestrator.execution.pool import ActorPool
+from orchestrator.execution.probe import probe_nodes
+from orchestrator.execution.rows import RunRef
+from orchestrator.execution.runner import Runner
+from orchestrator.results.store import ResultStore
+from orchestrator.sweep import inventory
+from orchestrator.sweep.devices import FLOAT8, check_float8, check_memory
+from orchestrator.sweep.inventory import Inventory
+from orchestrator.sweep.spec import SweepSpec, check_backend_dtypes
+
+
+class Session:
+    """Use as a context manager: the Ray connection and the workers end with the block."""
+
+    def __init__(self, spec: SweepSpec, run_id: str, started: dt.datetime) -> None:
+        self.spec, self.run_id, self.started = spec, run_id, started
+        self.store = ResultStore(spec.output, run_id)
+        self.pool: ActorPool | None = None
+        self.manifest: dict = {}
+        self.where = ""
+
+    def __enter__(self) -> Session:
+        self.where = connect.connect(self.spec.address)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.pool is not None:
+            self.pool.shutdown()
+        connect.disconnect()
+
+    def cluster(self, saved_nodes: list[tuple[str, int]] | None = None, resume: str | None = None
+                ) -> tuple[Inventory, str]:
+        """The nodes that hold ranks and the backend; the nodes of a resumed run must not have changed."""
+        inv = inventory.from_ray_nodes(ray.nodes(), self.spec.ranks_per_node)
+        if not inv.nodes:
+            raise UsageError("the Ray cluster has no node that can hold a rank")
+        backend = self.spec.backend if self.spec.backend != "auto" else ("nccl" if inv.use_gpus else "gloo")
+        if backend == "nccl" and not inv.use_gpus:
+            raise UsageError("--backend nccl: the cluster has no GPU")
+        check_backend_dtypes(backend, self.spec)
+        if saved_nodes is not None and saved_nodes != [(n.node_id, n.ranks) for n in inv.nodes]:
+            raise UsageError(f"--resume {resume}: the cluster's nodes changed since the run started, so its groups "
+                             "would not be the same; start a new run")
+        self.inv, self.backend = inv, backend
+        return inv, backend
+
+    def check_devices(self, group_sizes: set[int]) -> None:
+        """What every node is (probe task), and whether the sweep fits and can run there."""
+        probes = probe_nodes(self.inv, with_nccl=bool(FLOAT8 & set(self.spec.dtypes)))
+        self.caps = {node_id: p.caps for node_id, p in probes.items() if p.caps is not None}
+        self.platforms = {node_id: p.platform for node_id, p in probes.items()}
+        check_float8(self.spec, self.backend, self.inv, self.caps)
+        check_memory(self.spec, self.backend, self.inv, group_sizes, self.caps)
+
+    def start(self, groups_total: int, observers: list, command: str = "run") -> tuple[Runner, Outcome]:
+        """Workers on every rank, the store, the manifest (state running), and a runner."""
+        self.pool = ActorPool(self.inv, self.spec.env_vars(), start_timeout_s=min(self.spec.group_timeout_s, 300.0))
+        self.pool.start()
+        self.store.create()
+        self.manifest = provenance.manifest(self.spec, self.inv, self.pool.infos(), self.backend, groups_total)
+        drivers = sorted({c.driver_version for c in self.caps.values() if c.driver_version})
+        self.manifest.update(provenance.platforms(self.inv, self.platforms), gpu_driver=",".join(drivers) or None,
+                             started_at=self.started, command=command)
+        self.store.write_manifest(self.manifest)
+        outcome = Outcome()
+        runner = Runner(self.spec, self.pool, self.store, self.backend, RunRef(self.run_id, self.started),
+                        [outcome, *observers], {n: p.tags for n, p in self.platforms.items()})
+        return runner, outcome
+
+    def finish(self, outcome: Outcome, groups_before: int = 0) -> None:
+        """Release the workers, compact the run's rows, mark the manifest finished."""
+        self.pool.shutdown()
+        self.store.compact()
+        self.manifest.update(
+            state="finished", finished_at=dt.datetime.now(dt.timezone.utc),
+            groups_done=groups_before + outcome.groups_ok + outcome.groups_failed + outcome.groups_skipped,
+            device_models=sorted(set(self.manifest["device_models"]) | outcome.device_names),
+            nccl_version=",".join(sorted(outcome.nccl_versions)) or self.manifest["nccl_version"],
+        )
+        self.store.write_manifest(self.manifest)
+
+    def interrupted(self) -> None:
+        self.manifest.update(state="interrupted", finished_at=dt.datetime.now(dt.timezone.utc))
+        self.store.write_manifest(self.manifest)
+        self.pool.shutdown()

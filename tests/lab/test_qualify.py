@@ -1,0 +1,96 @@
+"""`collbench qualify` on real multi-node labs with planted faults: a node whose link is shaped
+below the others is named slow, a node whose worker is stopped mid-qualification is named as
+hanging, a healthy lab passes. The planted nodes are neither the first nor the last."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pandas as pd
+import pytest
+
+from orchestrator.lab import cluster as labmod
+from tests.helpers import run_cli
+
+pytestmark = pytest.mark.lab
+LINK = "1gbit"
+SLOW_NODE, SLOW_LINK = 1, "300mbit"
+STOPPED_NODE = 2
+ARGS = ["--ranks-per-node", "1", "-b", "4M", "-e", "16M", "-n", "4", "--format", "json"]
+
+
+@pytest.fixture(scope="module")
+def lab4():
+    from tests.lab.conftest import Lab, require_lab
+
+    require_lab()
+    lab = Lab(nodes=4, ranks_per_node=1, link=LINK, node_links={SLOW_NODE: SLOW_LINK})
+    yield lab
+    lab.down()
+
+
+def _verdicts(stdout: str) -> dict:
+    out = json.loads(stdout)
+    return {v["node"]: v for v in out["nodes"]}, out
+
+
+def test_a_node_with_a_slow_link_is_named(lab4, tmp_path):
+    out = tmp_path / "results"
+    proc = run_cli(["qualify", "--address", lab4.address, *ARGS, "--output", str(out)], env=lab4.env(), timeout=600)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    verdicts, summary = _verdicts(proc.stdout)
+    slow_ip = lab4.node_ips[SLOW_NODE]
+    assert {ip: v["verdict"] for ip, v in verdicts.items()} == {
+        ip: ("slow" if ip == slow_ip else "pass") for ip in lab4.node_ips}, proc.stderr[-3000:]
+    # the evidence: measured below the reference (the lab's declared line rate, 0.125 GB/s), near
+    # the planted rate (300 mbit/s = 0.0375 GB/s)
+    slow = [e for e in verdicts[slow_ip]["evidence"] if e["status"] == "slow"]
+    assert slow and all(e["reference_gbps"] == 0.125 for e in slow)
+    assert all(0.5 * 0.0375 <= e["busbw_gbps"] <= 1.1 * 0.0375 for e in slow), slow
+    assert summary["rounds"] <= 4 and f"{summary['rounds']} round(s)" in proc.stderr
+    # every probe's rows are in the dataset, with the phase that made them
+    df = pd.read_parquet(out)
+    assert set(df.phase) >= {"pairs", "retest", "gate"} and set(df.pattern) == {"qualify"}
+    assert (df.status == "ok").all() and (df.n_wrong == 0).all()
+    evidence_groups = {e["group_id"] for v in verdicts.values() for e in v["evidence"]}
+    assert evidence_groups == set(df.group_id)
+
+
+def test_a_worker_stopped_mid_qualification_is_named_as_hanging(lab4, tmp_path):
+    from tests.faults import LiveRun, worker_pids
+
+    st = labmod.load(lab4.name)
+    run = LiveRun(["qualify", "--address", lab4.address, *ARGS, "--group-timeout", "30",
+                   "--output", str(tmp_path / "results")], env=lab4.env())
+    try:
+        run.wait_for("round 1 (pairs)", timeout=240)
+        stopped = set(worker_pids()) & set(labmod.netns_pids(st.namespaces[STOPPED_NODE]))
+        assert len(stopped) == 1
+        os.kill(stopped.pop(), signal.SIGSTOP)
+        rc = run.finish(timeout=400)
+    finally:
+        run.kill()
+    stdout, stderr = "".join(run.stdout), "".join(run.stderr)
+    assert rc == 1, stdout[-3000:] + stderr[-3000:]
+    verdicts, summary = _verdicts(stdout)
+    want = {ip: "pass" for ip in lab4.node_ips}
+    want[lab4.node_ips[SLOW_NODE]] = "slow"
+    want[lab4.node_ips[STOPPED_NODE]] = "hang"
+    assert {ip: v["verdict"] for ip, v in verdicts.items()} == want, stderr[-3000:]
+    hung = [e for e in verdicts[lab4.node_ips[STOPPED_NODE]]["evidence"] if e["status"] == "hang"]
+    assert hung and "do not answer" in hung[-1]["detail"]
+    # named within tens of seconds: one deadline (at most --group-timeout) and the ping
+    assert summary["wall_s"] < 200
+
+
+def test_a_healthy_lab_passes(lab2x2, tmp_path):
+    """Two nodes of two ranks: each node alone, then the pair, every node passes."""
+    proc = run_cli(["qualify", "--address", lab2x2.address, "--ranks-per-node", "2", "-b", "1M", "-e", "4M",
+                    "--format", "json", "--output", str(tmp_path / "results")], env=lab2x2.env(), timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    verdicts, summary = _verdicts(proc.stdout)
+    assert set(verdicts) == set(lab2x2.node_ips) and all(v["verdict"] == "pass" for v in verdicts.values())
+    assert [e["phase"] for e in verdicts[lab2x2.node_ips[0]]["evidence"]] == ["intra", "pairs"]
+    assert summary["rounds"] == 2
