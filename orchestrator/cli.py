@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
+import select
 import sys
 
+from orchestrator import __version__
 from orchestrator.commands import compare, lab, plan, predict, qualify, report, run
 from orchestrator.errors import UsageError
 
@@ -21,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="collbench",
         description="Cluster-wide benchmarks of collective communication (NCCL on GPUs, gloo on CPUs) on Ray.",
     )
+    parser.add_argument("--version", action="version", version=f"collbench {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for module in (run, qualify, plan, report, compare, predict, lab):
         module.add_parser(sub)
@@ -28,6 +32,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    stdout = sys.stdout
+    sys.stdout = _QuietWhenClosed(stdout)
+    try:
+        return _dispatch(argv)
+    except BrokenPipeError:
+        if not _stdout_closed():
+            raise
+        _discard_stdout()  # a write to the closed stdout that did not go through sys.stdout
+        return 1
+    finally:
+        sys.stdout.flush()
+        sys.stdout = stdout
+
+
+def _dispatch(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not args.command:
@@ -38,3 +57,45 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as e:
         print(f"collbench: error: {e}", file=sys.stderr)
         return e.exit_code
+
+
+class _QuietWhenClosed:
+    """sys.stdout for a command whose reader may leave early (`collbench report R | head -1`):
+    once the pipe is closed, the rest of the output goes to /dev/null, so the command runs to
+    its end and exits with its own code, without a traceback or Python's message at exit."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            _discard_stdout()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            _discard_stdout()
+            self._stream.flush()  # what was buffered goes to /dev/null now
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout is a pipe whose reader has gone."""
+    try:
+        poll = select.poll()
+        poll.register(1, select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poll.poll(0))
+    except (AttributeError, OSError):
+        return False
+
+
+def _discard_stdout() -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.close(devnull)

@@ -11,7 +11,8 @@ from orchestrator.lab import raynodes
 
 
 class RayHead:
-    def __init__(self, num_cpus: int = 2, ip: str = "127.0.0.1", dashboard: bool = False) -> None:
+    def __init__(self, num_cpus: int = 2, ip: str = "127.0.0.1", dashboard: bool = False,
+                 env: dict[str, str] | None = None) -> None:
         # Short path: Ray's unix socket names must stay under ~107 characters.
         self.temp_dir = tempfile.mkdtemp(prefix="cbt", dir="/tmp")
         self.port = raynodes.free_port()
@@ -20,6 +21,8 @@ class RayHead:
         self.log = os.path.join(self.temp_dir, "head.log")
         self.auth_env = raynodes.auth_env(os.path.join(self.temp_dir, "auth_token"))
         ports = raynodes.private_port_args(head=True)
+        # the node's metrics agent serves Prometheus text here (application metrics included)
+        self.metrics_port = int(next(p.split("=")[1] for p in ports if p.startswith("--metrics-export-port=")))
         self.dashboard_url = None
         if dashboard:
             dash_port = next(p.split("=")[1] for p in ports if p.startswith("--dashboard-port="))
@@ -29,7 +32,7 @@ class RayHead:
              f"--num-cpus={num_cpus}", f"--include-dashboard={'true' if dashboard else 'false'}",
              "--dashboard-host=127.0.0.1", *ports],
             self.log,
-            env=self.auth_env,
+            env={**self.auth_env, **(env or {})},
         )
         if not raynodes.wait_port(ip, self.port, 60):
             self.stop()

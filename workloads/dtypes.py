@@ -16,6 +16,18 @@ ELEMENT_BYTES: dict[str, int] = {
     "float8_e5m2": 1,
 }
 
+# nccl-tests' and C's names for them (`-d half`), accepted on input; rows record the names above.
+DTYPE_ALIASES: dict[str, str] = {
+    "float": "float32",
+    "half": "float16",
+    "bf16": "bfloat16",
+    "double": "float64",
+    "int": "int32",
+    "char": "int8",
+    "f8e4m3": "float8_e4m3",
+    "f8e5m2": "float8_e5m2",
+}
+
 OPS: tuple[str, ...] = ("sum", "max", "min", "prod")
 
 # Operator recorded for collectives that do not reduce (all_gather, broadcast, ...).

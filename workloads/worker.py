@@ -23,9 +23,9 @@ from workloads.messages import Case, Joined, JoinRequest, Sample, Transport, Wor
 
 
 class BenchWorker:
-    def __init__(self, env: dict[str, str] | None = None, node_ip: str | None = None) -> None:
-        # Communication variables must be in place before any communicator is created.
-        os.environ.update(env or {})
+    def __init__(self, node_ip: str | None = None) -> None:
+        # Communication variables (--env) come in the actor's runtime_env: in place before any
+        # communicator is created.
         self._gpu: torch.device | None = None
         self._device = torch.device("cpu")  # where the current group's buffers live
         self._store: dist.TCPStore | None = None

@@ -28,7 +28,9 @@ def add_spec_options(p: argparse.ArgumentParser, only: tuple[str, ...] | None = 
         default = (defaults or {}).get(f.name, default)
         shown = ",".join(map(str, default)) if isinstance(default, tuple) else \
             format_bytes(default) if kind == "bytes" else default
-        help_text = f"{f.metadata['help']} (default: {shown if shown not in ('', None) else 'none'})"
+        help_text = f.metadata["help"]
+        if "(default" not in help_text:  # a help that says its own default (--address) keeps it alone
+            help_text += f" (default: {shown if shown not in ('', None) else 'none'})"
         if kind == "bool":
             g.add_argument(*flags, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
         elif kind == "env":

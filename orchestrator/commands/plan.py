@@ -11,6 +11,13 @@ from collections import Counter
 from orchestrator.commands.options import add_spec_options, spec_from_args
 from orchestrator.sweep.inventory import Inventory, from_description
 from orchestrator.sweep.planner import Plan, build_cases, check_plan, make_plan
+from orchestrator.sweep.spec import auto_backend, for_backend
+
+# What plan reads: the groups (patterns, group sizes, concurrency), the cases counted per group
+# (collectives, dtypes, ops, sizes), --root's check, and the live cluster (address, CPU ranks, and
+# the backend, which decides the dtypes). Timing, output and worker options do not change a plan.
+OPTIONS = ("collectives", "dtypes", "ops", "min_bytes", "max_bytes", "step_factor", "root", "backend", "patterns",
+           "group_sizes", "concurrent", "ranks_per_node", "address")
 
 
 def add_parser(sub) -> None:
@@ -20,7 +27,7 @@ def add_parser(sub) -> None:
         description="Print the rounds and groups a run with these options would form and the number of "
         "measurements, against the live cluster (--address, $RAY_ADDRESS) or a described inventory.",
     )
-    add_spec_options(p)
+    add_spec_options(p, only=OPTIONS)
     p.add_argument("--inventory", metavar="NxR", help="plan for N nodes of R GPUs (64x8) or R CPU ranks (4x2cpu)")
     p.add_argument("--groups", action="store_true", help="list the ranks of every group")
     p.set_defaults(handler=main)
@@ -28,7 +35,8 @@ def add_parser(sub) -> None:
 
 def main(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
-    inv = from_description(args.inventory) if args.inventory else _live_inventory(spec)
+    inv = from_description(args.inventory) if args.inventory is not None else _live_inventory(spec)
+    spec = for_backend(spec, auto_backend(spec.backend, inv.use_gpus))
     plan = make_plan(spec, inv)
     check_plan(spec, plan)
     per_size = {}

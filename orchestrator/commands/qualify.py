@@ -65,7 +65,7 @@ def main(args: argparse.Namespace) -> int:
     from orchestrator.commands.run import new_run_id
     from orchestrator.execution import console
     from orchestrator.execution.pool import PlacementError
-    from orchestrator.execution.session import Session
+    from orchestrator.execution.session import Session, exit_code
     from orchestrator.sweep.planner import Group, Plan
 
     now = dt.datetime.now(dt.timezone.utc)
@@ -98,12 +98,16 @@ def main(args: argparse.Namespace) -> int:
                     judged = q.record(collector.results())
                     groups += len(probes)
                     print(_round_line(rnd, probes, judged, runner.spec.group_timeout_s, q), file=log, flush=True)
-            except KeyboardInterrupt:
+            except KeyboardInterrupt as e:
                 session.interrupted()
-                print(f"\ncollbench: interrupted; the probes so far are in {session.store.location}", file=sys.stderr)
-                return 130
+                print(f"\ncollbench: interrupted; the probes so far are in {session.store.location}", file=sys.stderr,
+                      flush=True)
+                return exit_code(e)
             session.manifest["groups_total"] = groups
             session.finish(outcome)
+    except KeyboardInterrupt as e:
+        print("\ncollbench: interrupted before any probe was measured", file=sys.stderr)
+        return exit_code(e)
     except PlacementError as e:
         print(f"collbench: error: {e}", file=sys.stderr)
         return 1

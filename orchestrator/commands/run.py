@@ -27,6 +27,8 @@ def add_parser(sub) -> None:
     )
     add_spec_options(p)
     p.add_argument("--resume", metavar="RUN_ID", help="finish run RUN_ID in --output: measure only the groups it lacks")
+    p.add_argument("--retry-failed", action="store_true",
+                   help="with --resume: also measure again the groups that failed, timed out or were skipped")
     p.set_defaults(handler=main)
 
 
@@ -40,13 +42,15 @@ def main(args: argparse.Namespace) -> int:
     spec = dataclasses.replace(spec, output=resolve_output(spec.output))
     check_writable(spec.output)
     saved_nodes = None
+    if args.retry_failed and not args.resume:
+        raise UsageError("--retry-failed: only with --resume RUN_ID")
     if args.resume:
         # The sweep is the run's own; where to write, whom to join and the exit policy are today's.
         saved, saved_nodes = _resumed_run(spec.output, args.resume)
         spec = dataclasses.replace(saved, output=spec.output, address=spec.address, allow_failures=spec.allow_failures)
     # Ray and everything that needs it are imported here, after the cheap checks.
     from orchestrator.execution.pool import PlacementError
-    from orchestrator.execution.session import Session
+    from orchestrator.execution.session import Session, exit_code
     from orchestrator.sweep.planner import check_plan, make_plan
 
     now = dt.datetime.now(dt.timezone.utc)
@@ -54,30 +58,35 @@ def main(args: argparse.Namespace) -> int:
     try:
         with Session(spec, run_id, now) as session:
             inv, backend = session.cluster(saved_nodes, args.resume)
+            spec = session.spec  # as the backend runs it (`-d all` expanded)
             plan = make_plan(spec, inv)
             check_plan(spec, plan)
             session.check_devices({len(g.ranks) for g in plan.groups})
             store = session.store
-            skip = store.finished_groups() if args.resume else set()
+            skip = store.finished_groups(args.retry_failed) if args.resume else set()
             print(
                 f"collbench: run {run_id} on {session.where}: {len(inv.nodes)} node(s), {inv.world_size} rank(s), "
                 f"backend {backend}, {len(plan)} group(s) in {len(plan.rounds)} round(s); results -> {store.location}",
                 flush=True,
             )
-            if skip:
-                print(f"collbench: resuming: {len(skip)} group(s) already on disk are skipped", flush=True)
+            if args.resume:
+                again = " (failed, timed-out and skipped ones are measured again)" if args.retry_failed else ""
+                print(f"collbench: resuming: {len(skip)} group(s) already on disk are skipped{again}", flush=True)
             runner, outcome = session.start(len(plan), [console.Console(len(plan) - len(skip))])
             try:
                 runner.run(plan, skip)
-            except KeyboardInterrupt:
+            except KeyboardInterrupt as e:
                 session.interrupted()
                 print(
                     f"\ncollbench: interrupted; finished groups are saved in {store.location}. Resume with:\n"
                     f"  collbench run --resume {run_id} --output {spec.output}",
-                    file=sys.stderr,
+                    file=sys.stderr, flush=True,
                 )
-                return 130
+                return exit_code(e)
             session.finish(outcome, len(skip))
+    except KeyboardInterrupt as e:
+        print("\ncollbench: interrupted before any group was measured", file=sys.stderr)
+        return exit_code(e)
     except PlacementError as e:
         print(f"collbench: error: {e}", file=sys.stderr)
         return 1

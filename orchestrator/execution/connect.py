@@ -1,11 +1,26 @@
-"""Joining a Ray cluster, or starting an embedded one when none is named."""
+"""Joining a Ray cluster, or starting an embedded one when none is named.
+
+A named cluster is checked before Ray is asked to join it: Ray alone retries a port where nothing
+listens, or one that accepts and never answers, for many minutes, printing warnings. Here the
+address must accept a connection and answer as a gRPC server (Ray's GCS) within the connect
+timeout ($COLLBENCH_CONNECT_TIMEOUT_S, default 30 s), or the command ends with one line naming it;
+ray.init then makes one attempt instead of twenty, and a failure of it is one line too.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import socket
+import sys
+import tempfile
+import time
 
 import ray
+
+from orchestrator.errors import UsageError, first_line
+from orchestrator.timeouts import connect_timeout_s
 
 
 def connect(address: str | None) -> str:
@@ -14,9 +29,15 @@ def connect(address: str | None) -> str:
 
     Returns a description of what was joined, for the console.
     """
+    where = f"--address {address}" if address else f"$RAY_ADDRESS {os.environ.get('RAY_ADDRESS')}"
     address = address or os.environ.get("RAY_ADDRESS")
     if address:
-        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+        timeout_s = connect_timeout_s()
+        deadline = time.monotonic() + timeout_s
+        host_port = gcs_host_port(address, where)
+        if host_port is not None:
+            wait_for_gcs(*host_port, deadline, where, timeout_s)
+        _join(address, deadline, where, timeout_s)
         return f"Ray cluster at {address}"
     # "local" always starts a new instance: never attach to another user's cluster by accident.
     ray.init(address="local", include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
@@ -26,3 +47,131 @@ def connect(address: str | None) -> str:
 def disconnect() -> None:
     if ray.is_initialized():
         ray.shutdown()
+
+
+def gcs_host_port(address: str, where: str) -> tuple[str, int] | None:
+    """(host, port) to check before joining; None for what Ray resolves itself (auto, local)."""
+    if address.startswith(("http://", "https://")):
+        raise UsageError(
+            f"{where}: a Ray job-server (dashboard) address; collbench joins the cluster's GCS address "
+            "(HOST:6379), or run it with `ray job submit -- collbench ...`, whose entrypoint gets the right address"
+        )
+    if address in ("auto", "local"):
+        return None
+    rest = address.removeprefix("ray://")  # Ray Client: its server's port
+    host, sep, port = rest.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UsageError(f"{where}: expected HOST:PORT, the cluster's GCS address (such as 10.0.0.1:6379)")
+    return host, int(port)
+
+
+def wait_for_gcs(host: str, port: int, deadline: float, where: str, timeout_s: float) -> None:
+    """Return once host:port accepts a TCP connection and answers as a gRPC server (Ray's GCS)
+    does; retry refusals (a head still starting) until `deadline` (time.monotonic()), then
+    UsageError."""
+    while True:
+        left_s = deadline - time.monotonic()
+        try:
+            with socket.create_connection((host, port), timeout=max(0.1, min(left_s, 5.0))) as sock:
+                reason = _answer(sock, deadline, where)
+                if reason is None:
+                    return
+        except socket.gaierror as e:
+            raise UsageError(f"{where}: unknown host {host} ({e.strerror})") from None
+        except ConnectionRefusedError:
+            reason = "connection refused"
+        except TimeoutError:
+            reason = "timed out"
+        except OSError as e:
+            reason = (e.strerror or type(e).__name__).lower()
+        left_s = deadline - time.monotonic()
+        if left_s <= 0:
+            raise UsageError(f"{where}: no Ray cluster answered in {timeout_s:g} s ({reason})")
+        time.sleep(min(1.0, left_s))
+
+
+# A client's HTTP/2 preface and an empty SETTINGS frame; a gRPC server answers with its SETTINGS.
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+_H2_SETTINGS = 4
+
+
+def _answer(sock: socket.socket, deadline: float, where: str) -> str | None:
+    """None when the listener answers as a gRPC server; else why not (retried). Skipped under
+    TLS (RAY_USE_TLS), where the server waits for a TLS handshake."""
+    if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+        return None
+    sock.settimeout(max(0.1, deadline - time.monotonic()))
+    sock.sendall(_H2_PREFACE)
+    header = b""
+    try:
+        while len(header) < 9:
+            chunk = sock.recv(9 - len(header))
+            if not chunk:
+                return "connection closed without an answer"
+            header += chunk
+    except TimeoutError:
+        return "the port accepts connections but nothing answers"
+    if header[3] != _H2_SETTINGS:
+        said = header.decode("ascii", "replace")
+        raise UsageError(f"{where}: answers, but not as a Ray cluster does (it said {said!r}); collbench joins the "
+                         "cluster's GCS address (HOST:6379)")
+    return None
+
+
+def _join(address: str, deadline: float, where: str, timeout_s: float) -> None:
+    """ray.init(address), bounded by the deadline; Ray's warnings while it fails stay unprinted."""
+    # One attempt, not Ray's 20 (each waits ~40 s on a listener that does not answer as a GCS).
+    # Ray reads its other waits (RAY_py_gcs_connect_timeout_s) when it is imported, too late here.
+    with _env({"RAY_gcs_server_port_wait_time_s": "1"}), _stderr_held() as held:
+        try:
+            ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+        except (ConnectionError, RuntimeError, TimeoutError) as e:
+            held.drop()
+            tried_s = timeout_s - (deadline - time.monotonic())
+            raise UsageError(f"{where}: could not join a Ray cluster there in {tried_s:.0f} s ({first_line(e)}); "
+                             "collbench joins the cluster's GCS address (HOST:6379)") from None
+
+
+@contextlib.contextmanager
+def _env(values: dict[str, str]):
+    """Set variables the user has not set, for the block."""
+    added = {k: v for k, v in values.items() if k not in os.environ}
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for k in added:
+            os.environ.pop(k, None)
+
+
+class _Held:
+    """What was written to file descriptor 2 while held: passed on unless dropped."""
+
+    def __init__(self) -> None:
+        self.dropped = False
+
+    def drop(self) -> None:
+        self.dropped = True
+
+
+@contextlib.contextmanager
+def _stderr_held():
+    """Hold what the process (Ray's C++ core included) writes to fd 2 during the block, and pass
+    it on after, unless the block drops it (a failed join is said in one line)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as f:
+        os.dup2(f.fileno(), 2)
+        held = _Held()
+        try:
+            yield held
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            if not held.dropped:
+                f.seek(0)
+                data = f.read()
+                while data:
+                    data = data[os.write(2, data):]

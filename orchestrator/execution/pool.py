@@ -50,8 +50,9 @@ class ActorPool:
     inventory. A slot without a live worker (its node left, or a replacement did not start)
     keeps the description of its last one, for the rows that say what could not run there."""
 
-    def __init__(self, inv: Inventory, env: dict[str, str], start_timeout_s: float) -> None:
+    def __init__(self, inv: Inventory, env: dict[str, str], start_timeout_s: float, name: str = "collbench") -> None:
         self.inv = inv
+        self.name = name  # actors are named NAME-rankR (a replacement: NAME-rankR-K), as Ray's dashboard shows them
         # every worker connects to it once; every group forms through it (execution.rendezvous)
         self.rendezvous = RunStore(reachable_ip(ray.get_runtime_context().gcs_address))
         self.env = env
@@ -61,6 +62,7 @@ class ActorPool:
         self.workers: list[Worker | None] = [None] * len(self.slots)
         self.devices: list[tuple[str, int] | None] = [None] * len(self.slots)  # (CUDA_VISIBLE_DEVICES, index)
         self.respawns = 0
+        self._replaced = [0] * len(self.slots)  # per slot, how many workers replaced its first one
         self.dead_nodes: set[str] = set()
 
     def actor(self, rank: int) -> ActorHandle | None:
@@ -102,6 +104,8 @@ class ActorPool:
         self.refresh_nodes()
         live = [r for r in ranks if self.node_of(r).node_id not in self.dead_nodes]
         self.respawns += len(live)
+        for r in live:
+            self._replaced[r] += 1
         self._spawn(live)
 
     def shutdown(self) -> None:
@@ -124,12 +128,15 @@ class ActorPool:
         actors = {}
         for r in ranks:
             node = self.node_of(r)
+            # --env goes in the actor's runtime_env: set before the process starts, shown by Ray
             actors[r] = cls.options(
+                name=f"{self.name}-rank{r}" + (f"-{self._replaced[r]}" if self._replaced[r] else ""),
                 num_cpus=0,
                 num_gpus=1 if use_gpus else 0,
                 max_restarts=0,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False),
-            ).remote(self.env, node.ip)
+                runtime_env={"env_vars": dict(self.env)} if self.env else None,
+            ).remote(node.ip)
         refs = {actors[r].describe.remote(): r for r in ranks}
         ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=self.start_timeout_s)
         failed = {refs[p]: f"did not start within {self.start_timeout_s:.0f}s" for p in pending}

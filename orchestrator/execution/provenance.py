@@ -42,11 +42,23 @@ def manifest(spec: SweepSpec, inv: Inventory, infos: list[WorkerInfo], backend: 
         "device_models": sorted({n.accelerator or i.cpu_model for n, i in _node_infos(inv, infos)}),
         "comm_env": json.dumps(comm_env(infos)),
         "command_line": " ".join(sys.argv),
+        "job_submission_id": job_submission_id(),
         "spec": json.dumps(spec.to_json()),
         "inventory": json.dumps(inv.to_json()),
         "groups_total": groups_total,
         "groups_done": 0,
     }
+
+
+def job_submission_id() -> str | None:
+    """The submission id of the Ray job this driver runs as (`ray job submit` passes the job's
+    config, with its metadata, to the entrypoint in RAY_JOB_CONFIG_JSON_ENV_VAR), else None."""
+    try:
+        config = json.loads(os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR", "{}"))
+    except ValueError:
+        return None
+    metadata = config.get("metadata") if isinstance(config, dict) else None
+    return metadata.get("job_submission_id") if isinstance(metadata, dict) else None
 
 
 def _node_infos(inv: Inventory, infos: list[WorkerInfo]):

@@ -5,11 +5,13 @@ one place (a finished, interrupted or failed session leaves its manifest saying 
 from __future__ import annotations
 
 import datetime as dt
+import signal
 
 import ray
 
 from orchestrator.errors import UsageError
 from orchestrator.execution import connect, provenance
+from orchestrator.execution.metrics import RunMetrics
 from orchestrator.execution.outcome import Outcome
 from orchestrator.execution.pool import ActorPool
 from orchestrator.execution.probe import probe_nodes
@@ -19,7 +21,7 @@ from orchestrator.results.store import ResultStore
 from orchestrator.sweep import inventory
 from orchestrator.sweep.devices import FLOAT8, check_float8, check_memory
 from orchestrator.sweep.inventory import Inventory
-from orchestrator.sweep.spec import SweepSpec, check_backend_dtypes
+from orchestrator.sweep.spec import SweepSpec, auto_backend, for_backend
 
 
 class Session:
@@ -34,12 +36,18 @@ class Session:
 
     def __enter__(self) -> Session:
         self.where = connect.connect(self.spec.address)
+        # `ray job stop` and other supervisors send SIGTERM: stop as on Ctrl-C (set after
+        # ray.init, which installs a handler of its own that only logs and dies)
+        self._sigterm = signal.signal(signal.SIGTERM, _interrupt)
         return self
 
     def __exit__(self, *exc) -> None:
-        if self.pool is not None:
-            self.pool.shutdown()
-        connect.disconnect()
+        try:
+            if self.pool is not None:
+                self.pool.shutdown()
+            connect.disconnect()
+        finally:
+            signal.signal(signal.SIGTERM, self._sigterm or signal.SIG_DFL)
 
     def cluster(self, saved_nodes: list[tuple[str, int]] | None = None, resume: str | None = None
                 ) -> tuple[Inventory, str]:
@@ -47,10 +55,10 @@ class Session:
         inv = inventory.from_ray_nodes(ray.nodes(), self.spec.ranks_per_node)
         if not inv.nodes:
             raise UsageError("the Ray cluster has no node that can hold a rank")
-        backend = self.spec.backend if self.spec.backend != "auto" else ("nccl" if inv.use_gpus else "gloo")
+        backend = auto_backend(self.spec.backend, inv.use_gpus)
         if backend == "nccl" and not inv.use_gpus:
             raise UsageError("--backend nccl: the cluster has no GPU")
-        check_backend_dtypes(backend, self.spec)
+        self.spec = for_backend(self.spec, backend)  # `-d all` known now
         if saved_nodes is not None and saved_nodes != [(n.node_id, n.ranks) for n in inv.nodes]:
             raise UsageError(f"--resume {resume}: the cluster's nodes changed since the run started, so its groups "
                              "would not be the same; start a new run")
@@ -67,7 +75,8 @@ class Session:
 
     def start(self, groups_total: int, observers: list, command: str = "run") -> tuple[Runner, Outcome]:
         """Workers on every rank, the store, the manifest (state running), and a runner."""
-        self.pool = ActorPool(self.inv, self.spec.env_vars(), start_timeout_s=min(self.spec.group_timeout_s, 300.0))
+        self.pool = ActorPool(self.inv, self.spec.env_vars(), start_timeout_s=min(self.spec.group_timeout_s, 300.0),
+                              name=f"collbench-{self.run_id}")
         self.pool.start()
         self.store.create()
         self.manifest = provenance.manifest(self.spec, self.inv, self.pool.infos(), self.backend, groups_total)
@@ -76,8 +85,9 @@ class Session:
                              started_at=self.started, command=command)
         self.store.write_manifest(self.manifest)
         outcome = Outcome()
+        observers = [outcome, *observers, RunMetrics(self.run_id, groups_total)]
         runner = Runner(self.spec, self.pool, self.store, self.backend, RunRef(self.run_id, self.started),
-                        [outcome, *observers], {n: p.tags for n, p in self.platforms.items()})
+                        observers, {n: p.tags for n, p in self.platforms.items()})
         return runner, outcome
 
     def finish(self, outcome: Outcome, groups_before: int = 0) -> None:
@@ -93,6 +103,21 @@ class Session:
         self.store.write_manifest(self.manifest)
 
     def interrupted(self) -> None:
+        """Mark the manifest first: `ray job stop` kills the driver 3 s after its SIGTERM."""
         self.manifest.update(state="interrupted", finished_at=dt.datetime.now(dt.timezone.utc))
         self.store.write_manifest(self.manifest)
-        self.pool.shutdown()
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, handled as Ctrl-C is; the process exits 128 + 15."""
+
+    exit_code = 143
+
+
+def _interrupt(signum, frame) -> None:
+    raise Terminated()
+
+
+def exit_code(e: KeyboardInterrupt) -> int:
+    """130 for Ctrl-C, 143 for SIGTERM."""
+    return getattr(e, "exit_code", 130)

@@ -90,6 +90,7 @@ MANIFEST_SCHEMA = pa.schema(
         ("finished_at", pa.timestamp("us", tz="UTC")),
         ("state", pa.string()),  # running | finished | interrupted
         ("command", pa.string()),  # run | qualify
+        ("job_submission_id", pa.string()),  # under `ray job submit`: the job's submission id
         ("collbench_version", pa.string()),
         ("torch_version", pa.string()),
         ("ray_version", pa.string()),

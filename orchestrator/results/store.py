@@ -21,18 +21,23 @@ the group files deleted after, and collbench's own reader ignores group files be
 from __future__ import annotations
 
 import ctypes
+import datetime as dt
 import json
 import os
 import shutil
+import tempfile
+import threading
 import urllib.parse
 import uuid
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from orchestrator.errors import UsageError, first_line
 from orchestrator.results.schema import MANIFEST_SCHEMA, ROW_SCHEMA, SCHEMA_VERSION, rows_table
+from orchestrator.timeouts import connect_timeout_s
 
 MANIFEST_DIR = "_runs"
 PART_PREFIX = "part-"
@@ -47,6 +52,8 @@ def resolve(output: str) -> tuple[pafs.FileSystem, str]:
     """(filesystem, root path) for a directory or an object-store URI."""
     if output.startswith("s3://"):
         return _s3(output)
+    if output.startswith("gs://"):
+        return _gcs(output)
     if is_uri(output):
         try:
             return pafs.FileSystem.from_uri(output)
@@ -56,19 +63,42 @@ def resolve(output: str) -> tuple[pafs.FileSystem, str]:
 
 
 _S3_OPTIONS = {"region": str, "endpoint_override": str, "scheme": str}
+_GCS_OPTIONS = {"endpoint_override": str, "scheme": str, "project_id": str, "anonymous": bool}
+# How long a GCS call retries transient errors (pyarrow's default is 15 minutes: an output with no
+# network hung the command that long; now a call fails within this).
+GCS_RETRY_S = 15
+
+
+def _options(uri: str, known: dict[str, type]) -> tuple[urllib.parse.SplitResult, dict]:
+    """The URI's parts and its ?key=value options, checked against `known`."""
+    parts = urllib.parse.urlsplit(uri)
+    query = dict(urllib.parse.parse_qsl(parts.query))
+    unknown = sorted(set(query) - set(known))
+    if unknown:
+        raise UsageError(f"--output {uri}: unknown option {unknown[0]} (known: {', '.join(known)})")
+    if not parts.netloc:
+        raise UsageError(f"--output {uri}: no bucket")
+    for key, kind in known.items():
+        if kind is bool and key in query:
+            if query[key].lower() not in ("true", "false", "1", "0"):
+                raise UsageError(f"--output {uri}: {key}={query[key]!r}: expected true or false")
+            query[key] = query[key].lower() in ("true", "1")
+    return parts, query
 
 
 def _s3(uri: str) -> tuple[pafs.FileSystem, str]:
     """s3://bucket/prefix[?region=..&endpoint_override=..&scheme=..]. Small objects are written
     with one PUT (allow_delayed_open), which also suits S3-compatible servers."""
-    parts = urllib.parse.urlsplit(uri)
-    query = dict(urllib.parse.parse_qsl(parts.query))
-    unknown = sorted(set(query) - set(_S3_OPTIONS))
-    if unknown:
-        raise UsageError(f"--output {uri}: unknown option {unknown[0]} (known: {', '.join(_S3_OPTIONS)})")
-    if not parts.netloc:
-        raise UsageError(f"--output {uri}: no bucket")
+    parts, query = _options(uri, _S3_OPTIONS)
     fs = pafs.S3FileSystem(allow_delayed_open=True, **query)
+    return fs, f"{parts.netloc}{parts.path}".rstrip("/")
+
+
+def _gcs(uri: str) -> tuple[pafs.FileSystem, str]:
+    """gs://bucket/prefix[?project_id=..&endpoint_override=..&scheme=..&anonymous=..], retrying
+    transient errors for GCS_RETRY_S, not pyarrow's 15 minutes."""
+    parts, query = _options(uri, _GCS_OPTIONS)
+    fs = pafs.GcsFileSystem(retry_time_limit=dt.timedelta(seconds=GCS_RETRY_S), **query)
     return fs, f"{parts.netloc}{parts.path}".rstrip("/")
 
 
@@ -93,13 +123,41 @@ def check_writable(output: str) -> None:
     probe = path
     while not os.path.exists(probe):
         probe = os.path.dirname(probe)
-    if not os.path.isdir(probe) or not os.access(probe, os.W_OK | os.X_OK):
+    if not os.path.isdir(probe):
         raise UsageError(f"--output {output}: {probe} is not writable")
+    try:  # the only sure test (root passes os.access, yet /proc refuses files): make one and delete it
+        fd, name = tempfile.mkstemp(prefix=".collbench-probe-", dir=probe)
+    except OSError as e:
+        raise UsageError(f"--output {output}: {probe} is not writable ({e.strerror})") from None
+    os.close(fd)
+    os.unlink(name)
 
 
 def _probe_object_store(output: str) -> None:
-    """The bucket exists and an object can be written and deleted with these credentials."""
+    """The bucket exists and an object can be written and deleted with these credentials, found
+    out within the connect timeout (a store that does not answer, or a credential lookup that
+    waits on an unreachable metadata server, is given up on)."""
     fs, root = resolve(output)
+    timeout_s = connect_timeout_s()
+    failure: list[BaseException] = []
+
+    def attempt() -> None:
+        try:
+            _write_probe(fs, root, output)
+        except BaseException as e:  # handed to the caller's thread
+            failure.append(e)
+
+    # A daemon thread: one stuck in the store's client must not keep the process from exiting.
+    thread = threading.Thread(target=attempt, name="collbench-probe", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        raise UsageError(f"--output {output}: no answer from the object store in {timeout_s:g} s")
+    if failure:
+        raise failure[0]
+
+
+def _write_probe(fs: pafs.FileSystem, root: str, output: str) -> None:
     bucket = root.split("/", 1)[0]
     probe = f"{root.rstrip('/')}/_collbench_probe_{uuid.uuid4().hex}"
     try:
@@ -140,14 +198,19 @@ class ResultStore:
         text = json.dumps(record, default=_iso, indent=1).encode()
         self._put(text, f"{self.root}/{MANIFEST_DIR}/{self.run_id}.json")
 
-    def finished_groups(self) -> set[str]:
-        """Group ids of this run already on disk (for --resume): group files and compacted rows."""
-        names = [i.base_name for i in self.fs.get_file_info(pafs.FileSelector(self.run_dir, allow_not_found=True))]
-        groups = {n[: -len(".parquet")] for n in names if _row_file(n) and not n.startswith(PART_PREFIX)}
-        for name in names:
-            if _row_file(name) and name.startswith(PART_PREFIX):
-                table = pq.read_table(f"{self.run_dir}/{name}", columns=["group_id"], filesystem=self.fs)
-                groups.update(table.column("group_id").unique().to_pylist())
+    def finished_groups(self, ok_only: bool = False) -> set[str]:
+        """Group ids of this run already on disk (for --resume), in group files and compacted
+        rows; with `ok_only`, only the groups whose every row is ok (--retry-failed)."""
+        from orchestrator.results.dataset import load_table
+
+        infos = self.fs.get_file_info(pafs.FileSelector(self.run_dir, allow_not_found=True))
+        if not any(_row_file(i.base_name) for i in infos):
+            return set()
+        table = load_table(self.location_of_run(), columns=["group_id", "status"])
+        groups = set(table.column("group_id").to_pylist())
+        if ok_only:
+            bad = pc.filter(table.column("group_id"), pc.not_equal(table.column("status"), "ok"))
+            groups -= set(bad.to_pylist())
         return groups
 
     def compact(self) -> int:

@@ -16,11 +16,12 @@ from typing import Any
 from orchestrator.errors import UsageError
 from orchestrator.sweep.sizes import parse_bytes, sweep
 from workloads.comm_env import COMM_ENV_PREFIXES as ENV_PREFIXES
-from workloads.dtypes import ELEMENT_BYTES, OPS, unsupported_pair
+from workloads.dtypes import BACKEND_DTYPES, DTYPE_ALIASES, ELEMENT_BYTES, OPS, unsupported_pair
 from workloads.registry import COLLECTIVES, WORKLOADS
 
 PATTERNS = ("intra", "inter", "mixed", "pairwise", "intra-pairwise")  # and kbatch:K
 BACKENDS = ("auto", "nccl", "gloo")
+ALL = "all"  # -d all: every dtype the backend supports, known once the backend is (for_backend)
 
 
 def _opt(default: Any, flags: tuple[str, ...], help: str, kind: str = "str", **extra: Any) -> Any:
@@ -40,10 +41,13 @@ class SweepSpec:
         "list",
     )
     dtypes: tuple[str, ...] = _opt(
-        ("float32",), ("-d", "--dtypes"), "element types, comma-separated: " + ",".join(ELEMENT_BYTES), "list"
+        ("float32",), ("-d", "--dtypes"), "element types, comma-separated: " + ",".join(ELEMENT_BYTES) + ", or all "
+        "(every type the backend supports); nccl-tests' names too (" + ",".join(DTYPE_ALIASES) + ")", "list",
+        aliases=DTYPE_ALIASES,
     )
     ops: tuple[str, ...] = _opt(
-        ("sum",), ("-o", "--op"), "reduction operators for reducing collectives: " + ",".join(OPS), "list"
+        ("sum",), ("-o", "--op"), "reduction operators for reducing collectives: " + ",".join(OPS) + ", or all",
+        "list", every=OPS,
     )
     min_bytes: int = _opt(16, ("-b", "--min-bytes"), "smallest message size (8, 1K, 64M, 1G)", "bytes")
     max_bytes: int = _opt(16 << 20, ("-e", "--max-bytes"), "largest message size", "bytes")
@@ -100,7 +104,7 @@ class SweepSpec:
 
     def __post_init__(self) -> None:
         _check_choices("collectives", self.collectives, WORKLOADS)
-        _check_choices("dtypes", self.dtypes, tuple(ELEMENT_BYTES))
+        _check_choices("dtypes", self.dtypes, (*ELEMENT_BYTES, ALL))
         _check_choices("ops", self.ops, OPS)
         _check_choices("backend", (self.backend,), BACKENDS)
         for name in ("min_bytes", "max_bytes", "iters", "ranks_per_node"):
@@ -125,7 +129,7 @@ class SweepSpec:
         for item in self.env:
             _check_env(item)
         if self.backend != "auto":
-            message = unsupported_pair(self.backend, list(self.dtypes))
+            message = unsupported_pair(self.backend, [d for d in self.dtypes if d != ALL])
             if message:
                 raise UsageError(message)
         if not self.output:
@@ -196,11 +200,17 @@ def convert(f: dataclasses.Field, value: Any) -> Any:
     try:
         if kind == "list":
             items = value.split(",") if isinstance(value, str) else list(value)
-            return tuple(str(v).strip() for v in items if str(v).strip())
+            names = [str(v).strip() for v in items if str(v).strip()]
+            names = [f.metadata.get("aliases", {}).get(v, v) for v in names]
+            if ALL in names and "every" in f.metadata:
+                names = [e for v in names for e in (f.metadata["every"] if v == ALL else (v,))]
+            return tuple(dict.fromkeys(names))
         if kind == "ints":
             items = value.split(",") if isinstance(value, str) else list(value)
             return tuple(_strict_int(v) for v in items if str(v).strip())
         if kind == "env":
+            if isinstance(value, dict):  # YAML `env: {NCCL_ALGO: Ring}`
+                return tuple(f"{name}={_env_value(name, v)}" for name, v in value.items())
             return tuple(value) if isinstance(value, (list, tuple)) else (str(value),)
         if kind == "bytes":
             return parse_bytes(value)
@@ -217,6 +227,8 @@ def convert(f: dataclasses.Field, value: Any) -> Any:
         if value is not None and not isinstance(value, str):
             raise ValueError
         return value
+    except UsageError:
+        raise
     except (ValueError, TypeError):
         raise UsageError(f"{flag} {value!r}: expected {_KIND_WORDS[kind]}") from None
 
@@ -231,6 +243,14 @@ _KIND_WORDS = {
     "bool": "true or false",
     "str": "a string",
 }
+
+
+def _env_value(name: Any, value: Any) -> str:
+    """One value of a YAML env mapping as the text the variable gets; YAML's booleans (true, yes,
+    on) are refused rather than guessed at (NCCL wants 1, a shell would pass True)."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise UsageError(f"--env {name}: {value!r} is not a string or number (quote it in YAML: {name}: '1')")
+    return str(value)
 
 
 def _strict_int(value: Any) -> int:
@@ -255,10 +275,19 @@ def from_mapping(values: dict[str, Any], source: str = "config") -> dict[str, An
     return out
 
 
-def check_backend_dtypes(backend: str, spec: SweepSpec) -> None:
-    """Refuse dtypes the resolved backend cannot run (for --backend auto, once it is known)."""
-    message = unsupported_pair(backend, list(spec.dtypes))
+def auto_backend(backend: str, use_gpus: bool) -> str:
+    """--backend auto: nccl when every rank has a GPU, else gloo."""
+    return backend if backend != "auto" else ("nccl" if use_gpus else "gloo")
+
+
+def for_backend(spec: SweepSpec, backend: str) -> SweepSpec:
+    """The spec as the resolved backend runs it: `-d all` becomes every dtype it supports (gloo:
+    all but the float8 ones), and every dtype is checked against it."""
+    if ALL in spec.dtypes:
+        every = tuple(d for d in ELEMENT_BYTES if d in BACKEND_DTYPES[backend])
+        dtypes = tuple(dict.fromkeys(e for d in spec.dtypes for e in (every if d == ALL else (d,))))
+        spec = dataclasses.replace(spec, dtypes=dtypes)
+    message = unsupported_pair(backend, list(spec.dtypes))  # --backend auto: checked once it is known
     if message:
         raise UsageError(message)
-
-
+    return spec

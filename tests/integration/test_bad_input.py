@@ -28,6 +28,13 @@ CASES = [
     (["--config", "{tmp}/wrongtype.yaml"], "--iters 'ten': expected an integer"),
     (["--config", "{tmp}/missing.yaml"], "--config {tmp}/missing.yaml: No such file or directory"),
     (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+    # root passes os.access() on /proc, which refuses new files all the same
+    (["--output", "/proc/forbidden"], "--output /proc/forbidden: /proc is not writable"),
+    (["--output", "gs://bucket/x?colour=red"], "--output gs://bucket/x?colour=red: unknown option colour"),
+    (["--retry-failed"], "--retry-failed: only with --resume RUN_ID"),
+    (["--config", "{tmp}/broken.yaml"], "--config {tmp}/broken.yaml: not valid YAML at line 3, column 9"),
+    (["--config", "{tmp}/envbool.yaml"], "--env NCCL_IB_DISABLE: True is not a string or number"),
+    (["-d", "half,float128"], "--dtypes: unknown value 'float128'"),
 ]
 
 
@@ -36,6 +43,8 @@ def test_bad_input_exits_2_with_one_line(tmp_path, args, message):
     (tmp_path / "file").write_text("not a directory")
     (tmp_path / "unknown.yaml").write_text("max_byte: 1K\n")
     (tmp_path / "wrongtype.yaml").write_text("iters: ten\n")
+    (tmp_path / "broken.yaml").write_text("env:\n  NCCL_ALGO: Ring\niters: 5: 6\n")
+    (tmp_path / "envbool.yaml").write_text("env: {NCCL_IB_DISABLE: yes}\n")
     before = sorted(p.name for p in tmp_path.iterdir())
     out = tmp_path / "out"
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]

@@ -82,6 +82,19 @@ def test_killed_rank_fails_its_group_and_the_run_goes_on(ray_head, tmp_path):
     summary = "".join(run.stderr)
     assert f"[ranks {row.ranks[victim_rank]} on" in summary and "failed: rank" in summary
 
+    # --resume counts the failed group as done; with --retry-failed it is measured again
+    out, run_id = tmp_path / "results", df.run_id.iloc[0]
+    again = run_cli(["run", "--resume", run_id, "--output", str(out)], env=ray_head.env(), timeout=300)
+    assert again.returncode == 0 and "resuming: 2 group(s) already on disk are skipped" in again.stdout
+    assert pd.read_parquet(out).set_index("group_id").status.to_dict() == {"r0-g0": "failed", "r1-g0": "ok"}
+    retry = run_cli(["run", "--resume", run_id, "--retry-failed", "--output", str(out)], env=ray_head.env(),
+                    timeout=300)
+    assert retry.returncode == 0, retry.stderr[-2000:]
+    assert "resuming: 1 group(s) already on disk are skipped (failed, timed-out and skipped ones are measured again)" \
+        in retry.stdout
+    df = pd.read_parquet(out)
+    assert sorted(df.group_id) == ["r0-g0", "r1-g0"] and (df.status == "ok").all() and (df.n_wrong == 0).all()
+
 
 def _groups_on_disk(out):
     run_dirs = [p for p in out.iterdir() if not p.name.startswith("_")]

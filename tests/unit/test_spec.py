@@ -57,3 +57,26 @@ def test_env_passes_communication_variables():
         "NCCL_ALGO": "Ring",
         "GLOO_SOCKET_IFNAME": "eth1",
     }
+
+
+def test_nccl_tests_spellings_and_all():
+    from orchestrator.sweep.spec import for_backend
+
+    spec = SweepSpec(**from_mapping({"dtypes": "float,half,bf16,double,int,char,float32", "ops": "all"}))
+    assert spec.dtypes == ("float32", "float16", "bfloat16", "float64", "int32", "int8")  # canonical, once each
+    assert spec.ops == ("sum", "max", "min", "prod")
+    every = SweepSpec(**from_mapping({"dtypes": "all"}))
+    assert for_backend(every, "gloo").dtypes == ("float32", "float16", "bfloat16", "float64", "int32", "int8")
+    assert for_backend(every, "nccl").dtypes[-2:] == ("float8_e4m3", "float8_e5m2")
+    assert SweepSpec(**from_mapping({"dtypes": "f8e4m3"})).dtypes == ("float8_e4m3",)
+    with pytest.raises(UsageError, match="float8_e4m3 is not supported by backend gloo"):
+        for_backend(SweepSpec(dtypes=("float8_e4m3",)), "gloo")
+
+
+def test_yaml_env_mapping():
+    spec = SweepSpec(**from_mapping({"env": {"NCCL_ALGO": "Ring", "NCCL_MIN_NCHANNELS": 4}}))
+    assert spec.env_vars() == {"NCCL_ALGO": "Ring", "NCCL_MIN_NCHANNELS": "4"}
+    with pytest.raises(UsageError, match="--env NCCL_IB_DISABLE: True is not a string or number"):
+        from_mapping({"env": {"NCCL_IB_DISABLE": True}})
+    with pytest.raises(UsageError, match="--env LD_PRELOAD: only communication variables"):
+        SweepSpec(**from_mapping({"env": {"LD_PRELOAD": "/x.so"}}))

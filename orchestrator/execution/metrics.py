@@ -1,0 +1,50 @@
+"""Live metrics of a run through `ray.util.metrics`, an observer of the runner like the console.
+
+Each node's Ray metrics agent exports them to Prometheus (at the node's metrics export port, names
+prefixed `ray_`, counters suffixed `_total`); the dashboard in docs/grafana/collbench.json shows
+them. Every series carries the run id, so runs sharing a cluster stay apart:
+
+- collbench_busbw_gbps, collbench_time_us: the latest ok measurement per (collective, dtype, op,
+  in_place, topology, pattern, msg_bytes);
+- collbench_groups_total by status (ok, failed, timeout, skipped), collbench_rows_total;
+- collbench_round (the round being measured), collbench_groups_planned (0 when open-ended).
+"""
+
+from __future__ import annotations
+
+from orchestrator.sweep.planner import Group
+from workloads.messages import Status
+
+MEASUREMENT_TAGS = ("run_id", "collective", "dtype", "op", "in_place", "topology", "pattern", "msg_bytes")
+NAMES = ("collbench_busbw_gbps", "collbench_time_us", "collbench_groups", "collbench_rows", "collbench_round",
+         "collbench_groups_planned")
+
+
+class RunMetrics:
+    def __init__(self, run_id: str, groups_planned: int) -> None:
+        from ray.util.metrics import Counter, Gauge
+
+        self.run_id = run_id
+        run = ("run_id",)
+        self.busbw = Gauge(NAMES[0], "bus bandwidth of the latest ok measurement, GB/s", MEASUREMENT_TAGS)
+        self.time = Gauge(NAMES[1], "time of the latest ok measurement (slowest rank, mean), us", MEASUREMENT_TAGS)
+        self.groups = Counter(NAMES[2], "groups ended, by status", ("run_id", "status"))
+        self.rows = Counter(NAMES[3], "rows written", run)
+        self.round = Gauge(NAMES[4], "round being measured", run)
+        self.planned = Gauge(NAMES[5], "groups the run will measure (0: decided as it goes)", run)
+        self.planned.set(groups_planned, tags={"run_id": run_id})
+
+    def round_started(self, round_no: int, groups: int) -> None:
+        self.round.set(round_no, tags={"run_id": self.run_id})
+
+    def rows_measured(self, rows: list[dict]) -> None:
+        for row in rows:
+            if row["status"] == Status.OK.value:
+                tags = {k: str(row[k]) for k in MEASUREMENT_TAGS}
+                self.busbw.set(row["busbw_gbps"], tags=tags)
+                self.time.set(row["time_us"], tags=tags)
+
+    def group_ended(self, group: Group, status: Status, rows: list[dict], failure: dict | None) -> None:
+        self.groups.inc(1, tags={"run_id": self.run_id, "status": status.value})
+        if rows:
+            self.rows.inc(len(rows), tags={"run_id": self.run_id})

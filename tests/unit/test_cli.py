@@ -1,0 +1,48 @@
+"""The command line itself: --version, each command's help, plan's inventory (no Ray here)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+
+import pytest
+
+from orchestrator.cli import build_parser
+from tests.helpers import run_main
+
+
+def _commands() -> dict[str, argparse.ArgumentParser]:
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(sub.choices)
+
+
+def test_version_is_the_package_version():
+    proc = run_main(["--version"])
+    assert proc.returncode == 0
+    assert proc.stdout.strip() == f"collbench {importlib.metadata.version('collbench')}"
+
+
+@pytest.mark.parametrize("command", sorted(_commands()))
+def test_every_option_states_its_default_at_most_once(command):
+    parser = _commands()[command]
+    for action in parser._actions:
+        assert (action.help or "").count("(default") <= 1, (command, action.option_strings, action.help)
+    help_text = " ".join(parser.format_help().split())  # argparse wraps lines
+    assert help_text.count("(default: (default") == 0
+
+
+def test_plan_lists_only_the_options_it_uses():
+    help_text = _commands()["plan"].format_help()
+    for used in ("--collectives", "--dtypes", "--min-bytes", "--patterns", "--group-sizes", "--address",
+                 "--inventory", "--config"):
+        assert used in help_text
+    for unused in ("--iters", "--warmup", "--output", "--group-timeout", "--env", "--resume", "--expected"):
+        assert unused not in help_text
+
+
+def test_plan_refuses_an_empty_inventory():
+    proc = run_main(["plan", "--inventory", ""])
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == ["collbench: error: --inventory '': expected NODESxRANKS, such as "
+                                                "64x8 or 4x2cpu"]
+    assert proc.stdout == ""
