@@ -23,7 +23,7 @@ from orchestrator.results.store import check_writable, resolve_output
 from orchestrator.sweep.inventory import Inventory
 from orchestrator.sweep.qualify import MIN_PEERS, Deadlines, Probe, Qualifier, Reference, Result
 from orchestrator.sweep.sizes import format_bytes
-from orchestrator.sweep.spec import SweepSpec
+from orchestrator.sweep.spec import ALL, SweepSpec
 from workloads.messages import Status
 
 OPTIONS = ("collectives", "dtypes", "min_bytes", "max_bytes", "step_factor", "iters", "warmup", "check_iters",
@@ -65,12 +65,13 @@ def main(args: argparse.Namespace) -> int:
     from orchestrator.commands.run import new_run_id
     from orchestrator.execution import console
     from orchestrator.execution.pool import PlacementError
-    from orchestrator.execution.session import Session, exit_code
+    from orchestrator.execution.session import Session, exit_code, print_late_interrupt
     from orchestrator.sweep.planner import Group, Plan
 
     now = dt.datetime.now(dt.timezone.utc)
     run_id = new_run_id(now)
     log = sys.stderr if args.format == "json" else sys.stdout  # stdout: the JSON alone
+    session = None
     try:
         with Session(spec, run_id, now) as session:
             inv, backend = session.cluster()
@@ -98,15 +99,15 @@ def main(args: argparse.Namespace) -> int:
                     judged = q.record(collector.results())
                     groups += len(probes)
                     print(_round_line(rnd, probes, judged, runner.spec.group_timeout_s, q), file=log, flush=True)
-            except KeyboardInterrupt as e:
+                session.manifest["groups_total"] = groups
+                session.finish(outcome)
+            except KeyboardInterrupt as e:  # while measuring, or while compacting the rows
                 session.interrupted()
                 print(f"\ncollbench: interrupted; the probes so far are in {session.store.location}", file=sys.stderr,
                       flush=True)
                 return exit_code(e)
-            session.manifest["groups_total"] = groups
-            session.finish(outcome)
-    except KeyboardInterrupt as e:
-        print("\ncollbench: interrupted before any probe was measured", file=sys.stderr)
+    except KeyboardInterrupt as e:  # before the workers started, or while they were being released
+        print_late_interrupt(session, "probe")
         return exit_code(e)
     except PlacementError as e:
         print(f"collbench: error: {e}", file=sys.stderr)
@@ -130,7 +131,7 @@ def spec_from_qualify_args(args: argparse.Namespace) -> SweepSpec:
 
     spec = spec_from_args(args)
     for name, values in (("--collectives", spec.collectives), ("--dtypes", spec.dtypes)):
-        if len(values) != 1:
+        if len(values) != 1 or ALL in values:  # -d all: every dtype the backend has
             raise UsageError(f"{name} {','.join(values)}: qualify measures one (the verdicts compare like with like)")
     return dataclasses.replace(spec, output=resolve_output(spec.output))
 

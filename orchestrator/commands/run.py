@@ -40,21 +40,22 @@ def main(args: argparse.Namespace) -> int:
     t_start = time.monotonic()
     spec = spec_from_args(args)
     spec = dataclasses.replace(spec, output=resolve_output(spec.output))
-    check_writable(spec.output)
-    saved_nodes = None
     if args.retry_failed and not args.resume:
         raise UsageError("--retry-failed: only with --resume RUN_ID")
+    check_writable(spec.output)
+    saved_nodes = None
     if args.resume:
         # The sweep is the run's own; where to write, whom to join and the exit policy are today's.
         saved, saved_nodes = _resumed_run(spec.output, args.resume)
         spec = dataclasses.replace(saved, output=spec.output, address=spec.address, allow_failures=spec.allow_failures)
     # Ray and everything that needs it are imported here, after the cheap checks.
     from orchestrator.execution.pool import PlacementError
-    from orchestrator.execution.session import Session, exit_code
+    from orchestrator.execution.session import Session, exit_code, print_late_interrupt
     from orchestrator.sweep.planner import check_plan, make_plan
 
     now = dt.datetime.now(dt.timezone.utc)
     run_id = args.resume or new_run_id(now)
+    session = None
     try:
         with Session(spec, run_id, now) as session:
             inv, backend = session.cluster(saved_nodes, args.resume)
@@ -72,10 +73,11 @@ def main(args: argparse.Namespace) -> int:
             if args.resume:
                 again = " (failed, timed-out and skipped ones are measured again)" if args.retry_failed else ""
                 print(f"collbench: resuming: {len(skip)} group(s) already on disk are skipped{again}", flush=True)
-            runner, outcome = session.start(len(plan), [console.Console(len(plan) - len(skip))])
+            runner, outcome = session.start(len(plan), [console.Console(len(plan) - len(skip))], skipped=len(skip))
             try:
                 runner.run(plan, skip)
-            except KeyboardInterrupt as e:
+                session.finish(outcome, len(skip))
+            except KeyboardInterrupt as e:  # while measuring, or while compacting the rows
                 session.interrupted()
                 print(
                     f"\ncollbench: interrupted; finished groups are saved in {store.location}. Resume with:\n"
@@ -83,9 +85,8 @@ def main(args: argparse.Namespace) -> int:
                     file=sys.stderr, flush=True,
                 )
                 return exit_code(e)
-            session.finish(outcome, len(skip))
-    except KeyboardInterrupt as e:
-        print("\ncollbench: interrupted before any group was measured", file=sys.stderr)
+    except KeyboardInterrupt as e:  # before the workers started, or while they were being released
+        print_late_interrupt(session, "group")
         return exit_code(e)
     except PlacementError as e:
         print(f"collbench: error: {e}", file=sys.stderr)

@@ -15,6 +15,7 @@ import os
 import socket
 import sys
 import tempfile
+import threading
 import time
 
 import ray
@@ -35,9 +36,11 @@ def connect(address: str | None) -> str:
         timeout_s = connect_timeout_s()
         deadline = time.monotonic() + timeout_s
         host_port = gcs_host_port(address, where)
-        if host_port is not None:
+        if host_port is None:  # auto, local: Ray finds (or starts) the instance itself
+            ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+        else:
             wait_for_gcs(*host_port, deadline, where, timeout_s)
-        _join(address, deadline, where, timeout_s)
+            _join(address, deadline, where, timeout_s)
         return f"Ray cluster at {address}"
     # "local" always starts a new instance: never attach to another user's cluster by accident.
     ray.init(address="local", include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
@@ -119,18 +122,56 @@ def _answer(sock: socket.socket, deadline: float, where: str) -> str | None:
     return None
 
 
+# What a failed join raises (AuthenticationError is a RayError; a bad token a ValueError).
+_JOIN_ERRORS = (ConnectionError, RuntimeError, TimeoutError, ValueError, ray.exceptions.RayError)
+
+
 def _join(address: str, deadline: float, where: str, timeout_s: float) -> None:
-    """ray.init(address), bounded by the deadline; Ray's warnings while it fails stay unprinted."""
+    """ray.init(address), bounded by the deadline; Ray's warnings while it fails stay unprinted.
+
+    ray.init runs in a daemon thread: a listener that speaks gRPC but is not a GCS can keep it
+    waiting with no bound of its own. Past the deadline the process says so in one line and exits
+    2 at once (os._exit: Ray's exit hooks would wait on the stuck join)."""
     # One attempt, not Ray's 20 (each waits ~40 s on a listener that does not answer as a GCS).
     # Ray reads its other waits (RAY_py_gcs_connect_timeout_s) when it is imported, too late here.
-    with _env({"RAY_gcs_server_port_wait_time_s": "1"}), _stderr_held() as held:
+    outcome: list[BaseException | None] = []
+
+    def init() -> None:
         try:
             ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
-        except (ConnectionError, RuntimeError, TimeoutError) as e:
+            outcome.append(None)
+        except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
+            outcome.append(e)
+
+    with _env({"RAY_gcs_server_port_wait_time_s": "1"}), _stderr_held() as held:
+        thread = threading.Thread(target=init, name="collbench-ray-init", daemon=True)
+        thread.start()
+        thread.join(max(1.0, deadline - time.monotonic()))
+        error = outcome[0] if outcome else None
+        if not outcome or isinstance(error, _JOIN_ERRORS):
             held.drop()
-            tried_s = timeout_s - (deadline - time.monotonic())
-            raise UsageError(f"{where}: could not join a Ray cluster there in {tried_s:.0f} s ({first_line(e)}); "
-                             "collbench joins the cluster's GCS address (HOST:6379)") from None
+    if not outcome:  # stderr is the terminal's again
+        print(f"collbench: error: {where}: could not join a Ray cluster there in {timeout_s:g} s (no answer to "
+              "ray.init); collbench joins the cluster's GCS address (HOST:6379)", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(2)
+    if error is None:
+        return
+    if isinstance(error, _JOIN_ERRORS):
+        tried_s = timeout_s - (deadline - time.monotonic())
+        raise UsageError(f"{where}: could not join a Ray cluster there in {tried_s:.0f} s ({first_line(error)}); "
+                         f"{_hint(error)}") from None
+    raise error
+
+
+def _hint(error: BaseException) -> str:
+    chain = [error]
+    while chain[-1].__cause__ or chain[-1].__context__:
+        chain.append(chain[-1].__cause__ or chain[-1].__context__)
+    if any("InvalidAuthToken" in str(e) or isinstance(e, ray.exceptions.AuthenticationError) for e in chain):
+        return ("the cluster uses token authentication: set RAY_AUTH_MODE=token and give its token "
+                "(~/.ray/auth_token, $RAY_AUTH_TOKEN or $RAY_AUTH_TOKEN_PATH)")
+    return "collbench joins the cluster's GCS address (HOST:6379)"
 
 
 @contextlib.contextmanager
@@ -172,6 +213,7 @@ def _stderr_held():
             os.close(saved)
             if not held.dropped:
                 f.seek(0)
-                data = f.read()
+                # Ray's own SIGTERM handler is for the main thread; collbench sets its own.
+                data = b"".join(line for line in f.readlines() if b"SIGTERM handler is not set" not in line)
                 while data:
                     data = data[os.write(2, data):]

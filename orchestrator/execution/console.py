@@ -92,13 +92,14 @@ class Console:
     (`rows=False`: none of these) and per failure on stdout; progress (groups done, elapsed, and
     an estimate where the total is known) on stderr."""
 
-    def __init__(self, total_groups: int | None, out: TextIO = sys.stdout, progress: TextIO = sys.stderr,
+    def __init__(self, total_groups: int | None, out: TextIO | None = None, progress: TextIO | None = None,
                  rows: bool = True) -> None:
         self.total = total_groups
         self.done = 0
         self.t0 = time.monotonic()
-        self.out = out
-        self.progress = progress
+        # Resolved now, not at import: the CLI replaces sys.stdout (a reader that leaves early).
+        self.out = out or sys.stdout
+        self.progress = progress or sys.stderr
         self.rows = rows
 
     def group_started(self, group: Group, base: dict) -> None:

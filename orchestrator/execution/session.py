@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import signal
+import sys
 
 import ray
 
@@ -56,8 +57,6 @@ class Session:
         if not inv.nodes:
             raise UsageError("the Ray cluster has no node that can hold a rank")
         backend = auto_backend(self.spec.backend, inv.use_gpus)
-        if backend == "nccl" and not inv.use_gpus:
-            raise UsageError("--backend nccl: the cluster has no GPU")
         self.spec = for_backend(self.spec, backend)  # `-d all` known now
         if saved_nodes is not None and saved_nodes != [(n.node_id, n.ranks) for n in inv.nodes]:
             raise UsageError(f"--resume {resume}: the cluster's nodes changed since the run started, so its groups "
@@ -73,8 +72,10 @@ class Session:
         check_float8(self.spec, self.backend, self.inv, self.caps)
         check_memory(self.spec, self.backend, self.inv, group_sizes, self.caps)
 
-    def start(self, groups_total: int, observers: list, command: str = "run") -> tuple[Runner, Outcome]:
-        """Workers on every rank, the store, the manifest (state running), and a runner."""
+    def start(self, groups_total: int, observers: list, command: str = "run", skipped: int = 0
+              ) -> tuple[Runner, Outcome]:
+        """Workers on every rank, the store, the manifest (state running), and a runner for the
+        groups_total - skipped groups still to measure (a resumed run skips the ones on disk)."""
         self.pool = ActorPool(self.inv, self.spec.env_vars(), start_timeout_s=min(self.spec.group_timeout_s, 300.0),
                               name=f"collbench-{self.run_id}")
         self.pool.start()
@@ -85,7 +86,7 @@ class Session:
                              started_at=self.started, command=command)
         self.store.write_manifest(self.manifest)
         outcome = Outcome()
-        observers = [outcome, *observers, RunMetrics(self.run_id, groups_total)]
+        observers = [outcome, *observers, RunMetrics(self.run_id, groups_total - skipped)]
         runner = Runner(self.spec, self.pool, self.store, self.backend, RunRef(self.run_id, self.started),
                         observers, {n: p.tags for n, p in self.platforms.items()})
         return runner, outcome
@@ -116,6 +117,17 @@ class Terminated(KeyboardInterrupt):
 
 def _interrupt(signum, frame) -> None:
     raise Terminated()
+
+
+def print_late_interrupt(session: Session | None, unit: str) -> None:
+    """Say what an interrupt outside the measuring loop left: nothing yet, or a finished run (an
+    interrupted one has been said where it was caught)."""
+    state = session.manifest.get("state") if session is not None else None
+    if state == "finished":
+        print(f"\ncollbench: interrupted while releasing the workers; the run had finished and its rows are saved "
+              f"in {session.store.location}", file=sys.stderr)
+    elif state != "interrupted":
+        print(f"\ncollbench: interrupted before any {unit} was measured", file=sys.stderr)
 
 
 def exit_code(e: KeyboardInterrupt) -> int:

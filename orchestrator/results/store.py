@@ -227,11 +227,16 @@ class ResultStore:
         parts = [table.slice(lo, PART_ROWS) for lo in range(0, table.num_rows, PART_ROWS)]
         if self._local and _exchange is not None:
             staging = os.path.join(self.root, f".{self.run_id}.compacting")
+            # Left by a compaction that was killed: its parts half-written, or (after the
+            # exchange) the group files they replaced. The run folder is whole either way.
+            shutil.rmtree(staging, ignore_errors=True)
             os.makedirs(staging)
-            for k, part in enumerate(parts):
-                pq.write_table(part, os.path.join(staging, f"{PART_PREFIX}{k:05d}.parquet"))
-            _exchange(staging, self.run_dir)  # readers see the group files or the parts, never both
-            shutil.rmtree(staging)
+            try:  # glob readers (duckdb's **/*.parquet) look into hidden folders too: never leave it
+                for k, part in enumerate(parts):
+                    pq.write_table(part, os.path.join(staging, f"{PART_PREFIX}{k:05d}.parquet"))
+                _exchange(staging, self.run_dir)  # readers see the group files or the parts, never both
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
         else:
             for k, part in enumerate(parts):
                 self._write(part, f"{self.run_dir}/{PART_PREFIX}{k:05d}.parquet")

@@ -276,7 +276,9 @@ def from_mapping(values: dict[str, Any], source: str = "config") -> dict[str, An
 
 
 def auto_backend(backend: str, use_gpus: bool) -> str:
-    """--backend auto: nccl when every rank has a GPU, else gloo."""
+    """--backend auto: nccl when every rank has a GPU, else gloo; nccl without GPUs is refused."""
+    if backend == "nccl" and not use_gpus:
+        raise UsageError("--backend nccl: the cluster has no GPU")
     return backend if backend != "auto" else ("nccl" if use_gpus else "gloo")
 
 

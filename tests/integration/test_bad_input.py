@@ -65,3 +65,21 @@ def test_pattern_needing_more_nodes_than_exist(ray_head, tmp_path):
     assert "collbench: error: --patterns pairwise: needs at least 2 nodes, the cluster has 1" in proc.stderr
     assert not (tmp_path / "out").exists()
     assert "collbench: run" not in proc.stdout  # no actors were created
+
+
+OTHER_COMMANDS = [
+    (["qualify", "-d", "all"], "--dtypes all: qualify measures one"),
+    (["qualify", "--collectives", "all_reduce,broadcast"], "--collectives all_reduce,broadcast: qualify measures one"),
+    (["plan", "--inventory", "2x2cpu", "--backend", "nccl"], "--backend nccl: the cluster has no GPU"),
+    (["plan", "--inventory", ""], "--inventory"),
+]
+
+
+@pytest.mark.parametrize("args, message", OTHER_COMMANDS, ids=[" ".join(c[0])[:40] for c in OTHER_COMMANDS])
+def test_other_commands_refuse_bad_input_in_one_line(tmp_path, args, message):
+    proc = run_cli([*args, *(["--output", str(tmp_path / "out")] if args[0] == "qualify" else [])],
+                   env={"PATH": "/usr/bin:/bin", "RAY_ADDRESS": "127.0.0.1:1"}, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], proc.stderr
+    assert list(tmp_path.iterdir()) == [] and proc.stdout == ""

@@ -41,6 +41,31 @@ def http_port():
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield server.server_address[1]
     server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def grpc_like_port():
+    """A port that answers the HTTP/2 preface with SETTINGS, as a gRPC server does, and then
+    never serves a call: ray.init's own waits on it have no bound."""
+    conns = []
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(16)
+
+        def serve():
+            while True:
+                try:
+                    conn, _ = s.accept()
+                    conn.sendall(bytes([0, 0, 0, 4, 0, 0, 0, 0, 0]))
+                except OSError:
+                    return
+                conns.append(conn)
+
+        threading.Thread(target=serve, daemon=True).start()
+        yield s.getsockname()[1]
+    for conn in conns:
+        conn.close()
 
 
 def _fails_in_one_line(args, env, tmp_path, within_s):
@@ -73,6 +98,14 @@ def test_a_port_that_never_answers(tmp_path, silent_port):
 def test_a_server_that_is_not_ray(tmp_path, http_port):
     line, _ = _fails_in_one_line(["plan", "--address", f"127.0.0.1:{http_port}"], {}, tmp_path, within_s=20)
     assert f"--address 127.0.0.1:{http_port}: answers, but not as a Ray cluster does" in line
+
+
+def test_a_grpc_server_that_never_serves_is_given_up_on_at_the_deadline(tmp_path, grpc_like_port):
+    env = {"COLLBENCH_CONNECT_TIMEOUT_S": "5"}
+    line, took_s = _fails_in_one_line(["plan", "--address", f"127.0.0.1:{grpc_like_port}"], env, tmp_path, within_s=20)
+    assert line == (f"collbench: error: --address 127.0.0.1:{grpc_like_port}: could not join a Ray cluster there in "
+                    "5 s (no answer to ray.init); collbench joins the cluster's GCS address (HOST:6379)")
+    assert took_s >= 4.5
 
 
 def test_the_job_server_address_is_named_as_such(tmp_path):

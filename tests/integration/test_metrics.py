@@ -51,15 +51,22 @@ def test_a_run_exports_its_metrics_to_prometheus(metrics_head, tmp_path):
                    "--ranks-per-node", "2", "--patterns", "intra", "--group-sizes", "2", "--output", str(out)],
                   env={**metrics_head.env(), **FAST})
     latest: dict[tuple, tuple[dict, float]] = {}
+
+    def scrape_into_latest():
+        for name, labels, value in scrape(metrics_head.metrics_port):
+            key = (name, *sorted((k, v) for k, v in labels.items() if k in (*MEASUREMENT_TAGS, "status")))
+            latest[key] = (labels, value)
+
     try:
         while run.proc.poll() is None:
-            for name, labels, value in scrape(metrics_head.metrics_port):
-                key = (name, *sorted((k, v) for k, v in labels.items() if k in (*MEASUREMENT_TAGS, "status")))
-                latest[key] = (labels, value)
+            scrape_into_latest()
             time.sleep(0.25)
         assert run.finish(timeout=60) == 0, "".join(run.stderr)[-2000:]
     finally:
         run.kill()
+    for _ in range(8):  # the last values reach the agent within an export interval of the run's end
+        scrape_into_latest()
+        time.sleep(0.25)
     df = pd.read_parquet(out)
     run_id = df.run_id.iloc[0]
     seen = [(key[0], labels, value) for key, (labels, value) in latest.items() if labels.get("run_id") == run_id]
@@ -77,9 +84,11 @@ def test_a_run_exports_its_metrics_to_prometheus(metrics_head, tmp_path):
         row = match.iloc[0]
         assert labels["topology"] == row.topology == "intra" and labels["pattern"] == row.pattern == "intra"
         assert value == pytest.approx(row.busbw_gbps, rel=1e-6)
-    counters = {name: v for name, labels, v in seen if name in ("ray_collbench_rows_total", "ray_collbench_groups_total")}
-    assert 1 <= counters["ray_collbench_rows_total"] <= len(df)
-    assert counters["ray_collbench_groups_total"] == 1
+    counters = {(name, labels.get("status")): v for name, labels, v in seen
+                if name in ("ray_collbench_rows_total", "ray_collbench_groups_total")}
+    assert set(counters) == {("ray_collbench_rows_total", None), ("ray_collbench_groups_total", "ok")}, counters
+    assert 1 <= counters[("ray_collbench_rows_total", None)] <= len(df)
+    assert counters[("ray_collbench_groups_total", "ok")] == 1  # no failed or skipped series
     planned = [v for name, _, v in seen if name == "ray_collbench_groups_planned"]
     assert planned == [1.0]
 

@@ -143,3 +143,22 @@ def test_older_and_foreign_files(tmp_path):
     pq.write_table(pa.table({"schema_version": pa.array([3], pa.int32()), "run_id": ["x"]}), root / "new.parquet")
     with pytest.raises(UsageError, match="schema_version 3 is newer than this collbench reads"):
         dataset.load(str(root))
+
+
+@pytest.mark.parametrize("left", ["parts half-written", "group files after the exchange"])
+def test_a_compaction_that_was_killed_leaves_nothing_in_the_way(tmp_path, left):
+    """A driver killed during compaction leaves the staging folder; the next compaction (after
+    --resume) clears it instead of failing on it, and every row is read once."""
+    root = str(tmp_path / "res")
+    store = ResultStore(root, "run-a")
+    store.create()
+    for g in range(3):
+        store.write_group(f"r0-g{g}", [{**_row(0), "group_id": f"r0-g{g}"}])
+    staging = tmp_path / "res" / ".run-a.compacting"
+    staging.mkdir()
+    name = "part-00000.parquet" if left == "parts half-written" else "r0-g0.parquet"
+    (staging / name).write_bytes(b"PAR1 cut short")
+    assert len(pd.read_parquet(root)) == 3  # the hidden folder is skipped (duckdb's glob would not)
+    assert store.compact() == 3
+    assert not staging.exists()
+    assert len(dataset.load(root)) == 3 and store.finished_groups() == {"r0-g0", "r0-g1", "r0-g2"}
