@@ -23,6 +23,8 @@ import ray
 from orchestrator.errors import UsageError, first_line
 from orchestrator.timeouts import connect_timeout_s
 
+_GCS_HINT = "collbench joins the cluster's GCS address (HOST:6379)"
+
 
 def connect(address: str | None) -> str:
     """Join `address` (or $RAY_ADDRESS); otherwise start a private local instance. Workers'
@@ -117,8 +119,7 @@ def _answer(sock: socket.socket, deadline: float, where: str) -> str | None:
         return "the port accepts connections but nothing answers"
     if header[3] != _H2_SETTINGS:
         said = header.decode("ascii", "replace")
-        raise UsageError(f"{where}: answers, but not as a Ray cluster does (it said {said!r}); collbench joins the "
-                         "cluster's GCS address (HOST:6379)")
+        raise UsageError(f"{where}: answers, but not as a Ray cluster does (it said {said!r}); {_GCS_HINT}")
     return None
 
 
@@ -150,9 +151,9 @@ def _join(address: str, deadline: float, where: str, timeout_s: float) -> None:
         error = outcome[0] if outcome else None
         if not outcome or isinstance(error, _JOIN_ERRORS):
             held.drop()
-    if not outcome:  # stderr is the terminal's again
+    if not outcome:  # stderr is the terminal's again; said as the CLI says a UsageError
         print(f"collbench: error: {where}: could not join a Ray cluster there in {timeout_s:g} s (no answer to "
-              "ray.init); collbench joins the cluster's GCS address (HOST:6379)", file=sys.stderr, flush=True)
+              f"ray.init); {_GCS_HINT}", file=sys.stderr, flush=True)
         sys.stdout.flush()
         os._exit(2)
     if error is None:
@@ -171,7 +172,7 @@ def _hint(error: BaseException) -> str:
     if any("InvalidAuthToken" in str(e) or isinstance(e, ray.exceptions.AuthenticationError) for e in chain):
         return ("the cluster uses token authentication: set RAY_AUTH_MODE=token and give its token "
                 "(~/.ray/auth_token, $RAY_AUTH_TOKEN or $RAY_AUTH_TOKEN_PATH)")
-    return "collbench joins the cluster's GCS address (HOST:6379)"
+    return _GCS_HINT
 
 
 @contextlib.contextmanager
