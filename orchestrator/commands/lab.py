@@ -24,6 +24,9 @@ def add_parser(sub) -> None:
     u.add_argument("--link", default="1gbit", help="rate of every node's link, tc units: 400mbit, 1gbit (default: 1gbit)")
     u.add_argument("--node-link", action="append", metavar="NODE=RATE",
                    help="give node NODE (0-based) its own link rate, a planted slow link: 1=500mbit (repeatable)")
+    u.add_argument("--undeclared", action="store_true",
+                   help="declare no expected rate (no platform tag): a plain cluster, as one whose fabric "
+                   "collbench has no expected value for; verdicts then rest on what is measured alone")
     u.add_argument("--subnet", default="10.213.0.0/24", help="addresses of the lab (default: 10.213.0.0/24)")
     u.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the nodes to join (default: 120)")
     d = verbs.add_parser("down", help="remove exactly what `up` created")
@@ -39,12 +42,13 @@ def main(args: argparse.Namespace) -> int:
         try:
             node_links = cluster.parse_node_links(args.node_link, args.nodes)
             st = cluster.up(args.name, args.nodes, args.ranks_per_node, args.link, args.subnet, args.timeout,
-                            node_links)
+                            node_links, declared=not args.undeclared)
         except cluster.LabError as e:
             print(f"collbench: lab up failed and was cleaned up: {e}", file=sys.stderr)
             return 1
         slow = "".join(f", node {i} at {rate}" for i, rate in sorted(st.node_links.items()))
-        print(f"lab {st.name} is up: {st.nodes} node(s) x {st.ranks_per_node} rank(s), links shaped to {st.link}{slow}")
+        print(f"lab {st.name} is up: {st.nodes} node(s) x {st.ranks_per_node} rank(s), links shaped to {st.link}{slow}"
+              + ("" if st.declared else "; no expected rate declared"))
         print(f"  address: {st.address} (head {st.head_ip}, nodes {st.node_ip(0)}..{st.node_ip(st.nodes - 1)})")
         print(f"  run:     {cluster.run_command(st)}")
         print(f"  down:    collbench lab down --name {st.name}")

@@ -57,6 +57,7 @@ class LabState:
     veths: list[str] = field(default_factory=list)
     sessions: list[int] = field(default_factory=list)
     node_links: dict[str, str] = field(default_factory=dict)  # node index -> its own rate (a planted slow link)
+    declared: bool = True  # False: no platform tag, no expected rate (a plain cluster, as most on-prem fabrics)
 
     def link_of(self, i: int) -> str:
         return self.node_links.get(str(i), self.link)
@@ -141,7 +142,7 @@ def check_host(name: str, nodes: int, ranks_per_node: int, link: str, subnet: st
     for dev in [f"cb{name}br", *(f"cb{name}{i}{end}" for i in range(nodes) for end in "hn")]:
         if _exists_link(dev):
             raise UsageError(f"--name {name}: network interface {dev} already exists")
-    listing = subprocess.run(["ip", "-o", "-4", "addr"], capture_output=True, text=True).stdout
+    listing = subprocess.run(["ip", "-o", "-4", "addr"], check=False, capture_output=True, text=True).stdout
     for line in listing.splitlines():
         fields = line.split()
         if len(fields) >= 4 and ipaddress.ip_interface(fields[3]).ip in net:
@@ -152,13 +153,14 @@ def check_host(name: str, nodes: int, ranks_per_node: int, link: str, subnet: st
 
 
 def up(name: str, nodes: int, ranks_per_node: int, link: str, subnet: str, timeout_s: float = 120.0,
-       node_links: dict[str, str] | None = None) -> LabState:
+       node_links: dict[str, str] | None = None, declared: bool = True) -> LabState:
     check_host(name, nodes, ranks_per_node, link, subnet)
     os.makedirs(state_dir(name), exist_ok=True)
     st = LabState(name, nodes, ranks_per_node, link, subnet, state_dir(name), f"/tmp/cbl-{name}",
-                  node_links=dict(node_links or {}))
+                  node_links=dict(node_links or {}), declared=declared)
     st.save()
-    _declare(st)
+    if declared:
+        _declare(st)
     try:
         _build_network(st)
         _start_ray(st, timeout_s)
@@ -217,11 +219,19 @@ def _start_ray(st: LabState, timeout_s: float) -> None:
                 [f"--address={st.address}", f"--node-ip-address={st.node_ip(i)}", f"--num-cpus={st.ranks_per_node}",
                  "--object-store-memory=100000000"],
                 os.path.join(st.state_dir, f"node{i}.log"), netns=ns,
-                env={**st.auth_env(), "COLLBENCH_PLATFORM": "lab", "COLLBENCH_EXPECTED": st.expected_path},
+                env={**st.auth_env(), **_platform_env(st)},
             )
         )
         st.save()
         _wait_nodes(st, i + 1, timeout_s)
+
+
+def _platform_env(st: LabState) -> dict[str, str]:
+    """A declared lab is platform `lab` with its line rate as expected value; an undeclared one
+    sets neither, so its nodes are what collbench detects on this host (no entry applies)."""
+    if not st.declared:
+        return {}
+    return {"COLLBENCH_PLATFORM": "lab", "COLLBENCH_EXPECTED": st.expected_path}
 
 
 def _declare(st: LabState) -> None:
@@ -246,7 +256,7 @@ def _wait_nodes(st: LabState, nodes: int, timeout_s: float) -> None:
     alive = 0
     while time.monotonic() < deadline:
         proc = subprocess.run(
-            [_python(), "-c", script, st.address], capture_output=True, text=True,
+            [_python(), "-c", script, st.address], check=False, capture_output=True, text=True,
             env={**os.environ, **st.auth_env()}, timeout=max(5.0, deadline - time.monotonic()),
         )
         lines = proc.stdout.strip().splitlines()
@@ -264,10 +274,12 @@ def down(st: LabState) -> list[str]:
     for ns in st.namespaces:
         raynodes.kill_pids(netns_pids(ns), signal.SIGKILL)
     for ns in st.namespaces:
-        if _exists_netns(ns) and subprocess.run(["ip", "netns", "del", ns], capture_output=True).returncode:
+        if _exists_netns(ns) and subprocess.run(["ip", "netns", "del", ns], check=False,
+                                                capture_output=True).returncode:
             problems.append(f"namespace {ns}")
     for dev in [*st.veths, st.bridge]:
-        if dev and _exists_link(dev) and subprocess.run(["ip", "link", "del", dev], capture_output=True).returncode:
+        if dev and _exists_link(dev) and subprocess.run(["ip", "link", "del", dev], check=False,
+                                                        capture_output=True).returncode:
             time.sleep(0.5)  # a veth whose peer's namespace was just deleted goes away by itself
             if _exists_link(dev):
                 problems.append(f"link {dev}")
@@ -307,7 +319,7 @@ def _ip(*args: str) -> None:
 
 
 def _run(cmd: list[str]) -> None:
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True)
     if proc.returncode:
         raise LabError(f"`{' '.join(cmd)}` failed: {proc.stderr.strip() or proc.returncode}")
 
