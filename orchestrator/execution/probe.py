@@ -1,17 +1,22 @@
-"""One short Ray task per node, before any actor: what its GPUs are (`nvidia-smi`; when float8
-is asked for, the NCCL version its torch was built with) and what platform it is (sweep.platform:
-its NICs in /sys, its instance type, what a lab declares). No CUDA context is made."""
+"""One short Ray task per node, before any actor: what its GPUs are (`nvidia-smi`), what torch on
+the node makes of them (the CUDA it is built for, how many GPUs it sees, its error when it cannot use
+them, the NCCL it is built with), and what platform it is (sweep.platform: its NICs in /sys, its
+instance type, what a lab declares). torch is asked in a subprocess, so whatever it initialises
+(and a CUDA_VISIBLE_DEVICES Ray may have emptied for a task without GPUs) ends with it."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, replace
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from orchestrator.errors import first_line
-from orchestrator.sweep.devices import DeviceCaps
+from orchestrator.sweep.devices import DeviceCaps, parse_version
 from orchestrator.sweep.inventory import Inventory
 from orchestrator.sweep.platform import Platform, detect
 
@@ -45,18 +50,58 @@ def _read_gpus(with_nccl: bool) -> DeviceCaps:
     try:
         out = subprocess.run(["nvidia-smi", f"--query-gpu={_QUERY}", "--format=csv,noheader,nounits"],
                              capture_output=True, text=True, timeout=30, check=True).stdout
+        caps = parse_nvidia_smi(out)
     except (OSError, subprocess.SubprocessError) as e:
-        return DeviceCaps(problem=f"nvidia-smi: {first_line(e)}")
-    caps = parse_nvidia_smi(out)
-    if with_nccl and caps.problem is None:
-        try:
-            import torch
-
-            version = tuple(int(x) for x in torch.cuda.nccl.version()[:3])
-        except Exception as e:  # a torch without CUDA: say so, do not guess
-            return DeviceCaps(**{**caps.__dict__, "problem": f"torch NCCL version: {first_line(e)}"})
-        caps = DeviceCaps(**{**caps.__dict__, "nccl_version": version})
+        caps = DeviceCaps(problem=f"nvidia-smi: {first_line(e)}")
+    caps = with_torch(caps, _ask_torch())
+    if with_nccl and caps.problem is None and caps.nccl_version is None:
+        caps = replace(caps, problem=f"torch NCCL version: {caps.torch_problem or 'torch is not built with NCCL'}")
     return caps
+
+
+# Run by the node's Python: torch's view of the node's GPUs, as one JSON line.
+_TORCH_REPORT = """
+import json, torch
+out = {"torch": torch.__version__, "cuda": torch.version.cuda, "gpus": None, "error": None, "nccl": None}
+try:
+    torch.cuda.init()
+    out["gpus"] = torch.cuda.device_count()
+except Exception as e:
+    out["error"] = ([ln.strip() for ln in str(e).splitlines() if ln.strip()] or [type(e).__name__])[0][:300]
+try:
+    out["nccl"] = list(torch.cuda.nccl.version())[:3] if torch.version.cuda else None
+except Exception:
+    pass
+print(json.dumps(out))
+"""
+
+
+def _ask_torch(timeout_s: float = 90.0) -> str:
+    env = dict(os.environ)
+    if env.get("CUDA_VISIBLE_DEVICES") == "":  # Ray's mask for a task without GPUs: the node's GPUs are meant
+        del env["CUDA_VISIBLE_DEVICES"]
+    try:
+        done = subprocess.run([sys.executable, "-c", _TORCH_REPORT], capture_output=True, text=True, check=False,
+                              timeout=timeout_s, env=env)
+    except (OSError, subprocess.SubprocessError) as e:
+        return json.dumps({"error": f"torch probe: {first_line(e)}"})
+    if done.returncode != 0:
+        lines = [ln.strip() for ln in done.stderr.splitlines() if ln.strip()]
+        return json.dumps({"error": f"torch probe exited {done.returncode}: {lines[-1] if lines else ''}"[:300]})
+    return done.stdout
+
+
+def with_torch(caps: DeviceCaps, report: str) -> DeviceCaps:
+    """`caps` with what the torch report (the last JSON line of `_TORCH_REPORT`'s output) says."""
+    lines = [ln for ln in report.strip().splitlines() if ln.startswith("{")]
+    try:
+        got = json.loads(lines[-1])
+    except (IndexError, ValueError):
+        return replace(caps, torch_problem=f"unreadable torch probe output: {report.strip()[:80]!r}")
+    cuda = parse_version(got["cuda"])[:2] if got.get("cuda") else None
+    nccl = tuple(got["nccl"]) if got.get("nccl") else caps.nccl_version
+    return replace(caps, torch_version=got.get("torch"), torch_cuda=cuda if cuda and len(cuda) == 2 else None,
+                   torch_gpus=got.get("gpus"), torch_problem=got.get("error"), nccl_version=nccl)
 
 
 def probe_nodes(inv: Inventory, with_nccl: bool, timeout_s: float = 120.0) -> dict[str, NodeProbe]:

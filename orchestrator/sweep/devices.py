@@ -8,10 +8,14 @@ that peak (tests/integration/test_memory.py measures it against the harness on C
 need room for the CUDA context and NCCL's own buffers (GPU_RESERVE_BYTES).
 float8: NCCL reduces float8 only from 2.24 on, in a torch built against it, on compute
 capability 9.0 (Hopper) or newer.
+Driver: a torch wheel carries its own CUDA runtime; the node's NVIDIA driver must be at least the
+minimum of that CUDA major release (minor-version compatibility), else every rank fails at its
+first CUDA call. `check_driver` refuses the run before any actor starts.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -30,6 +34,12 @@ GPU_RESERVE_BYTES = 1 << 30
 FLOAT8_MIN_CC = (9, 0)
 FLOAT8_MIN_NCCL = (2, 24, 0)
 FLOAT8 = frozenset({"float8_e4m3", "float8_e5m2"})
+# The lowest Linux x86_64 driver on which a CUDA major release runs at all (any minor of it, through
+# minor-version compatibility): NVIDIA's CUDA Toolkit Release Notes, "CUDA Driver", table "CUDA Toolkit
+# and Minimum Required Driver Version for CUDA Minor Version Compatibility", and
+# docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html (13.x >= 580, 12.x >= 525,
+# 11.x >= 450). The exact builds are the GA drivers of 13.0 and 12.0 and the 11.x note's 450.80.02.
+CUDA_DRIVER_FLOOR: dict[int, str] = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
 
 
 @dataclass(frozen=True)
@@ -44,6 +54,50 @@ class DeviceCaps:
     nccl_version: tuple[int, int, int] | None = None  # the NCCL torch was built with
     problem: str | None = None
     gpus: int = 0
+    # what torch on the node says (a subprocess of the probe): its version, the CUDA it is built for
+    # (None: a CPU build), how many GPUs it sees, and its own error when it cannot use them
+    torch_version: str | None = None
+    torch_cuda: tuple[int, int] | None = None
+    torch_gpus: int | None = None
+    torch_problem: str | None = None
+
+
+def parse_version(text: str) -> tuple[int, ...]:
+    """'550.54.15' -> (550, 54, 15); the leading numeric parts only ('13.0' -> (13, 0))."""
+    out = []
+    for part in text.strip().split("."):
+        digits = "".join(ch for ch in part if ch.isdigit())
+        if not digits or digits != part:
+            break
+        out.append(int(digits))
+    return tuple(out)
+
+
+def _dotted(version: tuple[int, ...]) -> str:
+    return ".".join(map(str, version))
+
+
+def driver_problem(caps: DeviceCaps, ray_gpus: int) -> str | None:
+    """Why torch on this node cannot drive the `ray_gpus` GPUs Ray counts there (a driver older than
+    torch's CUDA needs, a CPU build, fewer GPUs seen), or None when it can or nothing says otherwise."""
+    built = f"torch {caps.torch_version}"
+    floor = CUDA_DRIVER_FLOOR.get(caps.torch_cuda[0]) if caps.torch_cuda else None
+    # torch's own words when the driver is too old name the CUDA the driver supports, not its version
+    seen = re.search(r"found version (\d+)", caps.torch_problem or "")
+    too_old = parse_version(caps.driver_version) < parse_version(floor) if caps.driver_version and floor else bool(seen)
+    if floor is not None and too_old:
+        driver = (f"NVIDIA driver {caps.driver_version}" if caps.driver_version else
+                  f"an NVIDIA driver for CUDA {int(seen.group(1)) // 1000}.{int(seen.group(1)) % 1000 // 10}")
+        return (f"has {driver}; {built} is built for CUDA {_dotted(caps.torch_cuda)}, which needs driver "
+                f"{floor} or newer (CUDA {caps.torch_cuda[0]}.x): upgrade the driver or install a torch "
+                "built for the driver's CUDA (README: GPU driver)")
+    if caps.torch_problem:
+        return f"has {ray_gpus} GPUs but torch cannot use them ({caps.torch_problem})"
+    if caps.torch_version is not None and caps.torch_cuda is None:
+        return f"has {ray_gpus} GPUs but {built} is a CPU-only build"
+    if caps.torch_gpus is not None and caps.torch_gpus < ray_gpus:
+        return f"has {ray_gpus} GPUs (Ray's count) but {built} sees {caps.torch_gpus}"
+    return None
 
 
 def case_bytes(case: Case, n: int, backend: str) -> int:
@@ -79,6 +133,17 @@ def check_memory(spec: SweepSpec, backend: str, inv: Inventory, group_sizes: Ite
                 f"--max-bytes {format_bytes(spec.max_bytes)}: each rank needs about {format_bytes(need)} "
                 f"(buffers and check), node {node.ip} has {format_bytes(have)} of {what}"
             )
+
+
+def check_driver(backend: str, inv: Inventory, caps: dict[str, DeviceCaps]) -> None:
+    """Refuse an NCCL run on a node whose torch cannot use its GPUs, naming the node, the driver and
+    the minimum (gloo measures host memory and needs no CUDA)."""
+    if backend != "nccl":
+        return
+    for node in inv.nodes:
+        problem = driver_problem(caps[node.node_id], node.gpus) if node.node_id in caps else None
+        if problem:
+            raise UsageError(f"node {node.ip} {problem}")
 
 
 def check_float8(spec: SweepSpec, backend: str, inv: Inventory, caps: dict[str, DeviceCaps]) -> None:
