@@ -20,7 +20,7 @@ from orchestrator.execution.rows import RunRef
 from orchestrator.execution.runner import Runner
 from orchestrator.results.store import ResultStore
 from orchestrator.sweep import inventory
-from orchestrator.sweep.devices import FLOAT8, check_float8, check_memory
+from orchestrator.sweep.devices import FLOAT8, check_driver, check_float8, check_memory
 from orchestrator.sweep.inventory import Inventory
 from orchestrator.sweep.spec import SweepSpec, auto_backend, for_backend
 
@@ -69,6 +69,7 @@ class Session:
         probes = probe_nodes(self.inv, with_nccl=bool(FLOAT8 & set(self.spec.dtypes)))
         self.caps = {node_id: p.caps for node_id, p in probes.items() if p.caps is not None}
         self.platforms = {node_id: p.platform for node_id, p in probes.items()}
+        check_driver(self.backend, self.inv, self.caps)  # before float8 and memory: their facts need a working torch
         check_float8(self.spec, self.backend, self.inv, self.caps)
         check_memory(self.spec, self.backend, self.inv, group_sizes, self.caps)
 
