@@ -1,33 +1,37 @@
-"""Two runs row by row: busbw and time changes of matched rows, the noise each change has to
-beat, and rows found in one run only. Pure; no Ray, no I/O.
+"""Two runs (or several baseline runs and one new run) row by row: busbw and time changes of
+matched rows, the noise each change has to beat and where that noise was read, and rows found on
+one side only. Pure; no Ray, no I/O.
 
 Rows match by shape (collective, dtype, op, placement, msg_bytes, topology, world size, ranks per
 node, pattern) and, by default, by link: the group's devices (node IP and local rank of every
 rank, in rank order), so a pair that lost 40% among many is compared with itself, not hidden in a
 median. `by="shape"` pools every group of a shape instead (two different clusters).
 
-Noise: every row keeps its per-iteration times (`iter_time_us`). For each matched key the
-change is measured on log times: d = mean(log t_new) - mean(log t_base), with standard error
-se = sqrt(var_base / n_base + var_new / n_new) over the iterations of all its rows. A drop is
-flagged when busbw fell by more than `threshold` AND d exceeds z * se, z being the one-sided
-normal quantile at 5% shared by all m matched keys (Bonferroni: 1 - 0.05 / m), so that comparing
-a run with a resampling of itself flags nothing in 95% of comparisons however many rows there
-are. The row's `noise_floor` is the busbw change that noise alone can explain: 1 - exp(-z * se).
+The change of a matched key is measured on log times: d = mean(log t_new) - mean(log t_base)
+over the iterations of its rows (all baseline runs together). A drop is flagged when busbw fell by
+more than `threshold` AND d exceeds the noise limit, the larger of
+- the run-to-run noise of the key's shape (analysis/noise.py: from several baseline runs, else
+  from the spread of the changes of the shape's matched links), times Student's t at 1 - 0.05/m
+  with the estimate's degrees of freedom, and
+- the row's own iteration noise, z * se with se = sqrt(var_base / n_base + var_new / n_new),
+m being the number of matched keys (Bonferroni), so that comparing a run with a repeat of itself
+flags nothing in 95% of comparisons however many rows there are. `noise_source` says which
+estimate set the limit; `noise_floor` is the busbw change that noise alone can explain:
+1 - exp(-limit).
 """
 
 from __future__ import annotations
-
-from statistics import NormalDist
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from orchestrator.analysis.noise import FAMILY_ALPHA, NoiseSource, peer_sigma, quantile, run_sigma
+
 SHAPE_KEY = ["collective", "dtype", "op", "in_place", "msg_bytes", "topology", "world_size", "ranks_per_node",
              "pattern"]
 COLUMNS = [*SHAPE_KEY, "status", "busbw_gbps", "time_us", "iter_time_us", "node_ips", "local_ranks", "run_id"]
-FAMILY_ALPHA = 0.05
 
 
 def _links(table: pa.Table) -> np.ndarray:
@@ -41,43 +45,82 @@ def _links(table: pa.Table) -> np.ndarray:
     return pc.binary_join(joined, ",").to_numpy(zero_copy_only=False)
 
 
-def _log_stats(table: pa.Table, key: pd.Series) -> pd.DataFrame:
-    """Per key: n iterations, mean and variance of log(time)."""
-    times = table.column("iter_time_us").combine_chunks()
-    lengths = np.diff(times.offsets.to_numpy())
-    logs = np.log(np.maximum(times.values.to_numpy(zero_copy_only=False), 1e-9))
-    owner = np.repeat(key.to_numpy(), lengths)
-    flat = pd.DataFrame({"key": owner, "x": logs})
-    return flat.groupby("key").x.agg(n="size", mean="mean", var="var").fillna({"var": 0.0})
-
-
-def _side(table: pa.Table, by: str) -> pd.DataFrame:
+def _rows(table: pa.Table, by: str) -> pd.DataFrame:
+    """The ok rows: shape, link, key, shape id, run, busbw, time and their iterations' log sums."""
     ok = table.filter(pc.equal(table.column("status"), "ok"))
-    df = ok.select(SHAPE_KEY + ["busbw_gbps", "time_us"]).to_pandas()
+    df = ok.select(SHAPE_KEY + ["busbw_gbps", "time_us", "run_id"]).to_pandas()
     df["link"] = _links(ok) if by == "link" else ""
-    key = df[SHAPE_KEY + ["link"]].astype(str).agg("|".join, axis=1)
-    stats = _log_stats(ok, key)
-    agg = df.assign(key=key).groupby("key").agg(**{c: (c, "first") for c in SHAPE_KEY + ["link"]},
-                                                busbw_gbps=("busbw_gbps", "median"), time_us=("time_us", "median"))
-    return agg.join(stats)
+    df["shape"] = df[SHAPE_KEY].astype(str).agg("|".join, axis=1)
+    df["key"] = df["shape"] + "|" + df["link"]
+    times = ok.column("iter_time_us").combine_chunks()
+    lengths = np.diff(times.offsets.to_numpy()) if len(times) else np.zeros(0, dtype=int)
+    logs = np.log(np.maximum(times.values.to_numpy(zero_copy_only=False), 1e-9))
+    owner = np.repeat(np.arange(len(df)), lengths)
+    df["n"] = lengths
+    df["s1"] = np.bincount(owner, weights=logs, minlength=len(df))
+    df["s2"] = np.bincount(owner, weights=logs * logs, minlength=len(df))
+    return df
+
+
+def _side(df: pd.DataFrame) -> pd.DataFrame:
+    """Per key: its shape and link, median busbw and time, iterations n, mean and variance of log(time)."""
+    g = df.groupby("key")
+    out = g.agg(**{c: (c, "first") for c in SHAPE_KEY + ["link", "shape"]}, busbw_gbps=("busbw_gbps", "median"),
+                time_us=("time_us", "median"), n=("n", "sum"), s1=("s1", "sum"), s2=("s2", "sum"),
+                runs=("run_id", "nunique"))
+    n = out.n.where(out.n > 0)
+    out["mean"] = out.s1 / n
+    out["var"] = ((out.s2 - out.s1 * out.s1 / n) / (n - 1).where(n > 1)).clip(lower=0).fillna(0.0)
+    return out.drop(columns=["s1", "s2"])
+
+
+def _between(both: pd.DataFrame, base_rows: pd.DataFrame, d: pd.Series, p: float) -> pd.DataFrame:
+    """Per matched key: the run-to-run noise limit on d and its source (NaN and None where none)."""
+    limit = pd.Series(np.nan, index=both.index)
+    source = pd.Series(None, index=both.index, dtype=object)
+    per_run = base_rows[base_rows.n > 0].groupby(["key", "run_id"]).agg(shape=("shape", "first"), n=("n", "sum"),
+                                                                        s1=("s1", "sum")).reset_index()
+    per_run["mean"] = per_run.s1 / per_run.n
+    run_groups = dict(iter(per_run.groupby("shape")))
+    for shape, idx in both.groupby("shape").groups.items():
+        runs = run_groups.get(shape)
+        sigma, df = run_sigma(runs["mean"].to_numpy(), runs.key.to_numpy()) if runs is not None else (None, 0)
+        if sigma is not None:
+            k = both.loc[idx, "runs_base"].to_numpy()
+            # the new run against the mean of k baseline runs: var sigma^2 (1 + 1/k)
+            limit[idx] = quantile(p, df) * sigma * np.sqrt(1 + 1 / k)
+            source[idx] = NoiseSource.RUNS.value
+            continue
+        sigma = peer_sigma(d[idx].dropna().to_numpy())
+        if sigma is not None:
+            limit[idx] = quantile(p, len(idx) - 1) * sigma
+            source[idx] = NoiseSource.PEERS.value
+    return pd.DataFrame({"between": limit, "between_source": source})
 
 
 def compare(base: pa.Table, new: pa.Table, threshold: float, by: str = "link"
             ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """(matched keys with changes, noise floor and flag; keys only in base; keys only in new)."""
-    a, b = _side(base, by), _side(new, by)
-    both = a.merge(b[["busbw_gbps", "time_us", "n", "mean", "var"]], left_index=True, right_index=True,
+    """(matched keys with changes, noise limit, its source and flag; keys only in base; keys only
+    in new). `base` may hold several runs of the same sweep: their spread is the noise."""
+    base_rows = _rows(base, by)
+    a, b = _side(base_rows), _side(_rows(new, by))
+    both = a.merge(b[["busbw_gbps", "time_us", "n", "mean", "var", "runs"]], left_index=True, right_index=True,
                    suffixes=("_base", "_new"))
     m = max(len(both), 1)
-    z = NormalDist().inv_cdf(1 - FAMILY_ALPHA / m)
+    p = 1 - FAMILY_ALPHA / m
     d = both.mean_new - both.mean_base
-    se = np.sqrt(both.var_base / both.n_base + both.var_new / both.n_new)
+    iterations = quantile(p, None) * np.sqrt(both.var_base / both.n_base + both.var_new / both.n_new)
+    between = _between(both, base_rows, d, p)
+    limit = np.fmax(between.between, iterations)
+    from_iterations = between.between.isna() | (iterations > between.between)
     both = both.assign(
         busbw_change=both.busbw_gbps_new / both.busbw_gbps_base - 1,
         time_change=both.time_us_new / both.time_us_base - 1,
-        noise_floor=1 - np.exp(-z * se),
+        log_change=d,
+        noise_floor=1 - np.exp(-limit),
+        noise_source=between.between_source.where(~from_iterations, NoiseSource.ITERATIONS.value),
     )
-    both["flag"] = (both.busbw_change < -threshold) & (d > z * se)
+    both["flag"] = (both.busbw_change < -threshold) & (d > limit)
     cols = SHAPE_KEY + (["link"] if by == "link" else [])
     only_base = a.loc[a.index.difference(b.index), cols]
     only_new = b.loc[b.index.difference(a.index), cols]

@@ -1,8 +1,9 @@
 """`collbench compare BASELINE NEW`: busbw and time per matched link or shape, drops flagged
-only beyond the run-to-run noise measured from the rows' own iterations.
+only beyond the run-to-run noise: read from several baseline runs of the same sweep when there
+are, else from the spread of the changes of a shape's links, else from the rows' own iterations.
 
 Exit 1 when a drop exceeds --threshold and its noise (a gate for driver or NCCL upgrades), 2 for
-unusable input. Never touches Ray or torch.
+unusable input, including two runs with no row in common. Never touches Ray or torch.
 """
 
 from __future__ import annotations
@@ -10,29 +11,39 @@ from __future__ import annotations
 import argparse
 import json
 
+import pyarrow as pa
+
 from orchestrator.analysis.compare import COLUMNS, SHAPE_KEY, compare
+from orchestrator.analysis.noise import NoiseSource
 from orchestrator.commands.options import UNITS, add_analysis_options, check_threshold
 from orchestrator.commands.render import render_csv, render_tables
 from orchestrator.errors import UsageError
 from orchestrator.results import dataset
 
 TABLE_NAMES = ("summary", "matched", "only_in_baseline", "only_in_new")
+# Spec fields that say where and how patiently a sweep ran, not what it measured: two runs that
+# differ only in these are runs of the same sweep.
+_NOT_THE_SWEEP = ("output", "address", "group_timeout_s", "deadline_rate_gbps", "allow_failures")
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "compare",
-        help="compare two runs link by link and flag busbw drops beyond noise",
+        help="compare two runs link by link and flag busbw drops beyond run-to-run noise",
         description="Match rows of two runs by shape (collective, dtype, op, in_place, msg_bytes, topology, "
         "world_size, ranks_per_node, pattern) and by link (the group's node IPs and local ranks; --by shape pools "
-        "a shape's groups); print the change of busbw and time and the noise floor measured from the rows' "
-        "per-iteration times; exit 1 when a drop exceeds --threshold and the noise. With the same PATH twice "
-        "and no run ids, the two latest runs in it are compared.",
+        "a shape's groups); print the change of busbw and time and the noise floor, and exit 1 when a drop exceeds "
+        "--threshold and the noise between runs: read from several baseline runs (every run of the baseline's sweep "
+        "in BASELINE, or those named), else from how the shape's other links moved, else from the rows' "
+        "per-iteration times (the noise_source column says which). With the same PATH twice and no run ids, the "
+        "latest run is compared with the runs before it.",
     )
     p.add_argument("baseline", help="results dataset of the baseline")
     p.add_argument("new", help="results dataset of the new run")
-    p.add_argument("--baseline-run", metavar="RUN_ID", help="run in BASELINE (default: its latest)")
-    p.add_argument("--new-run", metavar="RUN_ID", help="run in NEW (default: its latest)")
+    p.add_argument("--baseline-run", metavar="RUN_ID[,RUN_ID...]",
+                   help="baseline run(s) in BASELINE, comma-separated (default: its latest run, with every other run "
+                   "of the same command and sweep in BASELINE; the new run itself excluded)")
+    p.add_argument("--new-run", metavar="RUN_ID", help="run in NEW (default: its latest, not a baseline run)")
     p.add_argument("--by", choices=["link", "shape"], default="link",
                    help="match groups by their devices as well as their shape (link, default), or by shape only "
                    "(shape: two different clusters)")
@@ -42,33 +53,79 @@ def add_parser(sub) -> None:
     p.set_defaults(handler=main)
 
 
+def _check_run(option: str, run_id: str, path: str, known: list[str]) -> str:
+    if run_id not in known:
+        raise UsageError(f"{option} {run_id}: no such run in {path} (runs: {', '.join(known[-5:]) or 'none'})")
+    return run_id
+
+
+def _sweep(path: str, run_id: str) -> tuple | None:
+    """What a run measured (its command and spec, less where and how patiently), None when unknown."""
+    m = dataset.manifest(path, run_id)
+    try:
+        spec = json.loads(m["spec"]) if m and m.get("spec") else None
+    except ValueError:
+        return None
+    if not isinstance(spec, dict):
+        return None
+    return m.get("command"), json.dumps({k: v for k, v in spec.items() if k not in _NOT_THE_SWEEP}, sort_keys=True)
+
+
+def pick_runs(args: argparse.Namespace) -> tuple[list[str], str]:
+    """(Baseline run ids, oldest first; the new run id) from the options and the datasets."""
+    same = args.baseline == args.new
+    base_known = dataset.runs(args.baseline)
+    new_known = base_known if same else dataset.runs(args.new)
+    named = [r.strip() for r in args.baseline_run.split(",")] if args.baseline_run is not None else []
+    for r in named:
+        _check_run("--baseline-run", r, args.baseline, base_known)
+    if args.new_run is not None:
+        new_run = _check_run("--new-run", args.new_run, args.new, new_known)
+    else:
+        candidates = [r for r in new_known if not (same and r in named)]
+        if not candidates:
+            raise UsageError(f"{args.new}: holds no run besides the baseline run(s); name one with --new-run")
+        new_run = candidates[-1]
+    if named:
+        return list(dict.fromkeys(named)), new_run
+    candidates = [r for r in base_known if not (same and r == new_run)]
+    if not candidates:
+        raise UsageError(f"{args.baseline}: holds {len(base_known)} run(s); name two with --baseline-run/--new-run")
+    primary = candidates[-1]
+    sweep = _sweep(args.baseline, primary)
+    if sweep is None:
+        return [primary], new_run
+    return [r for r in candidates if r == primary or _sweep(args.baseline, r) == sweep], new_run
+
+
 def main(args: argparse.Namespace) -> int:
     check_threshold(args.threshold)
     if args.format == "csv" and not args.table:
         raise UsageError("--format csv: name one table with --table NAME")
-    base_run, new_run = args.baseline_run, args.new_run
-    if args.baseline == args.new and not base_run and not new_run:
-        ids = dataset.runs(args.baseline)
-        if len(ids) < 2:
-            raise UsageError(f"{args.baseline}: holds {len(ids)} run(s); name two with --baseline-run/--new-run")
-        base_run, new_run = ids[-2], ids[-1]
-    base = dataset.load_table(args.baseline, base_run, columns=COLUMNS)
+    base_runs, new_run = pick_runs(args)
+    base = pa.concat_tables([dataset.load_table(args.baseline, r, columns=COLUMNS) for r in base_runs])
     new = dataset.load_table(args.new, new_run, columns=COLUMNS)
     matched, only_base, only_new = compare(base, new, args.threshold, args.by)
+    if matched.empty:
+        raise UsageError(f"no ok row of run {new_run} matches one of baseline run(s) {','.join(base_runs)} by "
+                         f"{args.by}: nothing to compare" + (" (another cluster? --by shape)" if args.by == "link"
+                                                             else ""))
     scale = UNITS[args.unit]
     key = SHAPE_KEY + (["link"] if args.by == "link" else [])
     rows = [
         {**{k: r[k] for k in key}, "busbw_base": r.busbw_gbps_base * scale, "busbw_new": r.busbw_gbps_new * scale,
          "busbw_change": r.busbw_change, "time_change": r.time_change, "noise_floor": r.noise_floor,
-         "flag": "DROP" if r.flag else ""}
+         "noise_source": r.noise_source, "flag": "DROP" if r.flag else ""}
         for _, r in matched.iterrows()
     ]
     flagged = int(matched.flag.sum())
+    sources = matched.noise_source.value_counts()
     summary = [{
-        "baseline_run": base.column("run_id")[0].as_py(), "new_run": new.column("run_id")[0].as_py(),
-        "by": args.by, "matched": len(matched), "flagged_drops": flagged, "unit": args.unit,
-        "median_busbw_change": float(matched.busbw_change.median()) if len(matched) else None,
-        "worst_busbw_change": float(matched.busbw_change.min()) if len(matched) else None,
+        "baseline_run": base_runs[-1], "new_run": new_run, "baseline_runs": base_runs, "by": args.by,
+        "matched": len(matched), "flagged_drops": flagged, "unit": args.unit,
+        "median_busbw_change": float(matched.busbw_change.median()),
+        "worst_busbw_change": float(matched.busbw_change.min()),
+        **{f"noise_{s.value}": int(sources.get(s.value, 0)) for s in NoiseSource},
         "only_in_baseline": len(only_base), "only_in_new": len(only_new),
     }]
     tables = {"summary": summary, "matched": rows, "only_in_baseline": only_base.to_dict("records"),
@@ -81,7 +138,7 @@ def main(args: argparse.Namespace) -> int:
         print(render_csv(tables[args.table]), end="")
     else:
         titles = {"summary": "summary", "matched": f"matched rows (busbw in {args.unit}; DROP: below -{args.threshold:.0%} "
-                  "and beyond the noise floor)", "only_in_baseline": "rows only in the baseline",
+                  "and beyond the noise floor, read from noise_source)", "only_in_baseline": "rows only in the baseline",
                   "only_in_new": "rows only in the new run"}
         print(render_tables([(titles[n], t) for n, t in tables.items()], args.format))
     return 1 if flagged else 0
