@@ -29,10 +29,23 @@ RUN cd /tmp \
     && ./efa_installer.sh -y -g --skip-kmod --skip-limit-conf --no-verify \
     && cd / && rm -rf /tmp/aws-efa-installer*
 
-ENV LD_LIBRARY_PATH=/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu:/opt/amazon/ofi-nccl/lib:/opt/amazon/efa/lib:${LD_LIBRARY_PATH}
+# The base image's LD_LIBRARY_PATH only when it has one: an empty entry (a trailing ':') means the
+# current directory, so a process would load libraries from wherever it happens to run.
+ENV LD_LIBRARY_PATH=/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu:/opt/amazon/ofi-nccl/lib:/opt/amazon/efa/lib${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}
 ENV PATH=/opt/amazon/efa/bin:${PATH}
 # NCCL (bundled with torch) loads the plugin as libnccl-net-ofi.so from LD_LIBRARY_PATH.
 ENV NCCL_NET_PLUGIN=ofi \
     FI_PROVIDER=efa \
     FI_EFA_FORK_SAFE=1
+# Fail the build, not the cluster: without the plugin where NCCL looks for it (the directories of
+# LD_LIBRARY_PATH), NCCL_NET=OFI (cluster.yaml) fails every group, and without NCCL_NET every
+# inter-node row would measure TCP sockets. An installer that moved or dropped it stops here.
+RUN found=""; \
+    for dir in $(echo "$LD_LIBRARY_PATH" | tr ':' ' '); do \
+        if [ -e "$dir/libnccl-net-ofi.so" ]; then found="$dir/libnccl-net-ofi.so"; break; fi; \
+    done; \
+    if [ -z "$found" ]; then \
+        echo "libnccl-net-ofi.so (aws-ofi-nccl) is in no directory of LD_LIBRARY_PATH=$LD_LIBRARY_PATH" >&2; exit 1; \
+    fi; \
+    echo "aws-ofi-nccl plugin: $found"
 USER ray

@@ -61,8 +61,7 @@ def test_efa_is_in_the_image_and_nccl_cannot_fall_back():
     assert re.fullmatch(r"rayproject/ray:\d+\.\d+\.\d+-py3\d+-cu\d+", base)  # a CUDA build of Ray's image
     assert base.split(":")[1].split("-")[0] == docker["image"].rsplit(":", 1)[1]  # same Ray version as tagged
     assert re.search(r"efa_installer\.sh -y -g --skip-kmod --skip-limit-conf --no-verify", recipe)
-    ld_path = re.search(r"^ENV LD_LIBRARY_PATH=(\S+)$", recipe, re.M).group(1).split(":")
-    assert "/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu" in ld_path and "/opt/amazon/efa/lib" in ld_path
+    # LD_LIBRARY_PATH: test_efa_image_ld_library_path_has_no_empty_entry
     assert "NCCL_NET_PLUGIN=ofi" in recipe and recipe.rstrip().endswith("USER ray")
 
 
@@ -81,3 +80,94 @@ def test_gcp_gpu_nodes_get_their_driver_before_docker():
         (wait,) = node["initialization_commands"]
         assert wait.startswith("timeout ") and "until nvidia-smi" in wait
     assert "--gpus all" in cfg["docker"]["worker_run_options"]
+
+
+def _cuda_tag(image: str) -> str:
+    """'rayproject/ray:2.60.0-py311-cu128' -> 'cu128'."""
+    return re.fullmatch(r"rayproject/ray:\d+\.\d+\.\d+-py3\d+-(cu\d+)", image).group(1)
+
+
+@pytest.mark.parametrize("name", ["cluster.yaml", "examples/gcp-a3.yaml"])
+def test_torch_is_pinned_to_a_build_for_the_images_cuda_before_collbench(name):
+    """The registry's torch is a CUDA 13 build (driver >= 580): the cluster files install a pinned torch
+    from PyTorch's index for the image's CUDA first, so collbench's `torch>=2.4` keeps it."""
+    from orchestrator.sweep.devices import CUDA_DRIVER_FLOOR, parse_version
+
+    cfg = yaml.safe_load((ROOT / name).read_text())
+    if name == "cluster.yaml":  # the image is built from docker/efa.Dockerfile
+        recipe = (ROOT / "docker" / "efa.Dockerfile").read_text()
+        image = re.search(r"^ARG RAY_IMAGE=(\S+)$", recipe, re.MULTILINE).group(1)
+    else:
+        image = cfg["docker"]["image"]
+    tag = _cuda_tag(image)
+    setup = cfg["setup_commands"]
+    torch_at = next(i for i, c in enumerate(setup) if re.search(r"\btorch\b", c))
+    collbench_at = next(i for i, c in enumerate(setup) if "~/collbench" in c)
+    assert torch_at < collbench_at
+    m = re.fullmatch(r"pip install -q 'torch==(\d+\.\d+\.\d+)' --index-url https://download\.pytorch\.org/whl/(cu\d+)",
+                     setup[torch_at])
+    assert m and m.group(2) == tag, setup[torch_at]  # exactly one version, built for the image's CUDA
+    major = int(tag[2:-1])
+    assert major in CUDA_DRIVER_FLOOR and parse_version(CUDA_DRIVER_FLOOR[major]) < (580,)  # not a CUDA 13 build
+    if name != "cluster.yaml":  # a Deep Learning VM family names the CUDA its driver is for: same major or newer
+        for node in cfg["available_node_types"].values():
+            family = node["node_config"]["disks"][0]["initializeParams"]["sourceImage"]
+            host_cuda = re.search(r"common-cu(\d+)", family).group(1)
+            assert int(host_cuda[:-1]) >= major
+
+
+def _run_instructions(recipe: str) -> list[str]:
+    """The Dockerfile's RUN commands, continuation lines joined as Docker joins them."""
+    joined = re.sub(r"\\\n", "", recipe)
+    return [ln[len("RUN "):] for ln in joined.splitlines() if ln.startswith("RUN ")]
+
+
+def test_efa_image_build_fails_without_the_ofi_plugin(tmp_path):
+    """The image's own check, run by sh as the build runs it: it passes only when libnccl-net-ofi.so
+    is in a directory of LD_LIBRARY_PATH (where NCCL looks for it)."""
+    import subprocess
+
+    recipe = (ROOT / "docker" / "efa.Dockerfile").read_text()
+    (check,) = [r for r in _run_instructions(recipe) if "libnccl-net-ofi.so" in r]
+    env_at, check_at = recipe.index("ENV LD_LIBRARY_PATH="), recipe.index(check.split(";")[0])
+    assert env_at < recipe.index("libnccl-net-ofi.so (aws-ofi-nccl)") and check_at  # runs after the path is set
+    empty, plugin = tmp_path / "efa-lib", tmp_path / "ofi-lib"
+    empty.mkdir(), plugin.mkdir()
+
+    def build(ld_path: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["sh", "-c", check], env={"LD_LIBRARY_PATH": ld_path, "PATH": "/usr/bin:/bin"},
+                              capture_output=True, text=True, timeout=10, check=False)
+
+    missing = build(f"{empty}:/nonexistent")
+    assert missing.returncode == 1 and "libnccl-net-ofi.so (aws-ofi-nccl) is in no directory" in missing.stderr
+    (plugin / "libnccl-net-ofi.so").write_bytes(b"")
+    found = build(f"{empty}:{plugin}")
+    assert found.returncode == 0 and f"aws-ofi-nccl plugin: {plugin}/libnccl-net-ofi.so" in found.stdout
+
+
+@pytest.mark.parametrize("base", ["", "/usr/local/nvidia/lib64"])
+def test_efa_image_ld_library_path_has_no_empty_entry(base):
+    """Docker expands ${VAR:+word} as sh does: the image's LD_LIBRARY_PATH, with the base image's
+    empty or set, never has an empty entry (which would mean the current directory)."""
+    import subprocess
+
+    recipe = (ROOT / "docker" / "efa.Dockerfile").read_text()
+    value = re.search(r"^ENV LD_LIBRARY_PATH=(\S+)$", recipe, re.MULTILINE).group(1)
+    got = subprocess.run(["sh", "-c", f'printf %s "{value}"'], env={"LD_LIBRARY_PATH": base},
+                         capture_output=True, text=True, timeout=10, check=True).stdout
+    entries = got.split(":")
+    assert "" not in entries and entries[:3] == ["/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu",
+                                                 "/opt/amazon/ofi-nccl/lib", "/opt/amazon/efa/lib"]
+    assert entries[3:] == ([base] if base else [])
+
+
+def test_only_the_first_efa_card_has_an_ip_interface():
+    """cards 1-31 are efa-only (no ENA interface, no address) so that NCCL's bootstrap and gloo cannot
+    choose an interface whose replies leave by another card."""
+    cfg = yaml.safe_load((ROOT / "cluster.yaml").read_text())
+    (gpu,) = [t for n, t in cfg["available_node_types"].items() if n != cfg["head_node_type"]]
+    nics = gpu["node_config"]["NetworkInterfaces"]
+    assert sorted(n["NetworkCardIndex"] for n in nics) == list(range(32))
+    first = [n for n in nics if n["NetworkCardIndex"] == 0]
+    assert first == [{**first[0], "DeviceIndex": 0, "InterfaceType": "efa"}]
+    assert all(n["InterfaceType"] == "efa-only" and n["DeviceIndex"] == 0 for n in nics if n["NetworkCardIndex"])
