@@ -5,7 +5,9 @@ own (`configure`), and reads what a group appended (`read_since`). `parse` turns
 `NcclLog`: the version banner of the library really loaded, `Using network X`, the devices and
 interfaces of NET/IB and NET/Socket, the libfabric provider, every `Channel ... via PATH` line,
 NVLS set-up and the ring graph's intra-node link type. Each worker's file is its own (%p), so
-no other process' lines are spliced into its lines. Formats from NCCL 2.9 to 2.30 and the
+no other process' lines are spliced into its lines. Some of those lines NCCL prints once per
+process, not once per communicator (`PROCESS_WIDE`): `DebugFile` keeps them from the worker's
+first group and fills them into every later group's account. Formats from NCCL 2.9 to 2.30 and the
 aws-ofi-nccl and GPUDirect-TCPX plugins (tests/fixtures/nccl holds real lines of each kind).
 """
 
@@ -16,6 +18,7 @@ import re
 import socket
 import tempfile
 from collections.abc import Iterable
+from dataclasses import replace
 
 from workloads.messages import NcclLog
 
@@ -32,6 +35,13 @@ _PATTERN = re.compile(r"Pattern \d+, crossNic \d+, nChannels \d+, bw [\d.]+/[\d.
 _WARN = re.compile(r"NCCL WARN (.+?)\s*$")
 
 SUBSYSTEMS = ("INIT", "NET", "GRAPH")
+
+# NcclLog fields that NCCL prints once per process, whatever the number of communicators: the
+# version banner (`pthread_once(&once, showVersion)`), `NET/IB : Using ...` (only while the device
+# list is uninitialised), `NET/Socket : Using ...` (once), and aws-ofi-nccl's `Selected provider
+# is efa` (its init returns early when `netRefCount++ > 0`). `Using network X`, the channels, NVLS
+# and the ring graph are printed for every communicator.
+PROCESS_WIDE = ("version", "link_layers", "interfaces", "provider")
 
 
 def parse(lines: Iterable[str]) -> NcclLog:
@@ -62,6 +72,38 @@ def parse(lines: Iterable[str]) -> NcclLog:
             warnings.append(m.group(1))
     return NcclLog(version, network, tuple(layers), tuple(interfaces), provider, tuple(channels), nvls, intra_link,
                    tuple(warnings))
+
+
+def with_process_facts(log: NcclLog, known: NcclLog) -> NcclLog:
+    """`log` with each process-wide fact it does not show taken from `known`."""
+    return replace(log, **{field: getattr(log, field) or getattr(known, field) for field in PROCESS_WIDE})
+
+
+class DebugFile:
+    """One worker process' NCCL debug file, read group by group. `facts` holds the process-wide
+    facts (PROCESS_WIDE) as first seen in any group's lines; every group's account gets them."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.facts = NcclLog()
+        self._offset = 0  # where the current group's lines start
+
+    def start_group(self) -> None:
+        """A new group starts: later reads see only its lines. What earlier groups logged since
+        their last read still yields its process-wide facts."""
+        lines, self._offset = read_since(self.path, self._offset)
+        self._remember(lines)
+
+    def group_log(self) -> NcclLog:
+        """The current group's account: what NCCL logged since it started, with the process'
+        facts where its own lines lack them."""
+        log = self._remember(read_since(self.path, self._offset)[0])
+        return with_process_facts(log, self.facts)
+
+    def _remember(self, lines: list[str]) -> NcclLog:
+        log = parse(lines)
+        self.facts = with_process_facts(self.facts, log)
+        return log
 
 
 def configure(env: dict[str, str]) -> str:

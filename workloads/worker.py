@@ -19,7 +19,7 @@ import torch.distributed as dist
 from workloads import nccl_log
 from workloads.comm_env import COMM_ENV_PREFIXES, pin_interfaces
 from workloads.harness import run_case
-from workloads.messages import Case, Joined, JoinRequest, Sample, Transport, WorkerInfo
+from workloads.messages import Case, Joined, JoinRequest, NcclLog, Sample, Transport, WorkerInfo
 
 
 class BenchWorker:
@@ -32,8 +32,9 @@ class BenchWorker:
         self._rank = 0
         self._world_size = 1
         self._backend = "gloo"
-        self._nccl_log: str | None = None  # NCCL's debug file of this process (GPU workers)
-        self._log_offset = 0  # where the current group's lines start in it
+        # NCCL's debug file of this process (GPU workers), read group by group; it keeps what NCCL
+        # prints once per process (version, devices, provider) for every later group's account.
+        self._nccl_log: nccl_log.DebugFile | None = None
         # The node's address as the cluster knows it (the driver passes it from ray.nodes()).
         self._ip = node_ip or _node_ip()
         self._ifname = pin_interfaces(self._ip)
@@ -64,7 +65,7 @@ class BenchWorker:
         before anything initialises CUDA or NCCL. Returns the description with both."""
         os.environ["CUDA_VISIBLE_DEVICES"] = visible_devices
         self._gpu = torch.device("cuda", local_index)
-        self._nccl_log = nccl_log.configure(os.environ)
+        self._nccl_log = nccl_log.DebugFile(nccl_log.configure(os.environ))
         return self.describe()
 
     def ping(self) -> int:
@@ -83,8 +84,8 @@ class BenchWorker:
         if dist.is_initialized():
             dist.destroy_process_group()
         self._rank, self._world_size, self._backend = req.rank, req.world_size, req.backend
-        if self._nccl_log:
-            _, self._log_offset = nccl_log.read_since(self._nccl_log, self._log_offset)
+        if self._nccl_log is not None:
+            self._nccl_log.start_group()
         kwargs = {}
         # gloo measures host memory even on GPU nodes (--backend gloo there tests the TCP path).
         self._device = self._gpu if req.backend == "nccl" else torch.device("cpu")
@@ -116,8 +117,7 @@ class BenchWorker:
     def _transport(self) -> Transport:
         if self._backend != "nccl":
             return Transport("gloo", interface=self._ifname)
-        lines, _ = nccl_log.read_since(self._nccl_log, self._log_offset) if self._nccl_log else ([], 0)
-        return Transport("nccl", nccl=nccl_log.parse(lines))
+        return Transport("nccl", nccl=self._nccl_log.group_log() if self._nccl_log is not None else NcclLog())
 
 
 def _node_ip() -> str:

@@ -63,9 +63,14 @@ def _network(logs: Sequence[NcclLog]) -> str | None:
     if not names:
         return None
     parts = [",".join(names)]
-    parts += sorted({layer for log in logs for layer in log.link_layers} - {"IB"})
-    parts += sorted({i for log in logs for i in log.interfaces if "Socket" in names})
-    parts += sorted({log.provider for log in logs if log.provider})
+    # Device lists and the provider are process-wide facts (workloads.nccl_log.PROCESS_WIDE) that a
+    # network NCCL initialised but did not choose also prints: each counts only under its network.
+    if any(network_matches("ib", name) for name in names):
+        parts += sorted({layer for log in logs for layer in log.link_layers} - {"IB"})
+    if "Socket" in names:
+        parts += sorted({i for log in logs for i in log.interfaces})
+    if any(network_matches("efa", name) for name in names):
+        parts += sorted({log.provider for log in logs if log.provider})
     if any("GDRDMA" in path for log in logs for _, _, path in log.channels if _kind(path) == "NET"):
         parts.append("GDRDMA")
     return "/".join(parts)
@@ -88,8 +93,8 @@ def unexpected_network(expected: str | None, backend: str, base: dict,
     if not wrong:
         return None
     rank, used = wrong[0]
-    return [j for j, _ in wrong], f"inter-node traffic would use {used} (rank {rank} on {where(base, rank)}), " \
-        f"not {expected} (--expect-net)"
+    return [j for j, _ in wrong], (f"inter-node traffic would use {used} (rank {rank} on {where(base, rank)}), "
+                                   f"not {expected} (--expect-net)")
 
 
 def wrong_network(expected: str, backend: str, transports: Sequence[Transport | None]) -> list[tuple[int, str]]:
