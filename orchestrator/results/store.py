@@ -12,19 +12,19 @@ names starting with `_` or `.` (manifests, plots written to `_plots`, temporary 
 Directories are not named `run_id=...`: the rows carry run_id themselves, and pandas' hive
 discovery would add a second, dictionary-typed run_id column that clashes with it.
 Local files are written under a hidden temporary name and renamed, so a crash never leaves a
-torn file; object stores make each put atomic by themselves. Compaction swaps a finished run's
-folder for its compacted twin in one atomic rename (Linux renameat2), so a reader sees either all
-group files or the part files, never both; on object stores the part files are written first and
-the group files deleted after, and collbench's own reader ignores group files beside part files.
+torn file; object stores make each put atomic by themselves. One process writes a run at a time:
+it holds the run's lock, <root>/_runs/<run_id>.lock (lock.py). Compaction (compact.py) swaps a
+finished run's folder for its compacted twin in one atomic rename (Linux renameat2), so a reader
+sees either all group files or the part files, never both; on object stores the part files are
+written first and the group files deleted after, and collbench's own reader lets a group file
+replace its group's rows in part files.
 """
 
 from __future__ import annotations
 
-import ctypes
 import datetime as dt
 import json
 import os
-import shutil
 import tempfile
 import threading
 import urllib.parse
@@ -36,7 +36,8 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from orchestrator.errors import UsageError, first_line
-from orchestrator.results.schema import MANIFEST_SCHEMA, ROW_SCHEMA, SCHEMA_VERSION, rows_table
+from orchestrator.results.lock import run_lock
+from orchestrator.results.schema import MANIFEST_SCHEMA, SCHEMA_VERSION, rows_table
 from orchestrator.timeouts import connect_timeout_s
 
 MANIFEST_DIR = "_runs"
@@ -176,7 +177,8 @@ class ResultStore:
         self.run_id = run_id
         self.fs, self.root = resolve(output)
         self.run_dir = f"{self.root}/{run_id}"
-        self._local = isinstance(self.fs, pafs.LocalFileSystem)
+        self.local = isinstance(self.fs, pafs.LocalFileSystem)
+        self.lock = run_lock(self.fs, self.root, MANIFEST_DIR, run_id, self.location)
 
     @property
     def location(self) -> str:
@@ -187,7 +189,7 @@ class ResultStore:
         self.fs.create_dir(f"{self.root}/{MANIFEST_DIR}", recursive=True)
 
     def write_group(self, group_id: str, rows: list[dict]) -> None:
-        self._write(rows_table(rows), f"{self.run_dir}/{group_id}.parquet")
+        self.write_table(rows_table(rows), f"{self.run_dir}/{group_id}.parquet")
 
     def write_manifest(self, manifest: dict) -> None:
         """The manifest as one JSON object (its types are MANIFEST_SCHEMA's; times in ISO 8601)."""
@@ -204,7 +206,7 @@ class ResultStore:
         from orchestrator.results.dataset import load_table
 
         infos = self.fs.get_file_info(pafs.FileSelector(self.run_dir, allow_not_found=True))
-        if not any(_row_file(i.base_name) for i in infos):
+        if not any(row_file(i.base_name) for i in infos):
             return set()
         table = load_table(self.location_of_run(), columns=["group_id", "status"])
         groups = set(table.column("group_id").to_pylist())
@@ -213,36 +215,27 @@ class ResultStore:
             groups -= set(bad.to_pylist())
         return groups
 
-    def compact(self) -> int:
-        """Rewrite the run's rows as part files of up to PART_ROWS rows (a group file replaces
-        its group's rows in older part files); returns the number of group files merged."""
-        from orchestrator.results.dataset import load_table
+    def acquire(self, wait_s: float = 0.0) -> None:
+        """Become the run's one writer (lock.py): refused in one line naming the holder when another
+        process still holds it after wait_s; then clear what a killed compaction of the run left."""
+        from orchestrator.results.compact import clear_leftovers
 
-        infos = self.fs.get_file_info(pafs.FileSelector(self.run_dir, allow_not_found=True))
-        groups = sorted(i.path for i in infos if _row_file(i.base_name) and not i.base_name.startswith(PART_PREFIX))
-        old_parts = [i.path for i in infos if _row_file(i.base_name) and i.base_name.startswith(PART_PREFIX)]
-        if not groups or (len(groups) < 2 and not old_parts):
-            return 0
-        table = load_table(self.location_of_run(), columns=ROW_SCHEMA.names)
-        parts = [table.slice(lo, PART_ROWS) for lo in range(0, table.num_rows, PART_ROWS)]
-        if self._local and _exchange is not None:
-            staging = os.path.join(self.root, f".{self.run_id}.compacting")
-            # Left by a compaction that was killed: its parts half-written, or (after the
-            # exchange) the group files they replaced. The run folder is whole either way.
-            shutil.rmtree(staging, ignore_errors=True)
-            os.makedirs(staging)
-            try:  # glob readers (duckdb's **/*.parquet) look into hidden folders too: never leave it
-                for k, part in enumerate(parts):
-                    pq.write_table(part, os.path.join(staging, f"{PART_PREFIX}{k:05d}.parquet"))
-                _exchange(staging, self.run_dir)  # readers see the group files or the parts, never both
-            finally:
-                shutil.rmtree(staging, ignore_errors=True)
-        else:
-            for k, part in enumerate(parts):
-                self._write(part, f"{self.run_dir}/{PART_PREFIX}{k:05d}.parquet")
-            for path in [*groups, *old_parts[len(parts):]]:
-                self.fs.delete_file(path)
-        return len(groups)
+        self.lock.acquire(wait_s)
+        try:
+            clear_leftovers(self)
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def release(self) -> None:
+        self.lock.release()
+
+    def compact(self, wait_s: float | None = None) -> int:
+        """Rewrite the run's rows as a few part files, under the run's lock (compact.py); returns
+        the number of group files merged."""
+        from orchestrator.results.compact import COMPACT_WAIT_S, compact
+
+        return compact(self, COMPACT_WAIT_S if wait_s is None else wait_s)
 
     def location_of_run(self) -> str:
         """The run's folder as a path or URI, for the dataset reader."""
@@ -251,8 +244,8 @@ class ResultStore:
         parts = urllib.parse.urlsplit(self.output)
         return urllib.parse.urlunsplit(parts._replace(path=f"{parts.path.rstrip('/')}/{self.run_id}"))
 
-    def _write(self, table: pa.Table, path: str) -> None:
-        if not self._local:
+    def write_table(self, table: pa.Table, path: str) -> None:
+        if not self.local:
             pq.write_table(table, path, filesystem=self.fs)
             return
         directory, name = os.path.split(path)
@@ -261,7 +254,7 @@ class ResultStore:
         os.replace(tmp, path)
 
     def _put(self, data: bytes, path: str) -> None:
-        if not self._local:
+        if not self.local:
             with self.fs.open_output_stream(path) as f:
                 f.write(data)
             return
@@ -272,7 +265,7 @@ class ResultStore:
         os.replace(tmp, path)
 
 
-def _row_file(name: str) -> bool:
+def row_file(name: str) -> bool:
     return name.endswith(".parquet") and not name.startswith((".", "_"))
 
 
@@ -280,23 +273,3 @@ def _iso(value: object) -> str:
     if hasattr(value, "isoformat"):
         return value.isoformat()
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
-
-
-def _renameat2_exchange():
-    """os has no atomic exchange of two paths; Linux's renameat2(RENAME_EXCHANGE) is one."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        fn = libc.renameat2
-    except (OSError, AttributeError):
-        return None
-    at_fdcwd, rename_exchange = -100, 2
-
-    def exchange(a: str, b: str) -> None:
-        if fn(at_fdcwd, a.encode(), at_fdcwd, b.encode(), rename_exchange) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"renameat2 exchange {a} <-> {b}: {os.strerror(err)}")
-
-    return exchange
-
-
-_exchange = _renameat2_exchange()

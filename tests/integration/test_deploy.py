@@ -11,9 +11,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
-from orchestrator.lab.raynodes import free_port
 from orchestrator.results import dataset
 from orchestrator.results.store import resolve_output
 from tests.faults import worker_pids
@@ -104,21 +101,6 @@ def test_relative_output_under_a_ray_job_goes_home(monkeypatch, tmp_path):
     monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", "{}")
     assert resolve_output("results") == os.path.join(os.path.expanduser("~"), "results")
     assert resolve_output("/abs/x") == "/abs/x" and resolve_output("s3://b/p") == "s3://b/p"
-
-
-@pytest.fixture()
-def s3_server():
-    moto_server = pytest.importorskip("moto.server")
-    import boto3
-
-    port = free_port()
-    srv = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    srv.start()
-    creds = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_EC2_METADATA_DISABLED": "true"}
-    boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1",
-                 aws_access_key_id="test", aws_secret_access_key="test").create_bucket(Bucket="cbresults")
-    yield f"?endpoint_override=127.0.0.1:{port}&scheme=http&region=us-east-1", creds
-    srv.stop()
 
 
 def test_results_to_object_storage(ray_head, s3_server, monkeypatch):

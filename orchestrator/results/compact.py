@@ -1,0 +1,202 @@
+"""Compaction: a finished run's group files rewritten as a few part files, safe against a second
+compaction of the same run and against a crash at any point.
+
+Safety against a second compaction: the compaction holds the run's lock (lock.py; it waits for a
+holder up to a limit), reads the folder only once it holds it, and stages under a name of its
+own. Safety against a crash, on a local disk (Linux renameat2): the parts are written and synced
+in a hidden staging folder beside the run folder, and one atomic exchange swaps it with the run
+folder; readers see the group files or the parts, never both, never neither. A crash before the
+exchange leaves the run folder whole and a staging folder of half-written parts; a crash after it
+leaves the parts in place and the replaced group files in the staging folder. Either leftover is
+hidden (`.` name) from collbench, pyarrow and pandas, and is deleted by the next holder of the
+run's lock (`clear_leftovers`) before anything else. Without renameat2, and on object stores, no
+step is atomic but a file's put: the parts are written first and the group files deleted after
+(`_write_then_delete`); collbench's reader lets a group file replace its group's rows in the parts,
+so it reads each row once at every point; other readers may count a group twice until the
+deletes are done (or the next compaction redoes them).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import posixpath
+import re
+import shutil
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as pads
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from orchestrator.results.schema import ROW_SCHEMA
+
+if TYPE_CHECKING:
+    from orchestrator.results.store import ResultStore
+
+STAGING_SUFFIX = ".compacting"
+# How long a compaction waits for the run's lock held by another process (a compaction takes
+# seconds; a run holding it for longer is refused, naming it).
+COMPACT_WAIT_S = 120.0
+
+
+def _no_crash(step: str) -> None:
+    """Called after each step that changes the disk; tests replace it to kill the process there."""
+
+
+after_step: Callable[[str], None] = _no_crash
+
+
+def compact(store: ResultStore, wait_s: float = COMPACT_WAIT_S) -> int:
+    """Rewrite the run's rows as part files of up to PART_ROWS rows (a group file replaces its
+    group's rows in older part files); returns the number of group files merged."""
+    held = store.lock.held  # a run compacting as it ends holds its lock already
+    if not held:
+        store.acquire(wait_s)
+    try:
+        after_step("locked")
+        clear_leftovers(store)
+        return _compact(store)
+    finally:
+        if not held:
+            store.release()
+
+
+def staging_name(run_id: str) -> str:
+    return f".{run_id}{STAGING_SUFFIX}-{os.getpid()}-{uuid.uuid4().hex}"
+
+
+def clear_leftovers(store: ResultStore) -> list[str]:
+    """Delete the staging folders of killed compactions of this run (only the lock's holder may:
+    while it holds the lock no other compaction of the run is under way). Returns their names."""
+    if not store.local:
+        return []
+    own = re.compile(re.escape(f".{store.run_id}{STAGING_SUFFIX}") + r"(-\d+-[0-9a-f]{32})?")
+    try:
+        names = [n for n in os.listdir(store.root) if own.fullmatch(n)]
+    except FileNotFoundError:
+        return []
+    for name in names:
+        shutil.rmtree(os.path.join(store.root, name), ignore_errors=True)
+    return names
+
+
+def _compact(store: ResultStore) -> int:
+    from orchestrator.results import store as layout
+
+    infos = store.fs.get_file_info(pafs.FileSelector(store.run_dir, allow_not_found=True))
+    rows = [i for i in infos if layout.row_file(i.base_name)]
+    groups = sorted(i.path for i in rows if not i.base_name.startswith(layout.PART_PREFIX))
+    old_parts = sorted(i.path for i in rows if i.base_name.startswith(layout.PART_PREFIX))
+    if not groups or (len(groups) < 2 and not old_parts):
+        return 0
+    if store.local and _exchange is not None:
+        _swap(store)
+    else:
+        _write_then_delete(store, groups, old_parts)
+    return len(groups)
+
+
+def _sliced(table: pa.Table, first: int = 0) -> dict[str, pa.Table]:
+    """Part file names (numbered from `first`) and their rows, up to PART_ROWS each."""
+    from orchestrator.results.store import PART_PREFIX, PART_ROWS
+
+    return {f"{PART_PREFIX}{first + k:05d}.parquet": table.slice(lo, PART_ROWS)
+            for k, lo in enumerate(range(0, table.num_rows, PART_ROWS))}
+
+
+def _write_then_delete(store: ResultStore, groups: list[str], old_parts: list[str]) -> None:
+    """Without an atomic swap: each step leaves a folder that collbench's reader reads whole, a
+    group file replacing its group's rows in every part file. (1) Each older part that holds rows
+    of a group with a group file is rewritten without them; (2) the group files' rows are written
+    as new parts, numbered after the older ones; (3) the group files are deleted. Rewriting the
+    parts wholesale instead would move rows between files, and a crash halfway through would read
+    some twice and lose others."""
+    from orchestrator.results.store import PART_PREFIX
+
+    replaced = pa.array([posixpath.basename(g)[: -len(".parquet")] for g in groups])
+    for path in old_parts:
+        part = _read(store, [path])
+        kept = part.filter(pc.invert(pc.is_in(part.column("group_id"), value_set=replaced)))
+        if kept.num_rows == part.num_rows:
+            continue
+        if kept.num_rows:
+            store.write_table(kept, path)  # one atomic put (or rename) per file
+        else:
+            store.fs.delete_file(path)
+        after_step("part-rewritten")
+    numbers = [int(m.group(1)) for p in old_parts if (m := re.fullmatch(rf"{PART_PREFIX}(\d+)\.parquet",
+                                                                          posixpath.basename(p)))]
+    for name, part in _sliced(_read(store, groups), max(numbers, default=-1) + 1).items():
+        store.write_table(part, f"{store.run_dir}/{name}")
+        after_step("part-written")
+    for path in groups:
+        store.fs.delete_file(path)
+        after_step("old-file-deleted")
+
+
+def _read(store: ResultStore, paths: list[str]) -> pa.Table:
+    """Rows of these files, older schema versions with the columns they lack as nulls."""
+    return pads.dataset(paths, filesystem=store.fs, format="parquet", schema=ROW_SCHEMA).to_table()
+
+
+def _swap(store: ResultStore) -> None:
+    """The run's rows (as collbench reads them) staged as parts, then swapped in atomically."""
+    from orchestrator.results.dataset import load_table
+
+    parts = _sliced(load_table(store.location_of_run(), columns=ROW_SCHEMA.names))
+    staging = os.path.join(store.root, staging_name(store.run_id))
+    os.makedirs(staging)
+    after_step("staging-made")
+    try:  # glob readers (duckdb's **/*.parquet) look into hidden folders too: never leave it
+        for name, part in parts.items():
+            path = os.path.join(staging, name)
+            pq.write_table(part, path)
+            _fsync(path)  # on disk before the exchange makes it the run's only copy
+            after_step("part-written")
+        _fsync(staging)
+        _exchange(staging, store.run_dir)  # readers see the group files or the parts, never both
+        _fsync(store.root)
+        after_step("exchanged")
+        for entry in sorted(os.scandir(staging), key=lambda e: e.name):  # the replaced files
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+            else:
+                os.unlink(entry.path)
+            after_step("old-file-deleted")
+        os.rmdir(staging)
+        after_step("staging-removed")
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _fsync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _renameat2_exchange():
+    """os has no atomic exchange of two paths; Linux's renameat2(RENAME_EXCHANGE) is one."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return None
+    at_fdcwd, rename_exchange = -100, 2
+
+    def exchange(a: str, b: str) -> None:
+        if fn(at_fdcwd, a.encode(), at_fdcwd, b.encode(), rename_exchange) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"renameat2 exchange {a} <-> {b}: {os.strerror(err)}")
+
+    return exchange
+
+
+_exchange = _renameat2_exchange()

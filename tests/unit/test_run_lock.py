@@ -1,0 +1,187 @@
+"""One writer per run: a second holder of a run's lock is refused in one line naming the first
+(host, pid, since), a SIGKILLed holder's lock is taken over, and on an object store the lock is a
+lease kept alive by its holder. Holders are real processes (fork), no Ray."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import multiprocessing as mp
+import os
+import re
+import signal
+import socket
+import time
+import uuid
+
+import pytest
+
+from orchestrator.errors import UsageError
+from orchestrator.results import dataset, lock
+from orchestrator.results.store import ResultStore
+from tests.unit.test_store import _row
+
+CTX = mp.get_context("fork")
+
+
+def _hold(root: str, ready, done) -> None:
+    store = ResultStore(root, "run-a")
+    store.acquire()
+    ready.set()
+    done.wait(60)
+    store.release()
+
+
+def _holder_process(root: str):
+    ready, done = CTX.Event(), CTX.Event()
+    child = CTX.Process(target=_hold, args=(root, ready, done))
+    child.start()
+    assert ready.wait(60), "the holder did not take the lock"
+    return child, done
+
+
+def _since(message: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(re.search(r" since (\S+);", message).group(1))
+
+
+def test_a_second_writer_is_refused_naming_the_holder(tmp_path):
+    root = str(tmp_path / "res")
+    child, done = _holder_process(root)
+    try:
+        t0 = dt.datetime.now(dt.timezone.utc)
+        for wait_s in (0.0, 0.3):  # at once, and after waiting a little for it
+            with pytest.raises(UsageError) as refused:
+                ResultStore(root, "run-a").acquire(wait_s)
+            message = str(refused.value)
+            assert message.startswith(f"run run-a in {root} is being written by host {socket.gethostname()} "
+                                      f"pid {child.pid} since ")
+            assert "\n" not in message
+            assert dt.timedelta(0) <= t0 - _since(message) < dt.timedelta(minutes=5)
+        other = ResultStore(root, "run-b")  # another run of the same output is not held up
+        other.acquire()
+        other.release()
+    finally:
+        done.set()
+        child.join(60)
+    assert child.exitcode == 0
+    store = ResultStore(root, "run-a")
+    store.acquire()  # free once its holder let go
+    assert json.loads((tmp_path / "res" / "_runs" / "run-a.lock").read_text())["pid"] == os.getpid()
+    with pytest.raises(UsageError, match=f"by host {re.escape(socket.gethostname())} pid {os.getpid()} since"):
+        ResultStore(root, "run-a").acquire()  # two stores of one process exclude each other too
+    store.release()
+    # the lock alone had created the output folder: letting go leaves nothing behind
+    assert not (tmp_path / "res").exists()
+
+
+def test_the_lock_leaves_the_rows_and_manifest_alone(tmp_path):
+    root = str(tmp_path / "res")
+    store = ResultStore(root, "run-a")
+    store.acquire()
+    store.create()
+    store.write_group("r0-g0", [_row(0), _row(1)])
+    store.write_manifest({"state": "running", "spec": "{}"})
+    assert len(dataset.load(root)) == 2  # the lock file beside the manifest is not read as rows
+    store.release()
+    assert sorted(p.name for p in (tmp_path / "res" / "_runs").iterdir()) == ["run-a.json"]
+    assert dataset.manifest(root, "run-a")["state"] == "running"
+
+
+def test_the_lock_of_a_killed_holder_is_taken_over(tmp_path):
+    root = str(tmp_path / "res")
+    child, _ = _holder_process(root)
+    os.kill(child.pid, signal.SIGKILL)
+    child.join(60)
+    assert child.exitcode == -signal.SIGKILL
+    path = tmp_path / "res" / "_runs" / "run-a.lock"
+    assert json.loads(path.read_text())["pid"] == child.pid  # its name is left, its lock is not
+    store = ResultStore(root, "run-a")
+    store.acquire()  # at once: the kernel let go of the dead holder's flock
+    assert json.loads(path.read_text())["pid"] == os.getpid()
+    with pytest.raises(UsageError, match=f"pid {os.getpid()} since"):
+        ResultStore(root, "run-a").acquire(0.2)
+    store.release()
+    assert not path.exists()
+
+
+@pytest.fixture()
+def s3_output(s3_server, monkeypatch):
+    query, creds = s3_server
+    for key, value in creds.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(lock, "SETTLE_S", 0.05)
+    return f"s3://cbresults/{uuid.uuid4().hex}{query}"  # moto's buckets outlive a server: a prefix per test
+
+
+def _put_holder(store: ResultStore, holder: lock.Holder) -> None:
+    with store.fs.open_output_stream(store.lock.path) as f:
+        f.write(holder.to_json())
+
+
+def _dead_pid() -> int:
+    child = CTX.Process(target=os._exit, args=(0,))
+    child.start()
+    child.join(60)
+    return child.pid
+
+
+def test_object_store_lock_is_a_lease(s3_output, monkeypatch):
+    first, second = ResultStore(s3_output, "run-a"), ResultStore(s3_output, "run-a")
+    first.acquire()
+    with pytest.raises(UsageError) as refused:
+        second.acquire()
+    assert f"is being written by host {socket.gethostname()} pid {os.getpid()} since " in str(refused.value)
+    first.release()
+    second.acquire()  # released: the lock object is gone
+    second.release()
+
+    now = dt.datetime.now(dt.timezone.utc)
+    old = now - dt.timedelta(seconds=lock.LEASE_S + 30)
+    cases = [  # (holder written in the lock object, taken over?)
+        (lock.Holder(socket.gethostname(), _dead_pid(), now, now, "x" * 32), True),  # this host, pid gone
+        (lock.Holder("elsewhere", 1, old, old, "y" * 32), True),  # another host, heartbeat past the lease
+        (lock.Holder("elsewhere", 1, now, now, "z" * 32), False),  # another host, alive
+    ]
+    for holder, taken in cases:
+        _put_holder(second, holder)
+        if taken:
+            second.acquire()
+            second.release()
+        else:
+            with pytest.raises(UsageError, match=f"by host elsewhere pid 1 since {re.escape(now.isoformat())};"):
+                second.acquire()
+
+
+def test_object_store_holder_keeps_its_lease_and_learns_when_it_lost_it(s3_output, monkeypatch):
+    monkeypatch.setattr(lock, "LEASE_S", 2.0)  # a heartbeat every 0.5 s
+    first = ResultStore(s3_output, "run-a")
+    first.acquire()
+    since = first.lock._read().heartbeat
+    deadline = time.monotonic() + 30
+    while first.lock._read().heartbeat == since and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(lock.LEASE_S)  # older than a lease since it was taken, yet renewed: still held
+    with pytest.raises(UsageError, match=f"pid {os.getpid()} since"):
+        ResultStore(s3_output, "run-a").acquire()
+    intruder = lock.Holder("elsewhere", 1, since, dt.datetime.now(dt.timezone.utc), "i" * 32)
+    _put_holder(first, intruder)
+    while first.lock.lost is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert first.lock.lost == intruder
+    first.release()  # not its lock any more: the intruder's object stays
+    assert first.lock._read().token == "i" * 32
+
+
+def test_object_store_compaction_waits_for_the_lock(s3_output):
+    store = ResultStore(s3_output, "run-a")
+    store.create()
+    for g in range(3):
+        store.write_group(f"r0-g{g}", [{**_row(i), "group_id": f"r0-g{g}"} for i in range(2)])
+    holder = ResultStore(s3_output, "run-a")
+    holder.acquire()
+    with pytest.raises(UsageError, match="is being written by"):
+        store.compact(wait_s=0.3)
+    holder.release()
+    assert store.compact() == 3
+    df = dataset.load(s3_output)
+    assert sorted(zip(df.group_id, df.msg_bytes)) == [(f"r0-g{g}", 1024 * (i + 1)) for g in range(3) for i in range(2)]
