@@ -49,9 +49,11 @@ def _rows(table: pa.Table, by: str) -> pd.DataFrame:
     """The ok rows: shape, link, key, shape id, run, busbw, time and their iterations' log sums."""
     ok = table.filter(pc.equal(table.column("status"), "ok"))
     df = ok.select(SHAPE_KEY + ["busbw_gbps", "time_us", "run_id"]).to_pandas()
-    df["link"] = _links(ok) if by == "link" else ""
-    df["shape"] = df[SHAPE_KEY].astype(str).agg("|".join, axis=1)
-    df["key"] = df["shape"] + "|" + df["link"]
+    link = pa.array(_links(ok), pa.string()) if by == "link" else pa.array([""] * ok.num_rows, pa.string())
+    shape = pc.binary_join_element_wise(*(pc.cast(ok.column(c), pa.string()) for c in SHAPE_KEY), "|")
+    df["link"] = link.to_numpy(zero_copy_only=False)
+    df["shape"] = shape.to_numpy(zero_copy_only=False)
+    df["key"] = pc.binary_join_element_wise(shape, link, "|").to_numpy(zero_copy_only=False)
     times = ok.column("iter_time_us").combine_chunks()
     lengths = np.diff(times.offsets.to_numpy()) if len(times) else np.zeros(0, dtype=int)
     logs = np.log(np.maximum(times.values.to_numpy(zero_copy_only=False), 1e-9))
@@ -64,10 +66,10 @@ def _rows(table: pa.Table, by: str) -> pd.DataFrame:
 
 def _side(df: pd.DataFrame) -> pd.DataFrame:
     """Per key: its shape and link, median busbw and time, iterations n, mean and variance of log(time)."""
-    g = df.groupby("key")
-    out = g.agg(**{c: (c, "first") for c in SHAPE_KEY + ["link", "shape"]}, busbw_gbps=("busbw_gbps", "median"),
-                time_us=("time_us", "median"), n=("n", "sum"), s1=("s1", "sum"), s2=("s2", "sum"),
-                runs=("run_id", "nunique"))
+    g = df.groupby("key", sort=False)
+    out = df.drop_duplicates("key").set_index("key")[SHAPE_KEY + ["link", "shape"]]
+    out = out.join(g[["busbw_gbps", "time_us"]].median()).join(g[["n", "s1", "s2"]].sum())
+    out["runs"] = g.run_id.nunique()
     n = out.n.where(out.n > 0)
     out["mean"] = out.s1 / n
     out["var"] = ((out.s2 - out.s1 * out.s1 / n) / (n - 1).where(n > 1)).clip(lower=0).fillna(0.0)
@@ -91,9 +93,9 @@ def _between(both: pd.DataFrame, base_rows: pd.DataFrame, d: pd.Series, p: float
             limit[idx] = quantile(p, df) * sigma * np.sqrt(1 + 1 / k)
             source[idx] = NoiseSource.RUNS.value
             continue
-        sigma = peer_sigma(d[idx].dropna().to_numpy())
+        sigma, df = peer_sigma(d[idx].dropna().to_numpy())
         if sigma is not None:
-            limit[idx] = quantile(p, len(idx) - 1) * sigma
+            limit[idx] = quantile(p, df) * sigma
             source[idx] = NoiseSource.PEERS.value
     return pd.DataFrame({"between": limit, "between_source": source})
 

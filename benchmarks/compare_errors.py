@@ -1,0 +1,136 @@
+"""How often `collbench compare` is wrong: false positives (a healthy link flagged) and false
+negatives (a slowed link missed), over simulated runs driven through the real comparison
+(orchestrator.analysis.compare.compare, the code `collbench compare` runs).
+
+A run gives every link of one shape (one collective, size and pattern) a mean log time of
+log t0 + e, e drawn afresh for each link in each run (the run-to-run noise), and `iters`
+iterations around it (the iteration noise). Noise profiles, from measurements:
+- host: intra-node links of one shared 2-core machine (this repository's lab host): between two
+  runs of the same sweep, healthy links moved -34% to +93% (issue 21); iterations' cv ~0.3 at
+  4 MiB. Modelled as a Student-t(3) run effect of scale 0.2 in log time (heavy tails).
+- lab: links shaped by tc on that host (inter-node lab links): a few percent between runs.
+- gpu: GPU fleets, 1-3% run to run (issue 21's figure for NCCL on H100-class nodes).
+Layouts: `links`, N links of one shape, one link slowed (a node's intra-node fabric); `pairs`, every
+pair of M nodes (N = M(M-1)/2 links), one node slowed, so its M-1 pairs are. Baselines: one run
+(noise from the shape's peers) or three runs of the same sweep (noise from the runs).
+
+    python benchmarks/compare_errors.py [--trials 200] [--seed 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from orchestrator.analysis.compare import compare
+
+MSG_BYTES = 4 << 20
+THRESHOLD = 0.05  # compare's default
+
+
+@dataclass(frozen=True)
+class Profile:
+    run_scale: float  # scale of a link's run effect on log time
+    run_df: float | None  # Student-t degrees of freedom of that effect (None: normal)
+    iter_sigma: float  # sigma of one iteration's log time about the run's mean
+    iters: int
+
+
+PROFILES = {
+    "host": Profile(run_scale=0.2, run_df=3, iter_sigma=0.3, iters=20),
+    "lab": Profile(run_scale=0.02, run_df=None, iter_sigma=0.05, iters=20),
+    "gpu": Profile(run_scale=0.01, run_df=None, iter_sigma=0.01, iters=20),
+}
+
+
+def _links(layout: str, n: int) -> tuple[list[list[str]], list[bool]]:
+    """(Each link's node IPs, whether the planted fault slows it) for n nodes."""
+    ips = [f"10.1.{i // 250}.{i % 250}" for i in range(n)]
+    culprit = n // 2
+    if layout == "links":
+        return [[ip, ip] for ip in ips], [i == culprit for i in range(n)]
+    pairs = [(a, b) for a in range(n) for b in range(a + 1, n)]
+    return [[ips[a], ips[b]] for a, b in pairs], [culprit in p for p in pairs]
+
+
+def run_table(rng: np.random.Generator, run_id: str, nodes: list[list[str]], profile: Profile,
+              slow: np.ndarray, factor: float) -> pa.Table:
+    """One simulated run: a row per link, `factor` times slower on the links in `slow`."""
+    n = len(nodes)
+    run_effect = rng.standard_t(profile.run_df, n) if profile.run_df else rng.standard_normal(n)
+    level = np.log(100.0) + profile.run_scale * run_effect + np.where(slow, np.log(factor), 0.0)
+    logs = level[:, None] + profile.iter_sigma * rng.standard_normal((n, profile.iters))
+    times = np.exp(logs)
+    mean_us = times.mean(axis=1)
+    width = len(nodes[0])
+    offsets = pa.array(np.arange(n + 1, dtype=np.int32) * width)
+    return pa.table({
+        "collective": ["all_reduce"] * n, "dtype": ["float32"] * n, "op": ["sum"] * n, "in_place": [True] * n,
+        "msg_bytes": pa.array(np.full(n, MSG_BYTES)), "topology": ["intra" if nodes[0][0] == nodes[0][1] else "inter"] * n,
+        "world_size": pa.array(np.full(n, 2, dtype=np.int32)), "ranks_per_node": pa.array(np.ones(n, dtype=np.int32)),
+        "pattern": ["sim"] * n, "status": ["ok"] * n, "busbw_gbps": MSG_BYTES / mean_us / 1e3, "time_us": mean_us,
+        "iter_time_us": pa.ListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int32) * profile.iters),
+                                                 pa.array(times.ravel())),
+        "node_ips": pa.ListArray.from_arrays(offsets, pa.array([ip for pair in nodes for ip in pair])),
+        "local_ranks": pa.ListArray.from_arrays(offsets, pa.array(np.tile([0, 1], n).astype(np.int32))),
+        "run_id": [run_id] * n,
+    })
+
+
+def error_rates(profile: str, layout: str, nodes: int, factor: float, baselines: int, trials: int,
+                seed: int) -> tuple[float, float, int]:
+    """(False-positive rate over healthy links, false-negative rate over slowed links (nan when
+    none), links) over `trials` comparisons of `baselines` healthy runs with one run slowed by
+    `factor` (1: healthy)."""
+    rng = np.random.default_rng(seed)
+    prof = PROFILES[profile]
+    ips, faulty = _links(layout, nodes)
+    faulty = np.array(faulty) & (factor != 1.0)
+    healthy = np.zeros(len(ips), dtype=bool)
+    fp = fn = 0
+    for t in range(trials):
+        base = pa.concat_tables([run_table(rng, f"b{k}", ips, prof, healthy, 1.0) for k in range(baselines)])
+        new = run_table(rng, "new", ips, prof, faulty, factor)
+        matched, _, _ = compare(base, new, THRESHOLD)
+        flagged = np.zeros(len(ips), dtype=bool)
+        index = {",".join(f"{ip}:{lr}" for ip, lr in zip(pair, (0, 1))): i for i, pair in enumerate(ips)}
+        flagged[[index[link] for link in matched.link[matched.flag]]] = True
+        fp += int((flagged & ~faulty).sum())
+        fn += int((~flagged & faulty).sum())
+    healthy_links = trials * int((~faulty).sum())
+    slow_links = trials * int(faulty.sum())
+    return fp / healthy_links, (fn / slow_links if slow_links else float("nan")), len(ips)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trials", type=int, default=200, help="comparisons per case (fewer above 500 links)")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    print("| noise | layout | nodes | links | baseline runs | slowed | false positives | false negatives |")
+    print("|---|---|---|---|---|---|---|---|")
+    started = time.monotonic()
+    for profile in PROFILES:
+        for layout, sizes in (("links", (4, 8, 32, 256, 2048)), ("pairs", (4, 8, 16, 64))):
+            for nodes in sizes:
+                for baselines in (1, 3):
+                    for factor in (1.0, 1.25, 2.0):
+                        links = len(_links(layout, nodes)[0])
+                        trials = max(10, args.trials * 64 // max(links, 64))
+                        fp, fn, _ = error_rates(profile, layout, nodes, factor, baselines, trials, args.seed)
+                        miss = "-" if factor == 1.0 else f"{fn:.1%}"
+                        print(f"| {profile} | {layout} | {nodes} | {links} | {baselines} | "
+                              f"{'none' if factor == 1.0 else f'{factor:g}x'} | {fp:.2%} | {miss} |", flush=True)
+    print(f"\n{time.monotonic() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
