@@ -3,8 +3,8 @@
     python scripts/gpu_verdict.py RESULTS_DIR        (exit 0 on PASS, 1 on FAIL)
 
 Checks: every row ok and exact; NCCL's own log read (version on every row; with two or more GPUs
-the intra-node path named); and for a known part with 8 GPUs, all_reduce busbw at the largest
-size of at least 256 MiB above the part's floor.
+the intra-node path named on every row of a group of two or more); and for a known part with 8 GPUs,
+all_reduce busbw at the largest size of at least 256 MiB above the part's floor.
 """
 
 from __future__ import annotations
@@ -32,10 +32,16 @@ def verdict(df: pd.DataFrame) -> tuple[bool, str]:
     if df.nccl_version.isna().any():
         problems.append("NCCL's log was not read on every row")
     if n >= 2:
-        paths = sorted(set(df[df.world_size >= 2].intra_transport.dropna()))
+        multi = df[df.world_size >= 2]
+        paths = sorted(set(multi.intra_transport.dropna()))
         facts.append(f"intra {','.join(paths) or '?'}")
         if not paths:
             problems.append("no intra-node path in NCCL's log")
+        elif multi.intra_transport.isna().any():
+            # every group of two or more GPUs connects peers; a later group of a worker reads its own lines
+            sizes = ",".join(map(str, sorted(set(multi[multi.intra_transport.isna()].world_size))))
+            problems.append(f"{int(multi.intra_transport.isna().sum())} row(s) of {sizes}-GPU groups name no "
+                            "intra-node path")
     ar = df[(df.collective == "all_reduce") & (df.world_size == n) & (df.status == "ok") & (df.msg_bytes >= MIN_BYTES)]
     part = next((p for p in FLOORS_8GPU if p in model), None)
     if n == 8 and part and len(ar):

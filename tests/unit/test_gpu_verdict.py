@@ -39,3 +39,13 @@ def test_below_the_floor_or_without_transport_fails():
 def test_one_gpu_has_no_bandwidth_floor():
     ok, line = gpu_verdict.verdict(_rows(1, 0.0))
     assert ok and line == "collbench GPU check: PASS | 1 x NVIDIA H100 80GB HBM3 | NCCL 2.21.5"
+
+
+def test_every_multi_gpu_row_names_its_intra_path():
+    # a two-GPU machine: groups of 2 only; a row whose group read no channel lines fails the check
+    rows = _rows(2, 40.0, intra="P2P/NVL")
+    assert gpu_verdict.verdict(rows) == (True, "collbench GPU check: PASS | 2 x NVIDIA H100 80GB HBM3 | NCCL 2.21.5 | "
+                                               + "intra P2P/NVL | all_reduce busbw 40.0 GB/s (no floor for this part/count)")
+    rows.loc[1, "intra_transport"] = None
+    ok, line = gpu_verdict.verdict(rows)
+    assert not ok and line.endswith("| 1 row(s) of 2-GPU groups name no intra-node path")
