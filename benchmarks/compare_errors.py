@@ -14,7 +14,7 @@ Layouts: `links`, N links of one shape, one link slowed (a node's intra-node fab
 pair of M nodes (N = M(M-1)/2 links), one node slowed, so its M-1 pairs are. Baselines: one run
 (noise from the shape's peers) or three runs of the same sweep (noise from the runs).
 
-    python benchmarks/compare_errors.py [--trials 200] [--seed 0]
+    python benchmarks/compare_errors.py [--trials 20] [--seed 0]
 """
 
 from __future__ import annotations
@@ -112,17 +112,18 @@ def error_rates(profile: str, layout: str, nodes: int, factor: float, baselines:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--trials", type=int, default=200, help="comparisons per case (fewer above 500 links)")
+    ap.add_argument("--trials", type=int, default=20, help="comparisons per case (fewer above 500 links)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     print("| noise | layout | nodes | links | baseline runs | slowed | false positives | false negatives |")
     print("|---|---|---|---|---|---|---|---|")
     started = time.monotonic()
     for profile in PROFILES:
-        for layout, sizes in (("links", (4, 8, 32, 256, 2048)), ("pairs", (4, 8, 16, 64))):
+        for layout, sizes in (("links", (4, 16, 256)), ("pairs", (4, 8, 64))):
             for nodes in sizes:
                 for baselines in (1, 3):
-                    for factor in (1.0, 1.25, 2.0):
+                    # a 1.25x drop is below what the host's noise lets anything see
+                    for factor in (1.0, 2.0) if profile == "host" else (1.0, 1.25, 2.0):
                         links = len(_links(layout, nodes)[0])
                         trials = max(10, args.trials * 64 // max(links, 64))
                         fp, fn, _ = error_rates(profile, layout, nodes, factor, baselines, trials, args.seed)

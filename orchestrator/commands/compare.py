@@ -55,7 +55,8 @@ def add_parser(sub) -> None:
 
 def _check_run(option: str, run_id: str, path: str, known: list[str]) -> str:
     if run_id not in known:
-        raise UsageError(f"{option} {run_id}: no such run in {path} (runs: {', '.join(known[-5:]) or 'none'})")
+        shown = run_id if run_id.strip() and run_id.isprintable() else repr(run_id)
+        raise UsageError(f"{option} {shown}: no such run in {path} (runs: {', '.join(known[-5:]) or 'none'})")
     return run_id
 
 
