@@ -93,7 +93,7 @@ def _smi_caps(output: str | None) -> DeviceCaps:
 
 def intra_group_sizes(n: int) -> list[int]:
     """What the GPU tests expect of the intra pattern on one node of n GPUs: groups of 2, 4, 8, ...
-    below n, then n; one group of one GPU on a one-GPU machine (README: patterns)."""
+    below n, then n; one group of one GPU on a one-GPU machine (orchestrator/sweep/planner.py)."""
     sizes = [2 << k for k in range(max(n - 1, 0).bit_length()) if 2 << k < n]
     return [*sizes, n] if n >= 2 else [1]
 
