@@ -5,17 +5,18 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as dt
-import json
 import sys
 import time
 import uuid
 
+from orchestrator import yamlfile
+from orchestrator.commands import resume
 from orchestrator.commands.options import add_spec_options, spec_from_args
 from orchestrator.errors import UsageError
 from orchestrator.execution import console
 from orchestrator.execution.outcome import Outcome
 from orchestrator.results.store import ResultStore, check_writable, resolve_output
-from orchestrator.sweep.spec import SweepSpec, from_mapping
+from orchestrator.sweep.spec import SweepSpec
 
 
 def add_parser(sub) -> None:
@@ -38,53 +39,64 @@ def new_run_id(now: dt.datetime) -> str:
 
 def main(args: argparse.Namespace) -> int:
     t_start = time.monotonic()
+    resuming = args.resume is not None  # `--resume ''` is a bad id, not a new run
+    if resuming:
+        resume.check_run_id(args.resume)  # before anything reads or writes a path made from it
     spec = spec_from_args(args)
     spec = dataclasses.replace(spec, output=resolve_output(spec.output))
-    if args.retry_failed and not args.resume:
+    if args.retry_failed and not resuming:
         raise UsageError("--retry-failed: only with --resume RUN_ID")
+    saved = None
+    if resuming:
+        saved = _resumed_run(spec.output, args.resume)
+        spec = resume.resumed_spec(saved, spec, resume.given_fields(args, _config_keys(args)), args.resume)
     check_writable(spec.output)
-    saved_nodes = None
-    if args.resume:
-        # The sweep is the run's own; where to write, whom to join and the exit policy are today's.
-        saved, saved_nodes = _resumed_run(spec.output, args.resume)
-        spec = dataclasses.replace(saved, output=spec.output, address=spec.address, allow_failures=spec.allow_failures)
     # Ray and everything that needs it are imported here, after the cheap checks.
     from orchestrator.execution.pool import PlacementError
-    from orchestrator.execution.session import Session, exit_code, print_late_interrupt
+    from orchestrator.execution.session import Session, exit_code, is_disk_full, print_late_interrupt
     from orchestrator.sweep.planner import check_plan, make_plan
 
     now = dt.datetime.now(dt.timezone.utc)
-    run_id = args.resume or new_run_id(now)
+    run_id = args.resume if resuming else new_run_id(now)
+    resume_with = resume.resume_command(run_id, spec.output, spec.address)
     session = None
     try:
         with Session(spec, run_id, now) as session:
-            inv, backend = session.cluster(saved_nodes, args.resume)
+            inv, backend = session.cluster()
+            change = resume.cluster_change(saved.nodes, inv) if saved else None
+            if change:
+                raise UsageError(f"--resume {run_id}: the cluster is not the one the run started on ({change}), "
+                                 "so its groups would not be the same; start a new run")
             spec = session.spec  # as the backend runs it (`-d all` expanded)
             plan = make_plan(spec, inv)
             check_plan(spec, plan)
             session.check_devices({len(g.ranks) for g in plan.groups})
             store = session.store
-            skip = store.finished_groups(args.retry_failed) if args.resume else set()
+            skip = store.finished_groups(args.retry_failed) if resuming else set()
             print(
                 f"collbench: run {run_id} on {session.where}: {len(inv.nodes)} node(s), {inv.world_size} rank(s), "
                 f"backend {backend}, {len(plan)} group(s) in {len(plan.rounds)} round(s); results -> {store.location}",
                 flush=True,
             )
-            if args.resume:
+            if resuming:
                 again = " (failed, timed-out and skipped ones are measured again)" if args.retry_failed else ""
                 print(f"collbench: resuming: {len(skip)} group(s) already on disk are skipped{again}", flush=True)
             runner, outcome = session.start(len(plan), [console.Console(len(plan) - len(skip))], skipped=len(skip))
             try:
                 runner.run(plan, skip)
-                session.finish(outcome, len(skip))
+                session.finish(outcome)
             except KeyboardInterrupt as e:  # while measuring, or while compacting the rows
                 session.interrupted()
-                print(
-                    f"\ncollbench: interrupted; finished groups are saved in {store.location}. Resume with:\n"
-                    f"  collbench run --resume {run_id} --output {spec.output}",
-                    file=sys.stderr, flush=True,
-                )
+                print(f"\ncollbench: interrupted; finished groups are saved in {store.location}. Resume with:\n"
+                      f"  {resume_with}", file=sys.stderr, flush=True)
                 return exit_code(e)
+    except OSError as e:  # a full disk, where the workers were started, measured or released
+        if session is None or not is_disk_full(e):
+            raise
+        said = session.stopped_by_full_disk(e)
+        resume_hint = f"; resume once there is room: {resume_with}" if session.manifest else ""
+        print(f"collbench: error: {said}{resume_hint}", file=sys.stderr, flush=True)
+        return 1
     except KeyboardInterrupt as e:  # before the workers started, or while they were being released
         print_late_interrupt(session, "group")
         return exit_code(e)
@@ -125,13 +137,19 @@ def _median(values: list[float]) -> float:
     return sorted(values)[len(values) // 2] if values else 0.0
 
 
-def _resumed_run(output: str, run_id: str) -> tuple[SweepSpec, list[tuple[str, int]]]:
-    """The spec a run was started with and its nodes (id, ranks), from its manifest."""
+def _resumed_run(output: str, run_id: str) -> resume.SavedRun:
+    """The run's own sweep and nodes, from its manifest."""
     from orchestrator.results import dataset
 
     record = dataset.manifest(output, run_id)
     if record is None:
         raise UsageError(f"--resume {run_id}: no such run in {output}")
-    saved = json.loads(record["spec"])
-    nodes = [(n["node_id"], n["ranks"]) for n in json.loads(record["inventory"])]
-    return SweepSpec(**from_mapping(saved, source=f"--resume {run_id}")), nodes
+    return resume.saved_run(record, run_id)
+
+
+def _config_keys(args: argparse.Namespace) -> set[str]:
+    """The sweep keys of --config (already read and checked by spec_from_args)."""
+    if not args.config:
+        return set()
+    data = yamlfile.read(args.config, "--config")
+    return set(data) if isinstance(data, dict) else set()

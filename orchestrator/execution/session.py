@@ -5,6 +5,9 @@ one place (a finished, interrupted or failed session leaves its manifest saying 
 from __future__ import annotations
 
 import datetime as dt
+import errno
+import os
+import shutil
 import signal
 import sys
 
@@ -22,6 +25,7 @@ from orchestrator.results.store import ResultStore
 from orchestrator.sweep import inventory
 from orchestrator.sweep.devices import FLOAT8, check_driver, check_float8, check_memory
 from orchestrator.sweep.inventory import Inventory
+from orchestrator.sweep.sizes import format_bytes
 from orchestrator.sweep.spec import SweepSpec, auto_backend, for_backend
 
 
@@ -36,7 +40,14 @@ class Session:
         self.where = ""
 
     def __enter__(self) -> Session:
-        self.where = connect.connect(self.spec.address)
+        global _terminated
+        _terminated = False
+        self.store.acquire()  # one writer per run: a second run or --resume of it is refused here, before Ray
+        try:
+            self.where = connect.connect(self.spec.address)
+        except BaseException:
+            self.store.release()
+            raise
         # `ray job stop` and other supervisors send SIGTERM: stop as on Ctrl-C (set after
         # ray.init, which installs a handler of its own that only logs and dies)
         self._sigterm = signal.signal(signal.SIGTERM, _interrupt)
@@ -49,18 +60,16 @@ class Session:
             connect.disconnect()
         finally:
             signal.signal(signal.SIGTERM, self._sigterm or signal.SIG_DFL)
+            self.store.release()
 
-    def cluster(self, saved_nodes: list[tuple[str, int]] | None = None, resume: str | None = None
-                ) -> tuple[Inventory, str]:
-        """The nodes that hold ranks and the backend; the nodes of a resumed run must not have changed."""
+    def cluster(self) -> tuple[Inventory, str]:
+        """The nodes that hold ranks and the backend (a resumed run compares them with its own:
+        commands.resume.cluster_change)."""
         inv = inventory.from_ray_nodes(ray.nodes(), self.spec.ranks_per_node)
         if not inv.nodes:
             raise UsageError("the Ray cluster has no node that can hold a rank")
         backend = auto_backend(self.spec.backend, inv.use_gpus)
         self.spec = for_backend(self.spec, backend)  # `-d all` known now
-        if saved_nodes is not None and saved_nodes != [(n.node_id, n.ranks) for n in inv.nodes]:
-            raise UsageError(f"--resume {resume}: the cluster's nodes changed since the run started, so its groups "
-                             "would not be the same; start a new run")
         self.inv, self.backend = inv, backend
         return inv, backend
 
@@ -84,21 +93,20 @@ class Session:
         self.manifest = provenance.manifest(self.spec, self.inv, self.pool.infos(), self.backend, groups_total)
         drivers = sorted({c.driver_version for c in self.caps.values() if c.driver_version})
         self.manifest.update(provenance.platforms(self.inv, self.platforms), gpu_driver=",".join(drivers) or None,
-                             started_at=self.started, command=command)
+                             started_at=self.started, command=command, groups_done=skipped)
         self.store.write_manifest(self.manifest)
         outcome = Outcome()
-        observers = [outcome, *observers, RunMetrics(self.run_id, groups_total - skipped)]
+        observers = [outcome, *observers, RunMetrics(self.run_id, groups_total - skipped), _GroupsDone(self)]
         runner = Runner(self.spec, self.pool, self.store, self.backend, RunRef(self.run_id, self.started),
                         observers, {n: p.tags for n, p in self.platforms.items()})
         return runner, outcome
 
-    def finish(self, outcome: Outcome, groups_before: int = 0) -> None:
+    def finish(self, outcome: Outcome) -> None:
         """Release the workers, compact the run's rows, mark the manifest finished."""
         self.pool.shutdown()
         self.store.compact()
         self.manifest.update(
             state="finished", finished_at=dt.datetime.now(dt.timezone.utc),
-            groups_done=groups_before + outcome.groups_ok + outcome.groups_failed + outcome.groups_skipped,
             device_models=sorted(set(self.manifest["device_models"]) | outcome.device_names),
             nccl_version=",".join(sorted(outcome.nccl_versions)) or self.manifest["nccl_version"],
         )
@@ -109,6 +117,50 @@ class Session:
         self.manifest.update(state="interrupted", finished_at=dt.datetime.now(dt.timezone.utc))
         self.store.write_manifest(self.manifest)
 
+    def stopped_by_full_disk(self, e: OSError) -> str:
+        """After a write failed for want of space: mark the manifest interrupted (a failed write
+        has freed what it took, which a small manifest usually fits in) and say what is where, in
+        one line. The rows already written stay as they are."""
+        where = e.filename or self.store.run_dir
+        said = f"no space left on device writing {where} ({format_bytes(_free_bytes(where))} free)"
+        if not self.manifest:  # the manifest was never written: the run holds nothing to resume
+            return said + "; nothing was measured"
+        try:
+            self.interrupted()
+        except OSError as again:
+            if not is_disk_full(again):
+                raise
+            return (f"{said}; {self.manifest['groups_done']} finished group(s) kept in {self.store.location} "
+                    f"(its manifest could not be marked interrupted: no space for it either)")
+        return f"{said}; {self.manifest['groups_done']} finished group(s) kept in {self.store.location}"
+
+
+class _GroupsDone:
+    """Counts finished groups in the manifest as each ends, so that an interrupted or killed run
+    says how far it got. One small atomic write beside the group's own file: counting at round
+    ends would cost less but say 0 until the end where a round holds every group (--concurrent)."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def group_ended(self, group, status, rows, failure) -> None:
+        self.session.manifest["groups_done"] += 1
+        self.session.store.write_manifest(self.session.manifest)
+
+
+def is_disk_full(e: BaseException) -> bool:
+    """A write that failed for want of space (or of quota); pyarrow's errors carry the errno too."""
+    return isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def _free_bytes(path: str) -> int:
+    while path and not os.path.isdir(path):
+        path = os.path.dirname(path)
+    try:
+        return shutil.disk_usage(path or ".").free
+    except OSError:
+        return 0
+
 
 class Terminated(KeyboardInterrupt):
     """SIGTERM, handled as Ctrl-C is; the process exits 128 + 15."""
@@ -116,7 +168,15 @@ class Terminated(KeyboardInterrupt):
     exit_code = 143
 
 
+# Whether SIGTERM came. Ray turns an exception raised by a signal handler while the driver waits
+# in ray.wait/ray.get into a new, plain KeyboardInterrupt (its check_signals), so the exception
+# that arrives may not be the Terminated raised here.
+_terminated = False
+
+
 def _interrupt(signum, frame) -> None:
+    global _terminated
+    _terminated = True
     raise Terminated()
 
 
@@ -133,4 +193,4 @@ def print_late_interrupt(session: Session | None, unit: str) -> None:
 
 def exit_code(e: KeyboardInterrupt) -> int:
     """130 for Ctrl-C, 143 for SIGTERM."""
-    return getattr(e, "exit_code", 130)
+    return 143 if _terminated else getattr(e, "exit_code", 130)
