@@ -23,16 +23,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from orchestrator.sweep.qualify import (  # noqa: E402
-    Deadlines,
-    Model,
-    Probe,
-    Qualifier,
-    Reference,
-    Result,
-    Verdict,
-    simulate,
-)
+from orchestrator.sweep.qualify import Deadlines, Outcome, Probe, Qualifier, Reference, Result
+from orchestrator.sweep.qualify_sim import Model, simulate
 
 SIZES = (16, 64, 256, 1024, 4096)
 PING_S = 3.0  # execution.pool.ActorPool.silent
@@ -72,9 +64,9 @@ def round_cost(probes: list[Probe], results: list[Result], a: argparse.Namespace
     """Driver overhead, plus the longest probe, or (a probe hung) the round's deadline and the ping."""
     limit = max(deadlines.limit_s(p.phase) for p in probes)  # what collbench qualify sets for the round
     for r in results:
-        if r.status != "hang":
+        if r.status is not Outcome.HANG:
             deadlines.took(r.probe.phase, probe_s(r.probe, a))
-    hung = any(r.status == "hang" for r in results)
+    hung = any(r.status is Outcome.HANG for r in results)
     longest = limit + PING_S if hung else max(probe_s(p, a) for p in probes)
     return a.overhead_a + a.overhead_b * len(probes) + longest
 
@@ -100,7 +92,7 @@ def main() -> None:
         for n in SIZES:
             model, want = scenarios(n)[name]
             q = simulate(model)
-            got = {i: v.value for i, v in q.verdicts.items() if v is not Verdict.PASS}
+            got = {i: v.value for i, v in q.verdicts.items() if v is not Outcome.PASS}
             if got != want:
                 wrong.append(f"{name} at N={n}: {got} != {want}")
             cells.append(f"{q.rounds}")

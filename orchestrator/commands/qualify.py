@@ -21,7 +21,7 @@ from orchestrator.commands.render import render_tables
 from orchestrator.errors import UsageError
 from orchestrator.results.store import check_writable, resolve_output
 from orchestrator.sweep.inventory import Inventory
-from orchestrator.sweep.qualify import MIN_PEERS, Deadlines, Probe, Qualifier, Reference, Result
+from orchestrator.sweep.qualify import ALL_PAIRS_NODES, Deadlines, Outcome, Probe, Qualifier, Reference, Result
 from orchestrator.sweep.sizes import format_bytes
 from orchestrator.sweep.spec import ALL, SweepSpec
 from workloads.messages import Status
@@ -91,7 +91,7 @@ def main(args: argparse.Namespace) -> int:
             try:
                 while probes := q.next_round():
                     rnd = q.rounds - 1
-                    plan = Plan((tuple(Group(f"q{rnd}-g{i}", "qualify", rnd, _ranks(inv, p), phase=p.phase)
+                    plan = Plan((tuple(Group(f"q{rnd}-g{i}", "qualify", rnd, _ranks(inv, p), phase=p.phase.value)
                                        for i, p in enumerate(probes)),))
                     collector.expect(plan, probes)
                     runner.spec = dataclasses.replace(runner.spec, group_timeout_s=collector.limit_s(probes))
@@ -115,11 +115,13 @@ def main(args: argparse.Namespace) -> int:
     verdicts = _verdicts(q, inv)
     wall = time.monotonic() - t_start
     if args.format == "json":
-        print(json.dumps({"run_id": run_id, "rounds": q.rounds, "wall_s": round(wall, 3), "nodes": verdicts},
-                         indent=1))
+        print(json.dumps({"run_id": run_id, "rounds": q.rounds, "wall_s": round(wall, 3),
+                          "speed_judged": not q.unjudged, "unjudged": q.unjudged_note(), "nodes": verdicts}, indent=1))
     else:
         print(render_tables([("verdicts", [_table_row(v) for v in verdicts])], "table"))
-    bad = [v for v in verdicts if v["verdict"] != "pass"]
+    bad = [v for v in verdicts if v["verdict"] != Outcome.PASS.value]
+    if q.unjudged:  # never a silent pass: a pass whose speed had no reference says so
+        print(f"collbench: {q.unjudged_note()}", file=log, flush=True)
     print(f"collbench: {len(inv.nodes) - len(bad)} of {len(inv.nodes)} node(s) pass; {q.rounds} round(s), "
           f"{groups} probe(s), wall {wall:.1f}s; rows in {session.store.run_dir}",
           file=log, flush=True)
@@ -164,9 +166,10 @@ def _describe(ref: Reference, n_nodes: int) -> str:
     known = [f"{k} {v:g} GB/s" for k, v in dataclasses.asdict(ref).items() if v]
     if known:
         return "expected " + ", ".join(known)
-    unjudged = " (with fewer than 6 nodes, speed between nodes is not judged: give --expected)" \
-        if n_nodes < 2 * MIN_PEERS else ""
-    return "the median of each round, no expected value applies" + unjudged
+    if n_nodes in ALL_PAIRS_NODES:
+        return f"no expected value applies: every pair of the {n_nodes} nodes, against the median of their best pairs"
+    unjudged = " (2 nodes: their speed cannot be judged without --expected)" if n_nodes < min(ALL_PAIRS_NODES) else ""
+    return "no expected value applies: the median of each round" + unjudged
 
 
 class _Collector:
@@ -200,10 +203,10 @@ class _Collector:
             top = [r for r in rows if r["msg_bytes"] == max(x["msg_bytes"] for x in rows)]
             wrong = sum(r["n_wrong"] for r in rows)
             if wrong:
-                result = Result(probe, "failed", None, (), f"{wrong} wrong element(s) in the checks")
+                result = Result(probe, Outcome.FAILED, None, (), f"{wrong} wrong element(s) in the checks")
             else:
                 self.deadlines.took(probe.phase, wall)
-                result = Result(probe, "ok", statistics.median(r["busbw_gbps"] for r in top))
+                result = Result(probe, Outcome.PASS, statistics.median(r["busbw_gbps"] for r in top))
         else:
             result = self._failed(probe, status, failure)
         self._results.append(dataclasses.replace(result, group_id=group.group_id))
@@ -214,11 +217,11 @@ class _Collector:
         nodes = sorted({self._node[r] for r in failure["ranks"]})
         gone = _gone(self.inv, nodes)
         if gone:
-            return Result(probe, "lost", None, gone, failure["error"])
+            return Result(probe, Outcome.LOST, None, gone, failure["error"])
         if status is Status.SKIPPED:  # no worker could be placed there
-            return Result(probe, "failed", None, tuple(nodes), failure["error"])
+            return Result(probe, Outcome.FAILED, None, tuple(nodes), failure["error"])
         culprits = tuple(nodes) if failure["culprits"] else ()
-        return Result(probe, "hang" if status is Status.TIMEOUT else "failed", None, culprits, failure["error"])
+        return Result(probe, Outcome.of_run(status), None, culprits, failure["error"])
 
 
 def _gone(inv: Inventory, nodes: list[int]) -> tuple[int, ...]:
@@ -234,11 +237,15 @@ def _gone(inv: Inventory, nodes: list[int]) -> tuple[int, ...]:
 def _round_line(rnd: int, probes: list[Probe], judged: list[Result], limit_s: float, q: Qualifier) -> str:
     counts: dict[str, int] = {}
     for r in judged:
-        counts[r.status] = counts.get(r.status, 0) + 1
-    named = sum(1 for v in q.verdicts.values() if v.value != "pass")
-    return (f"collbench: round {rnd + 1} ({probes[0].phase}): {len(probes)} probe(s) "
-            f"[{', '.join(f'{k} {v}' for k, v in sorted(counts.items()))}], deadline {limit_s:.0f}s; "
-            f"{named} node(s) named so far")
+        counts[r.status.value] = counts.get(r.status.value, 0) + 1
+    named = sum(1 for v in q.verdicts.values() if v is not Outcome.PASS)
+    if q.all_pairs_pending:
+        found = "measured, judged with the last pair round"
+    else:
+        found = ("every pair: " if len(judged) > len(probes) else "") + ", ".join(
+            f"{k} {v}" for k, v in sorted(counts.items()))
+    return (f"collbench: round {rnd + 1} ({probes[0].phase.value}): {len(probes)} probe(s) [{found}], "
+            f"deadline {limit_s:.0f}s; {named} node(s) named so far")
 
 
 def _verdicts(q: Qualifier, inv: Inventory) -> list[dict]:
@@ -254,8 +261,8 @@ def _verdicts(q: Qualifier, inv: Inventory) -> list[dict]:
 
 def _table_row(v: dict) -> dict:
     """The verdict with the evidence that decided it: a failing node's last probe of its verdict's
-    kind, a passing node's last ok probe."""
-    want = ("ok",) if v["verdict"] == "pass" else ("slow", "hang", "failed", "lost")
+    kind, a passing node's last probe that passed."""
+    want = {Outcome.PASS.value} if v["verdict"] == Outcome.PASS.value else {o.value for o in Outcome} - {"pass"}
     e = next((e for e in reversed(v["evidence"]) if e["status"] in want), v["evidence"][-1] if v["evidence"] else {})
     partners = [ip for ip in e.get("nodes", []) if ip != v["node"]]
     return {"node": v["node"], "host": v["host"], "verdict": v["verdict"], "phase": e.get("phase"),

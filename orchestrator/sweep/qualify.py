@@ -1,28 +1,37 @@
 """Qualify: localise slow and hanging nodes in a few rounds, not N-1. Pure: it proposes rounds of
 probes (groups of whole nodes) and reads their outcomes; `collbench qualify` runs the probes on
-Ray, `simulate` runs them against a model of N nodes.
+Ray, `sweep.qualify_sim.simulate` runs them against a model of N nodes.
 
 Rounds (each probe of a round runs at the same time, on disjoint nodes):
 1. intra: every node alone (its ranks together), when nodes have more than one rank;
-2. pairs: a random perfect matching of the nodes not yet condemned;
+2. pairs: a random perfect matching of the nodes not yet condemned; with 3 to 5 nodes and no
+   expected value, every pair instead (circle method: N-1 rounds, N when N is odd), since a
+   median of one or two pairs cannot say which is off;
 3. retest: each member of a slow, failed or hung pair (and a node left out of an odd matching)
-   with a partner that already passed, all at once (more rounds only when partners run short):
-   the member that is slow or hangs again is the culprit; if both members pass with good
-   partners, the pair's own path was slow and both pass;
+   with a partner that already passed, all at once: a member at full speed is cleared (the
+   other was the culprit, or the pair's own path was slow); one that hangs again is named;
 4. gate: every node still passing, in one group;
 5. bisect: when the gate is slow or hangs without naming a culprit, its halves at the same time,
    then the failing halves' halves, down to five nodes or fewer, each of which is retested with
-   two good partners (so a fault that shows only in groups of more than two nodes is found too);
+   two good partners (a fault that shows only in groups of more than two nodes is found too);
    then the gate once more (also after a gate that named its culprits, without them).
-A probe is slow when its busbw is below `min_fraction` of the expected value for the platform,
-where one is known (so one bad node is caught even when most of the cluster is bad), else below
-(1 - threshold) of the median of its round's probes of the same kind (the retests, the gate and
-bisections, which have no peers of their own, against the pairs' median; the last two with twice
-the threshold); a median needs three probes (with two, which one is off cannot be said), so
-without expected values the speed of clusters of fewer than six nodes is not judged (of fewer
-than three, intra-node). A hung or failed probe names its culprits when some ranks did not
-answer a ping (stopped processes) or died; otherwise its members are retested. A node that left
-the cluster is lost.
+
+Judging speed. A probe is slow below `min_fraction` of the expected value for its kind where one
+is known (so one bad node is caught even when most of the cluster is bad). Otherwise the
+reference is the median of the round's probes of its kind (all of them, slow ones included: the
+same median judges them and carries to retests, gates and bisections), and a probe is slow
+`threshold` below it, or further when the round's own spread says the measurements are noisier
+(3 robust standard deviations, at most 35%); gates and bisections twice that, at most 45%. With
+3 to 5 nodes the reference is the median over nodes of each node's best pair, and a node is named
+when it is slow in its pairs with every other node. With 2 nodes (or 2 intra probes) and no
+expected value there is no reference: the speed is not judged, and `unjudged` says so.
+
+Condemning. A node measured slow once is measured again before it is named: a retest far below
+its reference (more than twice the allowed drop) names it; one closer to the line names it only
+with a second slow measurement of its own (its pair, when its partner was cleared, or a second
+retest). A retest at full speed clears it. A hung or failed probe names its culprits when some
+ranks did not answer a ping (stopped processes) or died; otherwise its members are retested.
+A node that left the cluster is lost.
 """
 
 from __future__ import annotations
@@ -33,45 +42,42 @@ import statistics
 from dataclasses import dataclass, field
 from enum import Enum
 
+from orchestrator.sweep.qualify_types import Deadlines, Outcome, Phase, Probe, Reference, Result, Verdict
+
+__all__ = ["Deadlines", "Outcome", "Phase", "Probe", "Qualifier", "Reference", "Result", "Verdict"]
+
 _MAX_GATES = 3
 MIN_PEERS = 3  # a median of two cannot say which one is off: without expected values, speed needs three
+ALL_PAIRS_NODES = range(3, 6)  # without expected values, these cluster sizes are judged by every pair
+_SPREAD_PROBES = 8  # a round's spread is estimated from this many probes or more
+_SPREAD_Z = 3.0  # robust standard deviations a healthy probe may fall below the median
+_MAX_DROP = 0.25  # the noisiest round still calls a node at half speed slow, even measured 30% high
+_MAX_GATE_DROP = 0.45
 
 
-class Verdict(str, Enum):
-    PASS = "pass"
-    SLOW = "slow"
-    HANG = "hang"
-    FAILED = "failed"  # a rank raised or returned wrong results
-    LOST = "lost"
+class Stage(Enum):
+    """Where the qualification stands (what `_advance` plans next)."""
 
-
-_VERDICT_OF = {"hang": Verdict.HANG, "failed": Verdict.FAILED, "lost": Verdict.LOST}
+    START = "start"
+    INTRA = "intra"
+    PAIRS = "pairs"
+    CHECKS = "checks"  # retests, gates and bisections, until nothing is left to check
+    DONE = "done"
 
 
 @dataclass(frozen=True)
-class Probe:
-    phase: str  # intra, pairs, retest, gate, bisect
-    nodes: tuple[int, ...]
+class Cut:
+    """A reference (GB/s) and the fraction of it a healthy probe reaches."""
 
+    reference_gbps: float
+    fraction: float
 
-@dataclass(frozen=True)
-class Result:
-    probe: Probe
-    status: str  # ok, slow (set by the qualifier), hang, failed, lost
-    busbw: float | None = None
-    culprits: tuple[int, ...] = ()  # nodes whose ranks did not answer, died or left
-    detail: str = ""
-    reference: float | None = None  # what it was judged against (GB/s), set by the qualifier
-    group_id: str = ""  # the caller's name for the probe's run (collbench: its group, in the rows)
+    def slow(self, busbw_gbps: float) -> bool:
+        return busbw_gbps < self.fraction * self.reference_gbps
 
-
-@dataclass
-class Reference:
-    """What a healthy probe reaches, where known (from expected values), in GB/s."""
-
-    intra: float | None = None
-    pair: float | None = None
-    gate: float | None = None
+    def decisive(self, busbw_gbps: float) -> bool:
+        """Below the line by more than twice the allowed drop: no noise of this round explains it."""
+        return busbw_gbps < (2 * self.fraction - 1) * self.reference_gbps
 
 
 @dataclass
@@ -83,249 +89,333 @@ class Qualifier:
     seed: int = 0
     min_fraction: float = 0.8  # of an expected value
     rounds: int = 0
-    verdicts: dict[int, Verdict] = field(default_factory=dict)
+    verdicts: dict[int, Outcome] = field(default_factory=dict)
     evidence: dict[int, list[Result]] = field(default_factory=dict)
+    unjudged: set[Phase] = field(default_factory=set)  # kinds of probe measured with nothing to judge them by
+    _stage: Stage = Stage.START
     _good: set[int] = field(default_factory=set)
     _suspects: list[tuple[int, int]] = field(default_factory=list)  # (node, good partners to test it with)
+    _recheck: list[tuple[int, int]] = field(default_factory=list)  # slow once, near the line: measure again
+    _own_slow: dict[int, int] = field(default_factory=dict)  # slow measurements no partner explains
+    _cuts: dict[Phase, Cut | None] = field(default_factory=dict)  # by kind (intra, pairs, gate)
+    _all_pairs: list[Result] | None = None  # every pair so far, when 3-5 nodes are judged by all pairs
     _gates: int = 0
     _gate_again: bool = True  # the first gate, and one after each failed gate (at most _MAX_GATES)
-    _pair_median: float | None = None
     _queue: list[list[Probe]] = field(default_factory=list)
-    _phase: str = "start"
 
     def __post_init__(self) -> None:
         self._rng = random.Random(self.seed)
         self.evidence = {i: [] for i in range(self.n_nodes)}
+        self._after = {Phase.INTRA: self._after_intra, Phase.PAIRS: self._after_pairs,
+                       Phase.RETEST: self._after_retest, Phase.GATE: self._after_gate, Phase.BISECT: self._after_bisect}
 
     # -- what to run next -------------------------------------------------------------------
     def next_round(self) -> list[Probe]:
         """The next round's probes; [] when every node has its verdict."""
         while True:
-            if self._queue:
-                self.rounds += 1
-                return self._queue.pop(0)
+            while self._queue:
+                probes = self._runnable(self._queue.pop(0))
+                if probes:
+                    self.rounds += 1
+                    return probes
             if not self._advance():
                 return []
 
+    def _runnable(self, probes: list[Probe]) -> list[Probe]:
+        """Probes planned ahead lose those with a node named since; their open suspects wait for the next."""
+        out = []
+        for p in probes:
+            if not any(n in self.verdicts for n in p.nodes):
+                out.append(p)
+            elif p.phase is Phase.RETEST and p.nodes[0] not in self.verdicts:
+                self._suspects.append((p.nodes[0], len(p.nodes) - 1))
+        return out
+
     def _advance(self) -> bool:
-        """Move to the next phase; False when the qualification is over."""
+        """Plan the next step; False when the qualification is over."""
         alive = self._open()
-        if self._phase == "start":
-            self._phase = "intra"
+        if self._stage is Stage.START:
+            self._stage = Stage.INTRA
             if self.ranks_per_node > 1 and alive:
-                self._queue.append([Probe("intra", (i,)) for i in alive])
+                self._queue.append([Probe(Phase.INTRA, (i,)) for i in alive])
                 return True
-        if self._phase == "intra":
-            self._phase = "pairs"
-            self._rng.shuffle(alive)
-            pairs = [Probe("pairs", (a, b)) for a, b in zip(alive[::2], alive[1::2])]
-            if len(alive) % 2 and len(alive) > 1:
-                self._suspects.append((alive[-1], 1))  # left out: tested against a good partner
-            if pairs:
-                self._queue.append(pairs)
+        if self._stage is Stage.INTRA:
+            self._stage = Stage.PAIRS
+            if self._plan_pairs(alive):
                 return True
-        if self._phase in ("pairs", "retest", "gate", "bisect"):
+        if self._stage in (Stage.PAIRS, Stage.CHECKS):
+            self._stage = Stage.CHECKS
             if self._suspects:
-                self._phase = "retest"
                 return self._plan_retests()
             members = tuple(sorted(self._open()))
             if self._gate_again and self._gates < _MAX_GATES and len(members) > 2:
-                self._phase, self._gates, self._gate_again = "gate", self._gates + 1, False
-                self._queue.append([Probe("gate", members)])
+                self._gates, self._gate_again = self._gates + 1, False
+                self._queue.append([Probe(Phase.GATE, members)])
                 return True
-        self._phase = "done"
+        self._stage = Stage.DONE
         for i in range(self.n_nodes):
-            self.verdicts.setdefault(i, Verdict.PASS)
+            self.verdicts.setdefault(i, Outcome.PASS)
         return False
+
+    def _plan_pairs(self, alive: list[int]) -> bool:
+        if len(alive) in ALL_PAIRS_NODES and not self.reference.pair:
+            self._all_pairs = []
+            self._queue += circle_rounds(alive)
+            return True
+        self._rng.shuffle(alive)
+        pairs = [Probe(Phase.PAIRS, (a, b)) for a, b in zip(alive[::2], alive[1::2])]
+        if len(alive) % 2 and len(alive) > 1:
+            self._suspects.append((alive[-1], 1))  # left out: tested against a good partner
+        if pairs:
+            self._queue.append(pairs)
+        return bool(pairs)
 
     def _open(self) -> list[int]:
         return [i for i in range(self.n_nodes) if i not in self.verdicts]
 
     def _plan_retests(self) -> bool:
-        """Each suspect with its own good partners; as many at once as the partners allow."""
+        """Suspects with their own good partners, as many at once as the partners allow; the rest
+        wait for the next round (partners named meanwhile are not used)."""
         partners = sorted(self._good - {s for s, _ in self._suspects})
         todo, self._suspects = self._suspects, []
-        if not partners:  # nobody known good: a suspect cannot be told from its partners
-            for s, _ in todo:
-                self._condemn(s, Verdict.SLOW)
-            return True
-        while todo:
-            probes, free = [], list(partners)
-            while todo and len(free) >= todo[0][1]:
-                s, k = todo.pop(0)
-                probes.append(Probe("retest", (s, *free[:k])))
+        probes, free = [], list(partners)
+        for s, k in todo:
+            if k == 0:  # slow alone, near the line: alone again
+                probes.append(Probe(Phase.INTRA, (s,)))
+            elif not partners:  # nobody known good: a suspect cannot be told from its partners
+                self._condemn(s, self._worst(s))
+            elif len(free) >= k or not any(p.phase is Phase.RETEST for p in probes):
+                probes.append(Probe(Phase.RETEST, (s, *free[:k])))  # too few partners for the first: those there are
                 free = free[k:]
-            if not probes:  # too few partners for one probe of k: test with those there are
-                s, _ = todo.pop(0)
-                probes.append(Probe("retest", (s, *free)))
+            else:
+                self._suspects.append((s, k))
+        if probes:
             self._queue.append(probes)
         return True
 
     # -- what came back ------------------------------------------------------------------------
     def record(self, results: list[Result]) -> list[Result]:
-        """Judge a round's results (slow or not) and update verdicts; returns them judged."""
-        peers: dict[str, list[float]] = {}
-        for r in results:
-            if r.status == "ok" and r.busbw:
-                peers.setdefault(r.probe.phase, []).append(r.busbw)
-        medians = {phase: statistics.median(v) for phase, v in peers.items() if len(v) >= MIN_PEERS}
-        judged = [self._judge(r, medians) for r in results]
-        oks = [r.busbw for r in judged if r.probe.phase == "pairs" and r.status == "ok" and r.busbw]
-        if len(oks) >= MIN_PEERS:
-            self._pair_median = statistics.median(oks)
+        """Judge a round's results (slow or not) and update verdicts; returns them judged (an
+        all-pairs round before the last: as measured, judged with the last)."""
+        if self._all_pairs is not None and results and results[0].probe.phase is Phase.PAIRS:
+            self._all_pairs += results
+            for r in results:
+                if r.status is not Outcome.PASS:
+                    self._blame(r)  # a node that stopped is not waited for in the rounds left
+            self._queue = [rnd for rnd in map(self._runnable, self._queue) if rnd]
+            if self._queue:
+                return results
+            results, self._all_pairs = self._all_pairs, None
+            self._cuts[Phase.PAIRS] = self._node_pair_cut(results)
+            judged = [self._judge(r) for r in results]
+            self._file(judged)
+            self._after_all_pairs(judged)
+            return judged
+        for kind in (Phase.INTRA, Phase.PAIRS):
+            if kind not in self._cuts and any(r.probe.phase is kind for r in results):
+                self._cuts[kind] = self._round_cut(kind, [r for r in results if r.probe.phase is kind])
+        judged = [self._judge(r) for r in results]
+        self._file(judged)
+        for r in judged:
+            self._after[r.probe.phase](r)
+        self._resolve_rechecks()
+        return judged
+
+    def _file(self, judged: list[Result]) -> None:
         for r in judged:
             for n in r.probe.nodes:
                 self.evidence[n].append(r)
-            getattr(self, f"_after_{r.probe.phase}")(r)
-        return judged
 
-    def _judge(self, r: Result, medians: dict[str, float]) -> Result:
-        if r.status != "ok":
-            return r
-        ref, factor = self._reference(r.probe.phase, medians)
-        if ref is None or r.busbw is None:
-            return r
-        if r.busbw < factor * ref:
-            return dataclasses.replace(r, status="slow", reference=ref,
-                                       detail=f"{r.busbw:.4g} GB/s < {factor:.2f} x {ref:.4g} GB/s")
-        return dataclasses.replace(r, reference=ref)
-
-    def _reference(self, phase: str, medians: dict[str, float]) -> tuple[float | None, float]:
-        """(reference, fraction of it a probe must reach): the expected value where known; else
-        the round's median of its kind (the pairs' median for retests, the gate and bisections,
-        which have no peers of their own)."""
-        known = {"intra": self.reference.intra, "pairs": self.reference.pair, "retest": self.reference.pair,
-                 "gate": self.reference.gate, "bisect": self.reference.gate}[phase]
+    def _round_cut(self, kind: Phase, results: list[Result]) -> Cut | None:
+        """The expected value where known; else the median of all the round's probes of its kind."""
+        known = self.reference.of(kind)
         if known:
-            return known, self.min_fraction
-        factor = 1 - 2 * self.threshold if phase in ("gate", "bisect") else 1 - self.threshold
-        if phase in ("gate", "bisect", "retest") and self._pair_median:
-            return self._pair_median, factor
-        return medians.get(phase), factor
+            return Cut(known, self.min_fraction)
+        values = [r.busbw for r in results if r.status is Outcome.PASS and r.busbw is not None]
+        if len(values) < MIN_PEERS:
+            return None
+        median = statistics.median(values)
+        return Cut(median, 1 - self._allowed_drop(values, median)) if median > 0 else None
 
-    def _condemn(self, node: int, verdict: Verdict) -> None:
+    def _allowed_drop(self, values: list[float], median: float) -> float:
+        """`threshold`, widened to the round's own noise where there are enough probes to see it."""
+        if len(values) < _SPREAD_PROBES:
+            return self.threshold
+        spread = 1.4826 * statistics.median(abs(v - median) for v in values) / median
+        return max(self.threshold, min(_SPREAD_Z * spread, _MAX_DROP))
+
+    def _node_pair_cut(self, results: list[Result]) -> Cut | None:
+        """3-5 nodes, every pair measured: the median over nodes of each node's median pair (a slow
+        node's pairs are all slow; a healthy node's are mostly with healthy nodes)."""
+        mine: dict[int, list[float]] = {}
+        for r in results:
+            if r.status is Outcome.PASS and r.busbw is not None:
+                for n in r.probe.nodes:
+                    mine.setdefault(n, []).append(r.busbw)
+        typical = [statistics.median(v) for v in mine.values()]
+        if len(typical) < MIN_PEERS or statistics.median(typical) <= 0:
+            return None
+        return Cut(statistics.median(typical), 1 - self.threshold)
+
+    def cut(self, phase: Phase) -> Cut | None:
+        """What a probe of this phase is judged against."""
+        known = self.reference.of(phase)
+        if known:
+            return Cut(known, self.min_fraction)
+        if phase.kind is not Phase.GATE:
+            return self._cuts.get(phase.kind)
+        pairs = self._cuts.get(Phase.PAIRS)
+        if pairs is None:
+            return None
+        return Cut(pairs.reference_gbps, 1 - min(2 * (1 - pairs.fraction), _MAX_GATE_DROP))
+
+    def _judge(self, r: Result) -> Result:
+        if r.status is not Outcome.PASS:
+            return r
+        cut = self.cut(r.probe.phase)
+        if cut is None:
+            self.unjudged.add(r.probe.phase.kind)
+            return r
+        if cut.slow(r.busbw):
+            return dataclasses.replace(
+                r, status=Outcome.SLOW, reference=cut.reference_gbps,
+                detail=f"{r.busbw:.4g} GB/s < {cut.fraction:.2f} x {cut.reference_gbps:.4g} GB/s")
+        return dataclasses.replace(r, reference=cut.reference_gbps)
+
+    # -- verdicts ------------------------------------------------------------------------------
+    def _condemn(self, node: int, verdict: Outcome) -> None:
         self.verdicts.setdefault(node, verdict)
         self._good.discard(node)
+
+    def _worst(self, node: int) -> Outcome:
+        """A node that cannot be retested is named with what its own probes showed."""
+        bad = [e.status for e in self.evidence[node] if e.status is not Outcome.PASS]
+        return bad[-1] if bad else Outcome.SLOW
 
     def _blame(self, r: Result) -> bool:
         """Named culprits (no answer to a ping, died, left) get their verdict; True if any."""
         for n in r.culprits:
-            self._condemn(n, _VERDICT_OF[r.status])
+            self._condemn(n, r.status)
         return bool(r.culprits)
+
+    def _slow_once(self, node: int, r: Result, partners: int) -> None:
+        """A slow measurement of the node's own: named when far below the line or slow before;
+        else measured again (unless a cleared partner makes its pair a second measurement)."""
+        self._own_slow[node] = self._own_slow.get(node, 0) + 1
+        cut = self.cut(r.probe.phase)
+        if self._own_slow[node] >= 2 or (cut and r.busbw is not None and cut.decisive(r.busbw)):
+            self._condemn(node, Outcome.SLOW)
+        else:
+            self._recheck.append((node, partners))
+
+    def _resolve_rechecks(self) -> None:
+        todo, self._recheck = self._recheck, []
+        for node, partners in todo:
+            if node in self.verdicts:
+                continue
+            if any(e.probe.phase is Phase.PAIRS and e.status is Outcome.SLOW
+                   and all(n in self._good for n in e.probe.nodes if n != node) for e in self.evidence[node]):
+                self._condemn(node, Outcome.SLOW)  # its pair was slow with a partner cleared since
+            else:
+                self._suspects.append((node, partners))
 
     def _after_intra(self, r: Result) -> None:
         (node,) = r.probe.nodes
-        if r.status == "slow":
-            self._condemn(node, Verdict.SLOW)
-        elif r.status != "ok":
-            self._blame(r) or self._condemn(node, _VERDICT_OF[r.status])
+        if r.status is Outcome.SLOW:
+            self._slow_once(node, r, 0)
+        elif r.status is not Outcome.PASS:
+            self._blame(r) or self._condemn(node, r.status)
 
     def _after_pairs(self, r: Result) -> None:
-        if r.status == "ok":
+        if r.status is Outcome.PASS:
             self._good.update(r.probe.nodes)
             return
         self._blame(r)
         self._suspects += [(n, 1) for n in r.probe.nodes if n not in self.verdicts]
 
+    def _after_all_pairs(self, judged: list[Result]) -> None:
+        """A node is named when none of its own pairs (those not blamed on a named partner) passed;
+        slow in all of them but none far below the line, it is retested with a partner that passed."""
+        for r in judged:
+            if r.status not in (Outcome.PASS, Outcome.SLOW):
+                self._blame(r)
+        for n in self._open():
+            mine = [r for r in judged if n in r.probe.nodes and set(r.culprits) <= {n}]
+            if not mine:
+                continue
+            if any(r.status is Outcome.PASS for r in mine):
+                self._good.add(n)
+                continue
+            statuses = {r.status for r in mine}
+            if statuses != {Outcome.SLOW}:
+                self._condemn(n, (statuses - {Outcome.SLOW}).pop())
+            elif all(self.cut(Phase.PAIRS).decisive(r.busbw) for r in mine):
+                self._condemn(n, Outcome.SLOW)
+            else:
+                self._own_slow[n] = 1
+                self._suspects.append((n, 1))
+
     def _after_retest(self, r: Result) -> None:
         suspect = r.probe.nodes[0]
-        if r.status == "ok":
+        if r.status is Outcome.PASS:
             self._good.add(suspect)
-        elif r.status == "slow":
-            self._condemn(suspect, Verdict.SLOW)
+        elif r.status is Outcome.SLOW:
+            self._slow_once(suspect, r, len(r.probe.nodes) - 1)
         elif not self._blame(r):
-            self._condemn(suspect, _VERDICT_OF[r.status])
+            self._condemn(suspect, r.status)
         elif suspect not in r.culprits:  # a partner was the culprit: the suspect needs another one
             self._suspects.append((suspect, len(r.probe.nodes) - 1))
 
     def _after_gate(self, r: Result) -> None:
-        if r.status == "ok":
+        if r.status is Outcome.PASS:
             return
         self._gate_again = True
         if not self._blame(r):  # named culprits are out; the gate runs again without them
             self._bisect(tuple(n for n in r.probe.nodes if n not in self.verdicts))
 
     def _after_bisect(self, r: Result) -> None:
-        if r.status != "ok" and not self._blame(r):
+        if r.status is not Outcome.PASS and not self._blame(r):
             self._bisect(tuple(n for n in r.probe.nodes if n not in self.verdicts))
 
     def _bisect(self, nodes: tuple[int, ...]) -> None:
         if len(nodes) <= 5:  # halves of two nodes could not show a fault of bigger groups
             self._suspects += [(n, 2) for n in nodes if n not in {s for s, _ in self._suspects}]
-            self._phase = "bisect"
             return
         half = len(nodes) // 2
-        self._queue.append([Probe("bisect", nodes[:half]), Probe("bisect", nodes[half:])])
-        self._phase = "bisect"
+        self._queue.append([Probe(Phase.BISECT, nodes[:half]), Probe(Phase.BISECT, nodes[half:])])
+
+    # -- the report ----------------------------------------------------------------------------
+    @property
+    def all_pairs_pending(self) -> bool:
+        """Pairs measured in every-pair rounds wait for the last of them to be judged."""
+        return self._all_pairs is not None
+
+    def unjudged_note(self) -> str | None:
+        """Why some speed was not judged, or None when every probe had a reference."""
+        if not self.unjudged:
+            return None
+        kinds = " and ".join(sorted(k.value for k in self.unjudged))
+        return (f"the speed of the {kinds} probes cannot be judged without a reference (fewer than {MIN_PEERS} to "
+                f"compare): give --expected (README: Expected values); the verdicts say only that they completed")
 
     def summary(self) -> list[dict]:
         """A verdict per node with its evidence (phase, partners, status, busbw)."""
-        return [{"node": i, "verdict": self.verdicts.get(i, Verdict.PASS).value,
-                 "evidence": [{"phase": e.probe.phase, "group_id": e.group_id, "nodes": list(e.probe.nodes),
-                               "status": e.status, "busbw_gbps": e.busbw, "reference_gbps": e.reference,
+        return [{"node": i, "verdict": self.verdicts.get(i, Outcome.PASS).value,
+                 "evidence": [{"phase": e.probe.phase.value, "group_id": e.group_id, "nodes": list(e.probe.nodes),
+                               "status": e.status.value, "busbw_gbps": e.busbw, "reference_gbps": e.reference,
                                "detail": e.detail}
                               for e in self.evidence[i]]}
                 for i in range(self.n_nodes)]
 
 
-@dataclass
-class Deadlines:
-    """Per-phase deadlines from what probes took: a phase's stage deadline is `margin` times the
-    longest probe of its kind so far (retests are pairs, bisections gates), at least `floor_s`
-    and at most `ceiling_s` (--group-timeout), which also applies while a kind has not run yet."""
-
-    ceiling_s: float
-    floor_s: float = 10.0
-    margin: float = 5.0
-    _longest: dict[str, float] = field(default_factory=dict)
-
-    KIND = {"intra": "intra", "pairs": "pairs", "retest": "pairs", "gate": "gate", "bisect": "gate"}
-
-    def took(self, phase: str, wall_s: float) -> None:
-        kind = self.KIND[phase]
-        self._longest[kind] = max(self._longest.get(kind, 0.0), wall_s)
-
-    def limit_s(self, phase: str) -> float:
-        longest = self._longest.get(self.KIND[phase])
-        if longest is None:
-            return self.ceiling_s
-        return min(self.ceiling_s, max(self.floor_s, self.margin * longest))
-
-
-@dataclass
-class Model:
-    """A cluster for the simulator: a node's speed multiplies the busbw of every probe it is in
-    (`slow`: the node itself; `nic_slow`: only probes that leave the node; `scale_slow`: only
-    probes of more than two nodes); `hang` nodes stop every probe they are in (and do not answer
-    a ping)."""
-
-    n_nodes: int
-    ranks_per_node: int = 8
-    base_gbps: float = 40.0
-    slow: dict[int, float] = field(default_factory=dict)
-    nic_slow: dict[int, float] = field(default_factory=dict)
-    hang: set[int] = field(default_factory=set)
-    scale_slow: dict[int, float] = field(default_factory=dict)
-    noise: float = 0.02
-    seed: int = 0
-
-    def run(self, probe: Probe, rng: random.Random) -> Result:
-        stuck = tuple(n for n in probe.nodes if n in self.hang)
-        if stuck:
-            return Result(probe, "hang", None, stuck, "ranks did not answer")
-        speed = min(self.slow.get(n, 1.0) for n in probe.nodes)
-        if len(probe.nodes) > 1:
-            speed = min([speed, *(self.nic_slow.get(n, 1.0) for n in probe.nodes)])
-        if len(probe.nodes) > 2:
-            speed = min([speed, *(self.scale_slow.get(n, 1.0) for n in probe.nodes)])
-        return Result(probe, "ok", self.base_gbps * speed * (1 + rng.uniform(-self.noise, self.noise)))
-
-
-def simulate(model: Model, threshold: float = 0.10, reference: Reference | None = None,
-             min_fraction: float = 0.8) -> Qualifier:
-    """Qualify the model's cluster; the returned qualifier holds verdicts and the rounds used."""
-    q = Qualifier(model.n_nodes, model.ranks_per_node, threshold, reference or Reference(), model.seed, min_fraction)
-    rng = random.Random(model.seed + 1)
-    while probes := q.next_round():
-        q.record([model.run(p, rng) for p in probes])
-    return q
+def circle_rounds(nodes: list[int]) -> list[list[Probe]]:
+    """Every pair of `nodes` once, in rounds of disjoint pairs (the circle method: one node fixed,
+    the others rotating; an odd count gets a bye): N-1 rounds, N when N is odd."""
+    ring = list(nodes) + ([None] if len(nodes) % 2 else [])
+    rounds = []
+    for _ in range(len(ring) - 1):
+        half = len(ring) // 2
+        pairs = [(ring[i], ring[-1 - i]) for i in range(half)]
+        rounds.append([Probe(Phase.PAIRS, (a, b)) for a, b in pairs if a is not None and b is not None])
+        ring = [ring[0], ring[-1], *ring[1:-1]]
+    return rounds

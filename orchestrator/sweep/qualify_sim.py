@@ -1,0 +1,75 @@
+"""A simulated cluster for qualify: nodes with planted faults and measurement noise, and the loop
+that drives the real `Qualifier` against it (the same calls `collbench qualify` makes)."""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Literal
+
+from orchestrator.sweep.qualify import Qualifier
+from orchestrator.sweep.qualify_types import Outcome, Probe, Reference, Result
+
+
+@dataclass(frozen=True)
+class Noise:
+    """Variation of one probe's busbw from one measurement to the next, as a factor: uniform in
+    [1 - width, 1 + width], or log-normal exp(N(0, width)) (skewed up, as shared hosts move)."""
+
+    width: float
+    shape: Literal["uniform", "lognormal"] = "uniform"
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.width < 1 or self.shape not in ("uniform", "lognormal"):
+            raise ValueError(f"noise: width {self.width} must be in [0, 1), shape {self.shape!r} uniform or lognormal")
+
+    def factor(self, rng: random.Random) -> float:
+        if self.shape == "uniform":
+            return 1 + rng.uniform(-self.width, self.width)
+        return math.exp(rng.gauss(0.0, self.width))
+
+
+@dataclass
+class Model:
+    """A cluster for the simulator: a node's speed multiplies the busbw of every probe it is in
+    (`slow`: the node itself; `nic_slow`: only probes that leave the node; `scale_slow`: only
+    probes of more than two nodes; `intermittent`: in a probe with probability one half);
+    `hang` nodes stop every probe they are in (and do not answer a ping)."""
+
+    n_nodes: int
+    ranks_per_node: int = 8
+    base_gbps: float = 40.0
+    slow: dict[int, float] = field(default_factory=dict)
+    nic_slow: dict[int, float] = field(default_factory=dict)
+    hang: set[int] = field(default_factory=set)
+    scale_slow: dict[int, float] = field(default_factory=dict)
+    intermittent: dict[int, float] = field(default_factory=dict)
+    noise: Noise | float = 0.02  # a float: uniform of that width
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.noise, Noise):
+            self.noise = Noise(float(self.noise))
+
+    def run(self, probe: Probe, rng: random.Random) -> Result:
+        stuck = tuple(n for n in probe.nodes if n in self.hang)
+        if stuck:
+            return Result(probe, Outcome.HANG, None, stuck, "ranks did not answer")
+        speeds = [self.slow.get(n, 1.0) for n in probe.nodes]
+        speeds += [f for n in probe.nodes if (f := self.intermittent.get(n)) and rng.random() < 0.5]
+        if len(probe.nodes) > 1:
+            speeds += [self.nic_slow.get(n, 1.0) for n in probe.nodes]
+        if len(probe.nodes) > 2:
+            speeds += [self.scale_slow.get(n, 1.0) for n in probe.nodes]
+        return Result(probe, Outcome.PASS, self.base_gbps * min(speeds) * self.noise.factor(rng))
+
+
+def simulate(model: Model, threshold: float = 0.10, reference: Reference | None = None,
+             min_fraction: float = 0.8) -> Qualifier:
+    """Qualify the model's cluster; the returned qualifier holds verdicts and the rounds used."""
+    q = Qualifier(model.n_nodes, model.ranks_per_node, threshold, reference or Reference(), model.seed, min_fraction)
+    rng = random.Random(model.seed + 1)
+    while probes := q.next_round():
+        q.record([model.run(p, rng) for p in probes])
+    return q

@@ -1,0 +1,104 @@
+"""Qualify's vocabulary: the phases of a qualification, one outcome from a probe's result to a
+node's verdict, what a probe is and what came back. Pure and torch-free."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from workloads.messages import Status
+
+
+class Phase(str, Enum):
+    """The step of a qualification that proposed a probe (the rows' `phase` column)."""
+
+    INTRA = "intra"  # every node alone (its ranks together)
+    PAIRS = "pairs"  # a random perfect matching, or (3-5 nodes without expected values) every pair
+    RETEST = "retest"  # a suspect with partners that passed
+    GATE = "gate"  # every node still passing, in one group
+    BISECT = "bisect"  # halves of a slow or hung gate
+
+    @property
+    def kind(self) -> Phase:
+        """The phase whose reference and deadline this one shares: retests are pairs with known-good
+        partners, bisections are smaller gates."""
+        return {Phase.RETEST: Phase.PAIRS, Phase.BISECT: Phase.GATE}.get(self, self)
+
+
+class Outcome(str, Enum):
+    """How a probe ended and, the same words, a node's verdict: a node passes, or is named with
+    the outcome of the probes that condemned it."""
+
+    PASS = "pass"  # a probe: completed at full speed (or not judged: its reference is None)
+    SLOW = "slow"  # below its reference (set by the qualifier, never by the caller)
+    HANG = "hang"  # did not finish by its deadline
+    FAILED = "failed"  # a rank raised, died, or returned wrong results
+    LOST = "lost"  # a node left the cluster
+
+    @classmethod
+    def of_run(cls, status: Status) -> Outcome:
+        """A group's run status (the rows' `status`) as a probe's outcome, before judging its speed."""
+        return {Status.OK: cls.PASS, Status.TIMEOUT: cls.HANG}.get(status, cls.FAILED)
+
+
+Verdict = Outcome  # a node's verdict is an outcome (the name commands and tests use)
+
+
+@dataclass(frozen=True)
+class Probe:
+    phase: Phase
+    nodes: tuple[int, ...]  # the suspect first in a retest
+
+    def __post_init__(self) -> None:
+        if not self.nodes or len(set(self.nodes)) != len(self.nodes):
+            raise ValueError(f"a probe needs distinct nodes, got {self.nodes}")
+
+
+@dataclass(frozen=True)
+class Result:
+    probe: Probe
+    status: Outcome
+    busbw: float | None = None  # GB/s at the largest size (None when it did not complete)
+    culprits: tuple[int, ...] = ()  # nodes whose ranks did not answer, died or left
+    detail: str = ""
+    reference: float | None = None  # what it was judged against (GB/s), set by the qualifier
+    group_id: str = ""  # the caller's name for the probe's run (collbench: its group, in the rows)
+
+    def __post_init__(self) -> None:
+        if self.status is Outcome.PASS and self.busbw is None:
+            raise ValueError(f"a completed probe needs its busbw: {self.probe}")
+        if not set(self.culprits) <= set(self.probe.nodes):
+            raise ValueError(f"culprits {self.culprits} are not among the probe's nodes {self.probe.nodes}")
+
+
+@dataclass(frozen=True)
+class Reference:
+    """What a healthy probe reaches, where known (from expected values), in GB/s."""
+
+    intra: float | None = None
+    pair: float | None = None
+    gate: float | None = None
+
+    def of(self, phase: Phase) -> float | None:
+        return {Phase.INTRA: self.intra, Phase.PAIRS: self.pair, Phase.GATE: self.gate}[phase.kind]
+
+
+@dataclass
+class Deadlines:
+    """Per-phase deadlines from what probes took: a phase's stage deadline is `margin` times the
+    longest probe of its kind so far (retests are pairs, bisections gates), at least `floor_s`
+    and at most `ceiling_s` (--group-timeout), which also applies while a kind has not run yet."""
+
+    ceiling_s: float
+    floor_s: float = 10.0
+    margin: float = 5.0
+    _longest: dict[Phase, float] = field(default_factory=dict)
+
+    def took(self, phase: Phase, wall_s: float) -> None:
+        self._longest[phase.kind] = max(self._longest.get(phase.kind, 0.0), wall_s)
+
+    def limit_s(self, phase: Phase) -> float:
+        longest = self._longest.get(phase.kind)
+        if longest is None:
+            return self.ceiling_s
+        return min(self.ceiling_s, max(self.floor_s, self.margin * longest))
