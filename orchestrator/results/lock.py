@@ -47,7 +47,8 @@ from orchestrator.errors import UsageError, first_line
 LOCK_SUFFIX = ".lock"
 LEASE_S = 60.0  # object stores: a heartbeat older than this is a dead holder's
 SETTLE_S = 1.0  # object stores: how long racing acquirers wait before reading back who won
-POLL_S = 0.2  # how often a waiting acquirer tries again
+POLL_S = 0.2  # how often a waiting acquirer of an object-store lock tries again (each try is a request)
+LOCAL_POLL_S = 0.05  # the most a waiting acquirer of a local lock sleeps between tries (a try is a syscall)
 HOLDER_READ_S = 0.5  # how long a refused acquirer waits for a new holder to write its name
 
 
@@ -132,7 +133,7 @@ class LocalLock:
                 if time.monotonic() >= deadline:
                     raise _refused(self.run_id, self.where, holder) from None
                 time.sleep(pause_s)
-                pause_s = min(2 * pause_s, POLL_S)
+                pause_s = min(2 * pause_s, LOCAL_POLL_S)
                 continue
             except OSError as e:
                 os.close(fd)
