@@ -49,7 +49,7 @@ __all__ = ["Deadlines", "Outcome", "Phase", "Probe", "Qualifier", "Reference", "
 _MAX_GATES = 3
 MIN_PEERS = 3  # a median of two cannot say which one is off: without expected values, speed needs three
 ALL_PAIRS_NODES = range(3, 6)  # without expected values, these cluster sizes are judged by every pair
-_SPREAD_PROBES = 8  # a round's spread is estimated from this many probes or more
+_SPREAD_PROBES = 4  # a round's spread is estimated from this many probes or more
 _SPREAD_Z = 3.0  # robust standard deviations a healthy probe may fall below the median
 _MAX_DROP = 0.25  # the noisiest round still calls a node at half speed slow, even measured 30% high
 _MAX_GATE_DROP = 0.45
@@ -97,7 +97,8 @@ class Qualifier:
     _suspects: list[tuple[int, int]] = field(default_factory=list)  # (node, good partners to test it with)
     _recheck: list[tuple[int, int]] = field(default_factory=list)  # slow once, near the line: measure again
     _own_slow: dict[int, int] = field(default_factory=dict)  # slow measurements no partner explains
-    _cuts: dict[Phase, Cut | None] = field(default_factory=dict)  # by kind (intra, pairs, gate)
+    _cuts: dict[Phase, Cut | None] = field(default_factory=dict)  # by kind (intra, pairs)
+    _measured: dict[Phase, list[Result]] = field(default_factory=dict)  # what a kind's cut is drawn from
     _all_pairs: list[Result] | None = None  # every pair so far, when 3-5 nodes are judged by all pairs
     _gates: int = 0
     _gate_again: bool = True  # the first gate, and one after each failed gate (at most _MAX_GATES)
@@ -177,13 +178,18 @@ class Qualifier:
         """Suspects with their own good partners, as many at once as the partners allow; the rest
         wait for the next round (partners named meanwhile are not used)."""
         partners = sorted(self._good - {s for s, _ in self._suspects})
+        if not partners and any(k for _, k in self._suspects) and 2 <= len(self._open()) <= max(ALL_PAIRS_NODES):
+            self._suspects = [(s, k) for s, k in self._suspects if k == 0]  # slow alone: named or cleared alone
+            self._all_pairs = []  # nobody known good among 3-5 nodes: every pair tells them apart
+            self._queue += circle_rounds(self._open())
+            return True
         todo, self._suspects = self._suspects, []
         probes, free = [], list(partners)
         for s, k in todo:
             if k == 0:  # slow alone, near the line: alone again
                 probes.append(Probe(Phase.INTRA, (s,)))
             elif not partners:  # nobody known good: a suspect cannot be told from its partners
-                self._condemn(s, self._worst(s))
+                self._last_word(s)
             elif len(free) >= k or not any(p.phase is Phase.RETEST for p in probes):
                 probes.append(Probe(Phase.RETEST, (s, *free[:k])))  # too few partners for the first: those there are
                 free = free[k:]
@@ -206,20 +212,38 @@ class Qualifier:
             if self._queue:
                 return results
             results, self._all_pairs = self._all_pairs, None
-            self._cuts[Phase.PAIRS] = self._node_pair_cut(results)
+            self._cuts[Phase.PAIRS] = self._node_pair_cut(results) if not self.reference.pair else None
             judged = [self._judge(r) for r in results]
             self._file(judged)
             self._after_all_pairs(judged)
             return judged
         for kind in (Phase.INTRA, Phase.PAIRS):
-            if kind not in self._cuts and any(r.probe.phase is kind for r in results):
-                self._cuts[kind] = self._round_cut(kind, [r for r in results if r.probe.phase is kind])
+            if self._cuts.get(kind) is None:  # set once; until then (a round of hangs) later probes of the kind count
+                earlier = self._measured.setdefault(kind, [])
+                self._cuts[kind] = self._round_cut(kind, earlier + [r for r in results if r.probe.phase.kind is kind])
+                if self._cuts[kind] is not None:
+                    self._rejudge(kind, earlier)
+                earlier.extend(r for r in results if r.probe.phase.kind is kind)
         judged = [self._judge(r) for r in results]
         self._file(judged)
         for r in judged:
             self._after[r.probe.phase](r)
         self._resolve_rechecks()
         return judged
+
+    def _rejudge(self, kind: Phase, earlier: list[Result]) -> None:
+        """Probes measured before their kind had a reference (a round of hangs left too few to
+        compare) are judged now that it has one; a slow one makes its members suspects again."""
+        self.unjudged.discard(kind)
+        for r in earlier:
+            j = self._judge(r)
+            if j is r:
+                continue
+            for n in r.probe.nodes:
+                self.evidence[n] = [j if e is r else e for e in self.evidence[n]]
+                if j.status is Outcome.SLOW and n not in self.verdicts:
+                    self._good.discard(n)
+                    self._suspects.append((n, 0 if kind is Phase.INTRA else 1))
 
     def _file(self, judged: list[Result]) -> None:
         for r in judged:
@@ -287,10 +311,14 @@ class Qualifier:
         self.verdicts.setdefault(node, verdict)
         self._good.discard(node)
 
-    def _worst(self, node: int) -> Outcome:
-        """A node that cannot be retested is named with what its own probes showed."""
-        bad = [e.status for e in self.evidence[node] if e.status is not Outcome.PASS]
-        return bad[-1] if bad else Outcome.SLOW
+    def _last_word(self, node: int) -> None:
+        """A suspect that cannot be retested: named with what its own probes showed (not those
+        blamed on a named partner); with nothing of its own against it, it passes, unjudged."""
+        bad = [e.status for e in self.evidence[node] if e.status is not Outcome.PASS and set(e.culprits) <= {node}]
+        if bad:
+            self._condemn(node, bad[-1])
+        else:
+            self.unjudged.add(Phase.PAIRS)
 
     def _blame(self, r: Result) -> bool:
         """Named culprits (no answer to a ping, died, left) get their verdict; True if any."""
@@ -395,8 +423,9 @@ class Qualifier:
         if not self.unjudged:
             return None
         kinds = " and ".join(sorted(k.value for k in self.unjudged))
-        return (f"the speed of the {kinds} probes cannot be judged without a reference (fewer than {MIN_PEERS} to "
-                f"compare): give --expected (README: Expected values); the verdicts say only that they completed")
+        return (f"the speed of some {kinds} probes was not judged: without an expected value a probe needs "
+                f"{MIN_PEERS} or more of its kind to compare with, and a node whose only partner failed cannot be "
+                f"told apart; give --expected (README: Expected values); those verdicts say only that it completed")
 
     def summary(self) -> list[dict]:
         """A verdict per node with its evidence (phase, partners, status, busbw)."""

@@ -145,3 +145,140 @@ def test_a_partner_that_hangs_in_a_retest_is_named_and_the_suspect_tested_again(
 
     _drive(q, outcome)
     assert _bad(q) == {3: "slow", next(iter(stopped)): "hang"}
+
+
+# -- without expected values (issue 21) ---------------------------------------------------------
+
+def test_circle_rounds_measure_every_pair_once_in_disjoint_rounds():
+    from orchestrator.sweep.qualify import circle_rounds
+
+    for n in (3, 4, 5, 6):
+        rounds = circle_rounds(list(range(n)))
+        assert len(rounds) == (n - 1 if n % 2 == 0 else n)
+        pairs = [frozenset(p.nodes) for r in rounds for p in r]
+        assert sorted(map(sorted, pairs)) == [[a, b] for a in range(n) for b in range(a + 1, n)]
+        for r in rounds:
+            nodes = [x for p in r for x in p.nodes]
+            assert len(nodes) == len(set(nodes)) and all(p.phase is Phase.PAIRS for p in r)
+
+
+def test_six_plain_nodes_name_the_one_at_a_quarter_and_show_the_partners_retest():
+    """The issue's lab case, noise-free: 3 pairs, one slow; the pairs' median (all three probes)
+    judges the retests, so node 4 is named and its partner cleared by a retest at full speed."""
+    q = simulate(Model(6, ranks_per_node=1, slow={4: 0.25}, noise=0.0))
+    assert _bad(q) == {4: "slow"} and not q.unjudged
+    pair = next(e for e in q.evidence[4] if e.probe.phase is Phase.PAIRS)
+    assert pair.status is Outcome.SLOW and pair.reference == 40.0  # median of 40, 40, 10
+    partner = next(n for n in pair.probe.nodes if n != 4)
+    retests = [e for e in q.evidence[partner] if e.probe.phase is Phase.RETEST and e.probe.nodes[0] == partner]
+    assert [(e.status, e.busbw, e.reference) for e in retests] == [(Outcome.PASS, 40.0, 40.0)]
+    mine = [e for e in q.evidence[4] if e.probe.phase is Phase.RETEST]
+    assert [(e.status, e.busbw, e.reference) for e in mine] == [(Outcome.SLOW, 10.0, 40.0)]
+    assert q.rounds == 3  # pairs, retest, gate: as many as with an expected value
+
+
+@pytest.mark.parametrize("n", [3, 4, 5])
+def test_three_to_five_plain_nodes_are_judged_by_every_pair(n):
+    q = simulate(Model(n, ranks_per_node=1, slow={1: 0.25}, noise=0.0))
+    assert _bad(q) == {1: "slow"} and not q.unjudged
+    assert q.rounds == (n - 1 if n % 2 == 0 else n) + (n > 3)  # every pair, then a gate of the 3 or more left
+    assert {frozenset(e.probe.nodes) for e in q.evidence[1] if e.probe.phase is Phase.PAIRS} == {
+        frozenset((1, m)) for m in range(n) if m != 1}
+    # the median over nodes of each node's median pair: at 3 nodes, (10 + 40) / 2 for the other two
+    assert all(e.status is Outcome.SLOW and e.reference == (25.0 if n == 3 else 40.0) for e in q.evidence[1])
+    assert _bad(simulate(Model(n, ranks_per_node=1, noise=0.0))) == {}
+
+
+def test_two_plain_nodes_say_their_speed_is_not_judged():
+    q = simulate(Model(2, ranks_per_node=1, nic_slow={1: 0.5}, noise=0.0))
+    assert _bad(q) == {} and q.unjudged == {Phase.PAIRS}
+    assert "--expected" in q.unjudged_note()
+    judged = simulate(Model(2, ranks_per_node=1, noise=0.0), reference=Reference(pair=40.0))
+    assert judged.unjudged == set() and judged.unjudged_note() is None
+
+
+def _scripted(n: int, busbw) -> Qualifier:
+    """A qualifier of n one-rank nodes driven by `busbw(probe, nth time this node set ran)`."""
+    q, seen = Qualifier(n, 1, seed=0), {}
+    while probes := q.next_round():
+        results = []
+        for p in probes:
+            seen[p.nodes] = seen.get(p.nodes, 0) + 1
+            results.append(Result(p, Outcome.PASS, busbw(p, seen[p.nodes])))
+        q.record(results)
+    return q
+
+
+def test_a_node_slow_once_near_the_line_is_measured_again_before_it_is_named():
+    """Node 3's pair was slow through its partner (a culprit, named); node 3 is 15% below the
+    median in its retest (not decisively slow): it is measured again, named only when slow a
+    second time, and cleared by a measurement at full speed."""
+    def world(retest_again: float):
+        partner: list[int] = []
+        retests = []
+
+        def busbw(p: Probe, nth: int) -> float:
+            if p.phase is Phase.PAIRS and 3 in p.nodes:
+                partner.append(p.nodes[0] if p.nodes[1] == 3 else p.nodes[1])
+                return 10.0
+            if p.phase is Phase.RETEST and p.nodes[0] in partner:
+                return 10.0  # the culprit, slow again: named
+            if p.phase is Phase.RETEST and p.nodes[0] == 3:
+                retests.append(p)
+                return 34.0 if len(retests) == 1 else retest_again
+            return 40.0
+        return busbw
+
+    q = _scripted(8, world(40.0))
+    assert len(_bad(q)) == 1 and 3 not in _bad(q)
+    own = [e.status for e in q.evidence[3] if e.probe.phase is Phase.RETEST and e.probe.nodes[0] == 3]
+    assert own == [Outcome.SLOW, Outcome.PASS]
+    q = _scripted(8, world(34.0))
+    assert _bad(q)[3] == "slow"
+    own = [e.status for e in q.evidence[3] if e.probe.phase is Phase.RETEST and e.probe.nodes[0] == 3]
+    assert own == [Outcome.SLOW, Outcome.SLOW]
+    assert q.rounds == 4  # pairs, retest, retest again, gate
+
+
+def test_a_pair_found_slow_ends_with_both_passing_only_when_both_were_retested_at_full_speed():
+    """A slow pair that was the path's fault, not a node's: both members pass, each by a retest."""
+    q = _scripted(8, lambda p, nth: 20.0 if p.phase is Phase.PAIRS and set(p.nodes) == {2, 5} or (
+        p.phase is Phase.PAIRS and 2 in p.nodes) else 40.0)
+    slow_pair = next(e for e in q.evidence[2] if e.probe.phase is Phase.PAIRS)
+    assert slow_pair.status is Outcome.SLOW and _bad(q) == {}
+    for node in slow_pair.probe.nodes:
+        assert any(e.probe.phase is Phase.RETEST and e.probe.nodes[0] == node and e.status is Outcome.PASS
+                   for e in q.evidence[node])
+
+
+def test_an_intermittent_fault_slow_in_its_pair_and_fast_in_its_retest_passes():
+    """What an intermittent fault does (docs/PERFORMANCE.md gives its rates): one slow
+    measurement and one at full speed clear the node; the evidence keeps both."""
+    q = _scripted(8, lambda p, nth: 20.0 if p.phase is Phase.PAIRS and 6 in p.nodes else 40.0)
+    assert _bad(q) == {}
+    assert [e.status for e in q.evidence[6] if 6 == e.probe.nodes[0] or e.probe.phase is Phase.PAIRS][:2] == [
+        Outcome.SLOW, Outcome.PASS]
+
+
+# -- error rates, from a fixed seed (the figures: benchmarks/qualify_errors.py) -----------------
+
+@pytest.mark.parametrize("fault", ["none", "slow 2x", "slow 4x", "slow NIC 2x", "hang"])
+@pytest.mark.parametrize("expected", [False, True])
+def test_error_rates_with_the_labs_noise_are_at_most_one_percent(fault, expected):
+    from orchestrator.sweep.qualify_rates import NOISE, measure
+
+    for n, clusters in ((3, 100), (4, 100), (5, 100), (6, 100), (7, 100), (8, 100), (16, 100), (64, 100), (256, 8)):
+        r = measure(fault, n, NOISE["lab"].noise, clusters, expected, seed=21)
+        assert r.fp_rate <= 0.01 and r.fn_rate <= 0.01, (fault, n, r)
+        assert r.unjudged == (clusters if (fault, n, expected) == ("hang", 3, False) else 0)  # 2 left: said so
+
+
+def test_heavy_noise_no_longer_condemns_healthy_nodes_by_the_dozen():
+    """The issue's 30% run-to-run noise (uniform) condemned 13-16% of healthy nodes at N 8-256; a
+    node slow once is measured again, and a round's own spread widens the allowed drop."""
+    from orchestrator.sweep.qualify_rates import measure
+    from orchestrator.sweep.qualify_sim import Noise
+
+    for n, clusters in ((16, 100), (64, 40), (256, 10)):
+        r = measure("slow 2x", n, Noise(0.3), clusters, expected=False, seed=21)
+        assert r.fp_rate <= 0.015 and r.fn_rate <= 0.03, (n, r)

@@ -1,0 +1,62 @@
+"""Qualify's error rates as measured figures: the real qualifier (orchestrator.sweep.qualify, the
+code `collbench qualify` runs, driven by orchestrator.sweep.qualify_rates) against seeded
+simulated clusters of N = 2 ... 4,096 nodes (one rank each: every probe crosses nodes), per fault,
+noise profile, and with or without expected values. Prints, per cell, the false-positive rate (a
+healthy node not passed) and the false-negative rate (a culprit passed), and the most rounds.
+
+    python benchmarks/qualify_errors.py [--profiles lab,gpu,shared] [--scale 1.0] [--seed 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from orchestrator.sweep.qualify_rates import FAULTS, NOISE, measure
+
+SIZES = (2, 3, 4, 5, 6, 7, 8, 16, 64, 256, 1024, 4096)
+CLUSTERS = {2: 1000, 3: 1000, 4: 1000, 5: 1000, 6: 1000, 7: 1000, 8: 1000, 16: 1000, 64: 500, 256: 200, 1024: 60,
+            4096: 30}
+
+
+def _pct(x: float) -> str:
+    return "0" if x == 0 else f"{100 * x:.1f}"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--profiles", default=",".join(NOISE), help=f"noise profiles (default: {','.join(NOISE)})")
+    p.add_argument("--scale", type=float, default=1.0, help="multiply the clusters per cell (default: 1)")
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args()
+    t0 = time.monotonic()
+    total = 0
+    print("clusters per N: " + ", ".join(f"{n}: {max(1, round(c * a.scale))}" for n, c in CLUSTERS.items()))
+    for name in a.profiles.split(","):
+        profile = NOISE[name]
+        for expected in (False, True):
+            print(f"\n### noise `{name}` ({profile.noise.shape}, width {profile.noise.width}), "
+                  f"{'with' if expected else 'without'} expected values\n")
+            print("FP % / FN % (most rounds); source of the noise: " + profile.source + "\n")
+            print("| fault | " + " | ".join(f"N={n}" for n in SIZES) + " |")
+            print("|---|" + "---:|" * len(SIZES))
+            for fault in FAULTS:
+                cells = []
+                for n in SIZES:
+                    clusters = max(1, round(CLUSTERS[n] * a.scale))
+                    r = measure(fault, n, profile.noise, clusters, expected, a.seed)
+                    total += clusters
+                    fn = _pct(r.fn_rate) if r.culprits else "-"
+                    note = "*" if r.unjudged else ""
+                    cells.append(f"{_pct(r.fp_rate)} / {fn}{note} ({r.max_rounds})")
+                print(f"| {fault} | " + " | ".join(cells) + " |", flush=True)
+    print(f"\n* speed not judged in some clusters (2 nodes, no expected value: said so, exit 0).\n"
+          f"{total} clusters in {time.monotonic() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
