@@ -108,9 +108,15 @@ def main(args: argparse.Namespace) -> int:
     new = dataset.load_table(args.new, new_run, columns=COLUMNS)
     matched, only_base, only_new = compare(base, new, args.threshold, args.by)
     if matched.empty:
-        raise UsageError(f"no ok row of run {new_run} matches one of baseline run(s) {','.join(base_runs)} by "
-                         f"{args.by}: nothing to compare" + (" (another cluster? --by shape)" if args.by == "link"
-                                                             else ""))
+        if only_new.empty:
+            why = f"run {new_run} has no ok row"
+        elif only_base.empty:
+            why = f"baseline run(s) {','.join(base_runs)} have no ok row"
+        else:
+            why = f"no ok row of run {new_run} matches one of baseline run(s) {','.join(base_runs)} by {args.by}"
+        raise UsageError(f"{why}: nothing to compare" + (" (another cluster? --by shape)"
+                                                         if args.by == "link" and not only_new.empty
+                                                         and not only_base.empty else ""))
     scale = UNITS[args.unit]
     key = SHAPE_KEY + (["link"] if args.by == "link" else [])
     rows = [

@@ -131,6 +131,10 @@ def test_unknown_runs_and_runs_with_nothing_in_common_are_refused_in_one_line(tm
     proc = run_main(["compare", out, other])
     assert proc.returncode == 2 and proc.stdout == "" and proc.stderr.count("\n") == 1
     assert "no ok row of run c matches one of baseline run(s) a,b by link: nothing to compare" in proc.stderr
+    failed = str(tmp_path / "failed")  # every group of the new run timed out
+    write_cluster_run(failed, "f", nodes=2, ranks_per_node=2, patterns=("intra",), failed_groups=("r0-g0", "r0-g1"))
+    proc = run_main(["compare", other, failed])
+    assert proc.returncode == 2 and proc.stderr == "collbench: error: run f has no ok row: nothing to compare\n"
 
 
 def test_error_rates_from_a_fixed_seed():
