@@ -18,6 +18,12 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"collbench: error: {message}\n")
 
+    def _get_values(self, action, arg_strings):
+        # `--dp=--`: argparse drops the '--' and hands the option an empty list, unconverted
+        if arg_strings == ["--"] and action.nargs is None and action.option_strings:
+            self.error(f"argument {'/'.join(action.option_strings)}: expected a value, not '--'")
+        return super()._get_values(action, arg_strings)
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(

@@ -5,17 +5,27 @@ from __future__ import annotations
 
 from orchestrator.errors import UsageError
 
+MAX_YAML_BYTES = 16 << 20  # a sweep or expected-values file is a few KB; /dev/zero is endless
+
 
 def read(path: str, flag: str) -> object:
     import yaml
 
     try:
-        with open(path) as fh:
-            return yaml.safe_load(fh)
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_YAML_BYTES + 1)
     except OSError as e:
-        raise UsageError(f"{flag} {path}: {e.strerror}") from None
+        raise UsageError(f"{flag} {path}: {e.strerror or e}") from None
+    except ValueError as e:  # a NUL in the path
+        raise UsageError(f"{flag} {path!r}: {e}") from None
+    if len(data) > MAX_YAML_BYTES:
+        raise UsageError(f"{flag} {path}: larger than {MAX_YAML_BYTES >> 20} MiB, not a YAML file of settings")
+    try:
+        return yaml.safe_load(data)  # bytes: YAML's own encoding detection; binary data is a ReaderError
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        problem = getattr(e, "problem", None) or getattr(e, "reason", None) or str(e).splitlines()[0]
         raise UsageError(f"{flag} {path}: not valid YAML{where} ({problem})") from None
+    except RecursionError:
+        raise UsageError(f"{flag} {path}: not valid YAML (nested too deeply)") from None

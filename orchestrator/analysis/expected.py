@@ -20,6 +20,8 @@ from orchestrator.analysis.diagnosis import Flag
 from orchestrator.analysis.frame import Frame
 from orchestrator.errors import UsageError
 from orchestrator.sweep.sizes import format_bytes, parse_bytes
+from orchestrator.sweep.spec import MAX_RANKS, brief_repr
+from workloads.registry import WORKLOADS
 
 SHIPPED = os.path.join(os.path.dirname(__file__), "expected.yaml")
 TOPOLOGIES = ("intra", "inter", "mixed")
@@ -52,6 +54,14 @@ class Entry:
 
 
 _FIELDS = {f for f in Entry.__dataclass_fields__ if f != "origin"}
+_TEXT_FIELDS = ("collective", "platform", "meaning", "source", "transport")
+
+
+def _scalar(value: object) -> str:
+    """A YAML number or text as text (2.5 for min_world stays '2.5', refused by int())."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise TypeError
+    return str(value)
 
 
 def parse(items: object, where: str, origin: str) -> list[Entry]:
@@ -66,22 +76,32 @@ def parse(items: object, where: str, origin: str) -> list[Entry]:
         at = f"{where}: entry {i}"
         if not isinstance(item, dict):
             raise UsageError(f"{at}: expected a mapping")
-        unknown = sorted(set(item) - _FIELDS)
+        unknown = sorted(set(item) - _FIELDS, key=str)  # YAML keys may be numbers or lists too
         if unknown:
-            raise UsageError(f"{at}: unknown field {unknown[0]!r} (known: {', '.join(sorted(_FIELDS))})")
+            raise UsageError(f"{at}: unknown field {str(unknown[0])[:40]!r} (known: {', '.join(sorted(_FIELDS))})")
         for need in ("topology", "busbw_gbps"):
             if need not in item:
                 raise UsageError(f"{at}: missing {need}")
+        for name in _TEXT_FIELDS:
+            if name in item and not isinstance(item[name], str) and not (name == "transport" and item[name] is None):
+                raise UsageError(f"{at}: {name} {brief_repr(item[name])}: expected text")
         if item["topology"] not in TOPOLOGIES:
-            raise UsageError(f"{at}: topology {item['topology']!r}: one of {', '.join(TOPOLOGIES)}")
-        try:
-            values = {**item, "busbw_gbps": float(item["busbw_gbps"]),
-                      "min_bytes": parse_bytes(str(item.get("min_bytes", 0))),
-                      "min_world": int(item.get("min_world", 1))}
-        except (TypeError, ValueError) as e:
-            raise UsageError(f"{at}: {e}") from None
-        if not values["busbw_gbps"] > 0:
-            raise UsageError(f"{at}: busbw_gbps {item['busbw_gbps']!r}: must be positive")
+            raise UsageError(f"{at}: topology {brief_repr(item['topology'])}: one of {', '.join(TOPOLOGIES)}")
+        if item.get("collective", "*") not in ("*", *WORKLOADS):  # a misspelt one would never apply
+            raise UsageError(f"{at}: collective {brief_repr(item['collective'])}: one of *, {', '.join(WORKLOADS)}")
+        values = dict(item)
+        for name, default, read, what in (("busbw_gbps", None, float, "a number"),
+                                          ("min_bytes", 0, parse_bytes, "a byte size such as 1M"),
+                                          ("min_world", 1, int, "an integer")):
+            raw = item.get(name, default)
+            try:
+                values[name] = read(_scalar(raw))
+            except (TypeError, ValueError, OverflowError):
+                raise UsageError(f"{at}: {name} {brief_repr(raw)}: expected {what}") from None
+        if not 0 < values["busbw_gbps"] < 1e6:  # not nan, not inf: a number the report can divide by
+            raise UsageError(f"{at}: busbw_gbps {brief_repr(item['busbw_gbps'])}: must be positive and below 1e6 GB/s")
+        if not 1 <= values["min_world"] <= MAX_RANKS:
+            raise UsageError(f"{at}: min_world {values['min_world']}: must be between 1 and {MAX_RANKS}")
         out.append(Entry(**{k: (str(v) if k in ("collective", "platform", "meaning", "source", "transport")
                                 and v is not None else v) for k, v in values.items()}, origin=origin))
     return out

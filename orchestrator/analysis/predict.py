@@ -1,4 +1,4 @@
-"""From measured alpha-beta fits to the communication time of a training step. Pure functions.
+"""From measured alpha-beta fits to the communication time of a training step.
 
 Layout: world = tp x pp x dp ranks (x cp is not modelled), ranks ordered tensor-parallel fastest,
 then data-parallel, then pipeline (Megatron's order), `gpus_per_node` ranks per node. A group whose
@@ -14,6 +14,7 @@ ranks lie on one node uses the `intra` fits; one rank per node, `inter`; otherwi
   stage boundary on the critical path: micro_batches x 2 x t_sr(S_act).
 """
 
+# Pure functions (no I/O); the docstring above is `collbench predict --help`'s description.
 from __future__ import annotations
 
 import math

@@ -28,6 +28,21 @@ TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "intra_vs_inter": ("intra-node (NVLink) vs the network, measured and expected ({unit})",
                        ("intra_busbw", "intra_expected", "net_busbw", "net_expected")),
 }
+# The columns of each table, for the header of an empty one (CSV readers need it); the unit tests
+# check them against the rows the tables hold.
+COLUMNS: dict[str, tuple[str, ...]] = {
+    "busbw": ("collective", "msg_bytes", "size", "intra", "inter", "mixed", "intra/inter"),
+    "latency": ("collective", "msg_bytes", "size", "intra", "inter", "mixed"),
+    "peaks": ("collective", "topology", "world_size", "peak_busbw", "half_peak_bytes", "half_peak_size"),
+    "dtypes": ("collective", "count", "dtype", "msg_bytes", "time_us", "busbw"),
+    "fits": ("collective", "topology", "world_size", "sizes", "alpha_us", "bandwidth", "r2", "max_rel_err", "quality"),
+    "failures": ("group_id", "status", "nodes", "failed_ranks", "rows", "error"),
+    "expected": ("platform", "collective", "topology", "world_size", "msg_bytes", "size", "busbw", "expected",
+                 "pct_of_expected", "meaning", "origin", "source"),
+    "intra_vs_inter": ("collective", "intra_busbw", "intra_expected", "net_topology", "net_busbw", "net_expected",
+                       "measured_ratio", "expected_ratio"),
+    "flags": ("kind", "nodes", "ranks", "collective", "msg_bytes", "value", "reference", "message", "source"),
+}
 RUN_FIELDS = ("run_id", "state", "started_at", "finished_at", "collbench_version", "torch_version", "ray_version",
               "nccl_version", "gpu_driver", "python_version", "backend", "hostnames", "device_models", "command_line")
 
@@ -45,14 +60,18 @@ class Report:
                 "flags": [f.to_json() for f in self.flags]}
 
 
-def run_header(frame: Frame, manifest: dict | None) -> tuple[dict, list[str]]:
+def run_header(frame: Frame, manifest: dict | None, manifest_problem: str | None = None) -> tuple[dict, list[str]]:
+    """The run's fields (every one of RUN_FIELDS, null where unknown) and warnings."""
     df = frame.df
-    run = {"run_id": df.run_id.iloc[0]}
+    run = {k: None for k in RUN_FIELDS}
+    run["run_id"] = df.run_id.iloc[0]
     warnings = []
-    if manifest is None:
+    if manifest_problem:
+        warnings.append(f"{manifest_problem}: versions and hosts unknown")
+    elif manifest is None:
         warnings.append("no manifest for this run (versions and hosts unknown)")
-    else:
-        run.update({k: manifest.get(k) for k in RUN_FIELDS if k in manifest})
+    if manifest is not None:
+        run.update({k: manifest[k] for k in RUN_FIELDS if manifest.get(k) is not None})
         state = manifest.get("state")
         if state == "running":
             warnings.append("the run is still running, or its driver died: the report covers the groups on disk so far")
@@ -73,7 +92,7 @@ def entries(manifest: dict | None, user: list[expected.Entry]) -> list[expected.
 
 def build(frame: Frame, manifest: dict | None, threshold: float, unit: str, scale: float,
           collective: str | None = None, user_entries: list[expected.Entry] = (),
-          min_fraction: float = 0.8) -> Report:
+          min_fraction: float = 0.8, manifest_problem: str | None = None) -> Report:
     df = frame.df
     collectives = [collective] if collective else [c for c in df.collective.unique() if isinstance(c, str)]
     tables: dict[str, list[dict]] = {name: [] for name in TABLES}
@@ -97,7 +116,7 @@ def build(frame: Frame, manifest: dict | None, threshold: float, unit: str, scal
     for name, (_, scaled) in TABLES.items():
         tables[name] = [{k: v * scale if k in scaled and isinstance(v, float) else v for k, v in r.items()}
                         for r in tables[name]]
-    run, warnings = run_header(frame, manifest)
+    run, warnings = run_header(frame, manifest, manifest_problem)
     for platform in judged.uncovered:
         warnings.append(f"no expected value covers platform {platform or 'unknown'}: busbw is judged against "
                         "its peers only (add entries with --expected FILE)")

@@ -7,7 +7,11 @@ import os
 import subprocess
 import sys
 
+from orchestrator.errors import UsageError
 from orchestrator.lab import cluster
+from orchestrator.sweep.spec import MAX_RANKS_PER_NODE
+
+MAX_TIMEOUT_S = 3600.0  # --timeout: nodes join in seconds; an hour is already a hung lab
 
 
 def add_parser(sub) -> None:
@@ -28,17 +32,30 @@ def add_parser(sub) -> None:
                    help="declare no expected rate (no platform tag): a plain cluster, as one whose fabric "
                    "collbench has no expected value for; verdicts then rest on what is measured alone")
     u.add_argument("--subnet", default="10.213.0.0/24", help="addresses of the lab (default: 10.213.0.0/24)")
-    u.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the nodes to join (default: 120)")
+    u.add_argument("--timeout", type=float, default=120.0,
+                   help=f"seconds to wait for the nodes to join, at most {MAX_TIMEOUT_S:g} (default: 120)")
     d = verbs.add_parser("down", help="remove exactly what `up` created")
     e = verbs.add_parser("exec", help="run a command with RAY_ADDRESS and token auth set for the lab")
     e.add_argument("cmd", nargs=argparse.REMAINDER, help="the command, after --")
     for q in (u, d, e):
-        q.add_argument("--name", default="lab", help="lab name, 1-6 letters or digits (default: lab)")
+        q.add_argument("--name", default="lab",
+                       help="lab name: 1-6 lower-case letters or digits, starting with a letter (default: lab)")
     p.set_defaults(handler=main)
 
 
 def main(args: argparse.Namespace) -> int:
     if args.verb == "up":
+        if not 0 < args.timeout <= MAX_TIMEOUT_S:  # nan too
+            raise UsageError(f"--timeout {args.timeout:g}: must be above 0 and at most {MAX_TIMEOUT_S:g} seconds")
+        if not 1 <= args.ranks_per_node <= MAX_RANKS_PER_NODE:
+            raise UsageError(f"--ranks-per-node {args.ranks_per_node}: must be between 1 and {MAX_RANKS_PER_NODE}")
+        for item in args.node_link or []:
+            try:
+                cluster.parse_node_links([item], max(args.nodes, 1))
+            except UsageError as e:  # the rate's own check names --link
+                if str(e).startswith("--node-link"):
+                    raise
+                raise UsageError(f"--node-link {item!r}: expected NODE=RATE with a rate such as 500mbit") from None
         try:
             node_links = cluster.parse_node_links(args.node_link, args.nodes)
             st = cluster.up(args.name, args.nodes, args.ranks_per_node, args.link, args.subnet, args.timeout,
@@ -53,7 +70,10 @@ def main(args: argparse.Namespace) -> int:
         print(f"  run:     {cluster.run_command(st)}")
         print(f"  down:    collbench lab down --name {st.name}")
         return 0
-    st = cluster.load(args.name)
+    try:
+        st = cluster.load(args.name)
+    except (OSError, ValueError):  # a name no lab can have: too long, a NUL
+        raise UsageError(f"--name {args.name[:80]!r}: no lab of that name is up") from None
     if args.verb == "down":
         problems = cluster.down(st)
         if problems:

@@ -15,9 +15,10 @@ UNITS = {"GBps": 1.0, "Gbps": 8.0}  # from GB/s (1e9 bytes/s)
 
 
 def add_spec_options(p: argparse.ArgumentParser, only: tuple[str, ...] | None = None,
-                     defaults: dict | None = None) -> None:
+                     defaults: dict | None = None, helps: dict[str, str] | None = None) -> None:
     """One option per SweepSpec field (or per field in `only`), from the field's own flags and
-    help; `defaults` are the command's own (shown in the help, applied by spec_from_args)."""
+    help; `defaults` are the command's own (shown in the help, applied by spec_from_args), and
+    `helps` the command's own help of a field it accepts less of (qualify: one collective)."""
     g = p.add_argument_group("sweep options (also accepted as keys of a --config YAML file)")
     p.set_defaults(spec_defaults=defaults or {})
     for f in spec_fields():
@@ -28,7 +29,7 @@ def add_spec_options(p: argparse.ArgumentParser, only: tuple[str, ...] | None = 
         default = (defaults or {}).get(f.name, default)
         shown = ",".join(map(str, default)) if isinstance(default, tuple) else \
             format_bytes(default) if kind == "bytes" else default
-        help_text = f.metadata["help"]
+        help_text = (helps or {}).get(f.name, f.metadata["help"])
         if "(default" not in help_text:  # a help that says its own default (--address) keeps it alone
             help_text += f" (default: {shown if shown not in ('', None) else 'none'})"
         if kind == "bool":
@@ -37,7 +38,9 @@ def add_spec_options(p: argparse.ArgumentParser, only: tuple[str, ...] | None = 
             g.add_argument(*flags, dest=f.name, action="append", default=None, metavar="NAME=VALUE", help=help_text)
         else:
             g.add_argument(*flags, dest=f.name, default=None, metavar=f.name.upper(), help=help_text)
-    p.add_argument("--config", metavar="YAML", help="sweep file: keys are the option names above (min_bytes: 1K)")
+    p.add_argument("--config", metavar="YAML",
+                   help="sweep file: its keys are the sweep options' names with underscores (min_bytes: 1K for "
+                   "--min-bytes 1K); options on the command line win")
 
 
 def spec_from_args(args: argparse.Namespace) -> SweepSpec:

@@ -24,22 +24,30 @@ def add_parser(sub) -> None:
     )
     p.add_argument("path", help="results dataset")
     p.add_argument("--run", metavar="RUN_ID", help="run whose fits to use (default: the latest)")
-    p.add_argument("--params", type=_count, required=True, help="model parameters: 7e9, 7B, 1.5T, 350M")
+    p.add_argument("--params", type=_count, required=True,
+                   help=f"model parameters: 7e9, 7B, 1.5T, 350M (at most {MAX_PARAMS:g})")
     for name, default, text in [("dp", 1, "data-parallel degree"), ("tp", 1, "tensor-parallel degree"),
                                 ("pp", 1, "pipeline-parallel degree"), ("layers", 32, "transformer layers"),
                                 ("hidden", 4096, "hidden size"), ("seq", 4096, "sequence length"),
                                 ("micro-batch", 1, "sequences per micro-batch"),
                                 ("micro-batches", 1, "micro-batches per step (gradient accumulation)"),
                                 ("gpus-per-node", 8, "ranks per node")]:
-        p.add_argument(f"--{name}", type=int, default=default, help=f"{text} (default: {default})")
+        p.add_argument(f"--{name}", type=int, default=default,
+                       help=f"{text}, 1 to {LIMITS[name.replace('-', '_')]} (default: {default})")
     p.add_argument("--fsdp", action="store_true", help="fully sharded data parallel instead of gradient all_reduce")
     p.add_argument("--dtype", choices=list(ELEMENT_BYTES), default="bfloat16", help="communicated dtype (default: bfloat16)")
-    p.add_argument("--bucket-mb", type=float, default=25.0, help="gradient bucket size in MB (1e6 bytes; default: 25)")
+    p.add_argument("--bucket-mb", type=float, default=25.0,
+                   help="gradient bucket size in MB (1e6 bytes), at least 1e-06 (one byte) (default: 25)")
     add_format(p)
     p.set_defaults(handler=main)
 
 
 _SUFFIX = {"K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
+# Bounds that keep the arithmetic finite and quick (a group's ranks are listed to find its
+# topology): a million-rank layout is far past any cluster.
+LIMITS = {"dp": 1 << 20, "tp": 1 << 20, "pp": 1 << 20, "layers": 1 << 20, "hidden": 1 << 30, "seq": 1 << 30,
+          "micro_batch": 1 << 20, "micro_batches": 1 << 20, "gpus_per_node": 1 << 10}
+MAX_PARAMS = 1e15
 
 
 def _count(text: str) -> float:
@@ -52,13 +60,17 @@ def _count(text: str) -> float:
 
 
 def check_layout(args: argparse.Namespace) -> None:
-    for name in ("dp", "tp", "pp", "layers", "hidden", "seq", "micro_batch", "micro_batches", "gpus_per_node"):
-        if getattr(args, name) < 1:
-            raise UsageError(f"--{name.replace('_', '-')} {getattr(args, name)}: must be at least 1")
-    if not args.params > 0:
-        raise UsageError(f"--params {args.params:g}: must be positive")
-    if not args.bucket_mb > 0:
-        raise UsageError(f"--bucket-mb {args.bucket_mb:g}: must be positive")
+    for name, high in LIMITS.items():
+        value = getattr(args, name)
+        if not 1 <= value <= high:
+            shown = value if abs(value) < 10**30 else f"{str(value)[:12]}... ({len(str(value))} digits)"
+            raise UsageError(f"--{name.replace('_', '-')} {shown}: must be between 1 and {high}")
+    if args.dp * args.tp * args.pp > 1 << 30:
+        raise UsageError(f"--dp {args.dp} x --tp {args.tp} x --pp {args.pp}: more than {1 << 30} ranks")
+    if not 0 < args.params <= MAX_PARAMS:  # nan and inf too
+        raise UsageError(f"--params {args.params:g}: must be positive, at most {MAX_PARAMS:g}")
+    if not 1e-6 <= args.bucket_mb <= 1e9:
+        raise UsageError(f"--bucket-mb {args.bucket_mb:g}: must be between 1e-06 (one byte) and 1e+09")
     if args.tp % args.gpus_per_node and args.gpus_per_node % args.tp:
         raise UsageError(f"--tp {args.tp}: neither divides nor is a multiple of --gpus-per-node {args.gpus_per_node}, "
                          "so tensor-parallel groups would straddle nodes unevenly")

@@ -24,7 +24,9 @@ from orchestrator.sweep.inventory import Inventory
 from orchestrator.sweep.qualify import ALL_PAIRS_NODES, Deadlines, Outcome, Probe, Qualifier, Reference, Result
 from orchestrator.sweep.sizes import format_bytes
 from orchestrator.sweep.spec import ALL, SweepSpec
+from workloads.dtypes import ELEMENT_BYTES
 from workloads.messages import Status
+from workloads.registry import COLLECTIVES
 
 OPTIONS = ("collectives", "dtypes", "min_bytes", "max_bytes", "step_factor", "iters", "warmup", "check_iters",
            "backend", "ranks_per_node", "group_timeout_s", "deadline_rate_gbps", "output", "address", "env",
@@ -44,7 +46,9 @@ def add_parser(sub) -> None:
         "(README: Expected values), else --threshold below the median of its round. Exit 0 when every node "
         "passes, 1 when one does not, 2 for bad input.",
     )
-    add_spec_options(p, only=OPTIONS, defaults=DEFAULTS)
+    add_spec_options(p, only=OPTIONS, defaults=DEFAULTS, helps={
+        "collectives": "the one collective to probe with: " + ",".join(COLLECTIVES),
+        "dtypes": "the one element type to probe with: " + ",".join(ELEMENT_BYTES) + " (not all)"})
     p.add_argument("--threshold", type=float, default=0.10,
                    help="without an expected value, a probe this fraction below its round's median is slow "
                    "(gates: twice it) (default: 0.1)")

@@ -41,9 +41,10 @@ def render_tables(tables: list[tuple[str, list[dict]]], fmt: str) -> str:
     return "\n".join(parts)
 
 
-def render_csv(rows: list[dict]) -> str:
-    """One table as CSV with a header row (lists joined by ';'), for read_csv."""
-    columns = list(dict.fromkeys(k for r in rows for k in r))
+def render_csv(rows: list[dict], columns: tuple[str, ...] = ()) -> str:
+    """One table as CSV with a header row (lists joined by ';'), for read_csv; an empty table is
+    its header alone (`columns`), which read_csv reads as no rows."""
+    columns = list(dict.fromkeys(k for r in rows for k in r)) or list(columns)
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(columns)

@@ -41,7 +41,8 @@ def add_parser(sub) -> None:
     p.add_argument("--collective", default=None, help="report only this collective (default: every one measured)")
     p.add_argument("--table", choices=TABLE_NAMES, metavar="NAME",
                    help="print only this table: " + ", ".join(TABLE_NAMES) + " (with --format csv: plain CSV)")
-    p.add_argument("--csv-dir", metavar="DIR", help="with --format csv: write every table to DIR/NAME.csv")
+    p.add_argument("--csv-dir", metavar="DIR",
+                   help="with --format csv (refused without it): write every table to DIR/NAME.csv")
     p.add_argument("--plots", metavar="DIR", nargs="?", const="",
                    help="write PNG plots to DIR (default: PATH/_plots/RUN_ID, which readers of PATH skip); "
                    "needs the plot extra: pip install 'collbench[plot]'")
@@ -55,17 +56,26 @@ def main(args: argparse.Namespace) -> int:
     user = expected_from_args(args)
     if args.format == "csv" and not (args.table or args.csv_dir):
         raise UsageError("--format csv: name one table with --table NAME, or a folder for all of them with --csv-dir")
+    if args.csv_dir is not None:
+        if args.format != "csv":  # refused, not implied: --format json --csv-dir would say two things
+            raise UsageError(f"--csv-dir {args.csv_dir[:80]!r}: writes CSV files, only with --format csv")
+        if not args.csv_dir or not args.csv_dir.isprintable():
+            raise UsageError(f"--csv-dir {args.csv_dir[:80]!r}: not a folder name")
     if args.plots is not None:
         _require_matplotlib()
     table = dataset.load_table(args.path, args.run, columns=COLUMNS)
     frame = Frame(table)
     run_id = frame.df.run_id.iloc[0]
-    if args.collective and args.collective not in set(frame.df.collective):
+    if args.collective is not None and args.collective not in set(frame.df.collective):
         measured = ", ".join(dict.fromkeys(frame.df.collective.dropna()))
-        raise UsageError(f"--collective {args.collective}: not in run {run_id} (measured: {measured})")
+        raise UsageError(f"--collective {args.collective[:80]!r}: not in run {run_id} (measured: {measured})")
     plots_dir = _plots_dir(args.path, args.plots, run_id) if args.plots is not None else None
-    rep = report.build(frame, dataset.manifest(args.path, run_id), args.threshold, args.unit, UNITS[args.unit],
-                       args.collective, user, args.min_fraction)
+    try:
+        manifest, problem = dataset.manifest(args.path, run_id), None
+    except dataset.CorruptManifest as e:  # the rows are still worth a report
+        manifest, problem = None, str(e)
+    rep = report.build(frame, manifest, args.threshold, args.unit, UNITS[args.unit],
+                       args.collective, user, args.min_fraction, manifest_problem=problem)
     _print(rep, args)
     if plots_dir:
         from orchestrator.analysis import plots
@@ -86,12 +96,9 @@ def _print(rep: report.Report, args: argparse.Namespace) -> None:
         print(json.dumps(out, indent=1, default=str))
     elif args.format == "csv":
         if args.csv_dir:
-            os.makedirs(args.csv_dir, exist_ok=True)
-            for name, rows in named.items():
-                with open(os.path.join(args.csv_dir, f"{name}.csv"), "w") as f:
-                    f.write(render_csv(rows))
+            _write_csv_dir(args.csv_dir, named)
         if args.table:
-            print(render_csv(named[args.table]), end="")
+            print(render_csv(named[args.table], report.COLUMNS[args.table]), end="")
     else:
         titles = [(report.title(n, rep.unit), rep.tables[n]) for n in report.TABLES if args.table in (None, n)]
         if args.table in (None, "flags"):
@@ -100,10 +107,23 @@ def _print(rep: report.Report, args: argparse.Namespace) -> None:
         print(_header(rep) + render_tables(titles, args.format))
 
 
+def _write_csv_dir(folder: str, named: dict[str, list[dict]]) -> None:
+    """Every table to FOLDER/NAME.csv, each written whole under a temporary name, then renamed."""
+    try:
+        os.makedirs(folder, exist_ok=True)
+        for name, rows in named.items():
+            path = os.path.join(folder, f"{name}.csv")
+            with open(path + ".tmp", "w") as f:
+                f.write(render_csv(rows, report.COLUMNS[name]))
+            os.replace(path + ".tmp", path)
+    except OSError as e:
+        raise UsageError(f"--csv-dir {folder}: cannot write there ({e.strerror or e})") from None
+
+
 def _header(rep: report.Report) -> str:
     r = rep.run
     lines = [f"run {r['run_id']} ({r.get('state') or 'state unknown'}), started {r.get('started_at') or '?'}"]
-    if "collbench_version" in r:
+    if r.get("collbench_version"):
         lines.append(f"collbench {r.get('collbench_version')}, torch {r.get('torch_version')}, ray "
                      f"{r.get('ray_version')}, backend {r.get('backend')}, NCCL {', '.join(r['nccl_versions']) or '-'}")
         lines.append(f"hosts: {', '.join(r.get('hostnames') or [])}; devices: "

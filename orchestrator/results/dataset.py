@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import posixpath
+import sys
 
 import pandas as pd
 import pyarrow as pa
@@ -47,19 +48,36 @@ def row_files(fs: pafs.FileSystem, root: str) -> dict[str, list[str]]:
     return {d: sorted(paths) for d, paths in by_dir.items()}
 
 
+_READ_ERRORS = (OSError, pa.ArrowException)
+
+
+class CorruptManifest(UsageError):
+    """A run's manifest exists but cannot be read: `report` warns and goes on, `--resume` stops."""
+
+
 class _Rows:
-    """The dataset as scans: group files, and part files less the groups those replace."""
+    """The dataset as scans: group files, and part files less the groups those replace. A file
+    that cannot be read as rows (truncated, or a foreign file whose columns clash with ours) is
+    left out and named in `skipped`, and the rest is read."""
 
     def __init__(self, path: str) -> None:
-        fs, root = resolve(path)
+        if not path.strip():  # '' would be the working directory, read through
+            raise UsageError(f"{path!r}: empty path (name a results folder)")
+        self.path = path
+        self.fs, root = resolve(path)
         try:
-            by_dir = row_files(fs, root)
-        except (OSError, pa.ArrowException) as e:
-            raise UsageError(f"{path}: cannot list it ({first_line(e)})") from None
-        if not by_dir:
+            self.by_dir = row_files(self.fs, root)
+        except (*_READ_ERRORS, ValueError) as e:  # ValueError: a NUL in the path
+            raise UsageError(f"{path!r}: cannot list it ({first_line(e)})") from None
+        if not self.by_dir:
             raise UsageError(f"{path}: no result rows (no Parquet files)")
+        self.skipped: list[str] = []
+        self._scan()
+
+    def _scan(self) -> None:
+        fs = self.fs
         groups, self.scans = [], []
-        for paths in by_dir.values():
+        for paths in self.by_dir.values():
             parts = [p for p in paths if posixpath.basename(p).startswith(PART_PREFIX)]
             singles = [p for p in paths if p not in parts]
             groups += singles
@@ -71,8 +89,39 @@ class _Rows:
             self.scans.append((pads.dataset(groups, filesystem=fs, format="parquet", schema=ROW_SCHEMA), None))
 
     def table(self, columns: list[str], flt: pads.Expression) -> pa.Table:
+        try:
+            return self._read(columns, flt)
+        except _READ_ERRORS:
+            if not self._leave_out_unreadable():
+                raise
+        return self._read(columns, flt)
+
+    def _read(self, columns: list[str], flt: pads.Expression) -> pa.Table:
+        if not self.scans:
+            return ROW_SCHEMA.empty_table().select(columns)
         return pa.concat_tables([ds.to_table(columns=columns, filter=flt if own is None else flt & own)
                                  for ds, own in self.scans])
+
+    def _leave_out_unreadable(self) -> bool:
+        """After a failed read (the common path reads no file twice): try each file alone, and
+        leave out those that fail. Whether any was left out."""
+        bad = {}
+        for paths in self.by_dir.values():
+            for p in paths:
+                try:
+                    pads.dataset([p], filesystem=self.fs, format="parquet", schema=ROW_SCHEMA).to_table()
+                except _READ_ERRORS as e:
+                    bad[p] = first_line(e)
+        if not bad:
+            return False
+        self.skipped += [f"{p}: skipped, not readable as collbench rows ({why[:120]})" for p, why in bad.items()]
+        self.by_dir = {d: [p for p in paths if p not in bad] for d, paths in self.by_dir.items()}
+        self._scan()
+        return True
+
+    def warn(self) -> None:
+        for line in self.skipped:
+            print(f"collbench: warning: {line}", file=sys.stderr)
 
 
 def load(path: str, run_id: str | None = None, latest: bool = True, columns: list[str] | None = None) -> pd.DataFrame:
@@ -87,10 +136,11 @@ def load_table(path: str, run_id: str | None = None, latest: bool = True,
     ours = pads.field("schema_version").is_valid()
     try:
         index = rows.table(["schema_version", "run_id", "started_at"], ours)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as e:
+    except _READ_ERRORS as e:
         raise UsageError(f"{path}: not a collbench results dataset ({first_line(e)})") from None
     if index.num_rows == 0:
-        raise UsageError(f"{path}: no collbench result rows (no Parquet file with a schema_version)")
+        left_out = f"; {len(rows.skipped)} unreadable: {rows.skipped[0]}" if rows.skipped else ""
+        raise UsageError(f"{path}: no collbench result rows (no Parquet file with a schema_version{left_out})")
     newest = pc.max(index.column("schema_version")).as_py()
     if newest > SCHEMA_VERSION:
         raise UsageError(f"{path}: schema_version {newest} is newer than this collbench reads "
@@ -102,7 +152,9 @@ def load_table(path: str, run_id: str | None = None, latest: bool = True,
     table = rows.table(columns or COLUMNS, flt)
     if table.num_rows == 0:
         known = sorted(set(index.column("run_id").to_pylist()))
-        raise UsageError(f"--run {run_id}: no such run in {path} (runs: {', '.join(known[-5:])})")
+        shown = run_id[:80] if run_id.isprintable() else repr(run_id[:80])
+        raise UsageError(f"--run {shown}: no such run in {path} (runs: {', '.join(known[-5:])})")
+    rows.warn()
     return table
 
 
@@ -121,15 +173,28 @@ def manifest(path: str, run_id: str) -> dict | None:
     base = f"{root}/{MANIFEST_DIR}/{run_id}"
     try:
         with fs.open_input_stream(base + ".json") as f:
-            record = json.loads(f.read())
-        for field in MANIFEST_SCHEMA:
-            if pa.types.is_timestamp(field.type) and isinstance(record.get(field.name), str):
-                record[field.name] = dt.datetime.fromisoformat(record[field.name])
-        return pa.Table.from_pylist([record], schema=MANIFEST_SCHEMA).to_pylist()[0]
-    except (FileNotFoundError, OSError, pa.ArrowException, ValueError):
-        pass
+            data = f.read()
+    except FileNotFoundError:
+        data = None
+    except _READ_ERRORS as e:
+        raise CorruptManifest(f"{base}.json: the run's manifest is unreadable ({first_line(e)})") from None
+    if data is not None:
+        try:
+            record = json.loads(data)
+            if not isinstance(record, dict):
+                raise TypeError(f"a JSON {type(record).__name__}, not an object")
+            for field in MANIFEST_SCHEMA:
+                if pa.types.is_timestamp(field.type) and isinstance(record.get(field.name), str):
+                    record[field.name] = dt.datetime.fromisoformat(record[field.name])
+            known = {f.name for f in MANIFEST_SCHEMA}  # keys of a newer collbench are left to it
+            return pa.Table.from_pylist([{k: v for k, v in record.items() if k in known}],
+                                        schema=MANIFEST_SCHEMA).to_pylist()[0]
+        except (ValueError, TypeError, pa.ArrowException) as e:
+            raise CorruptManifest(f"{base}.json: the run's manifest is corrupt ({first_line(e)[:160]})") from None
     try:
         table = pq.read_table(base + ".parquet", filesystem=fs)
-    except (FileNotFoundError, OSError, pa.ArrowException):
+    except FileNotFoundError:
         return None
+    except _READ_ERRORS as e:
+        raise CorruptManifest(f"{base}.parquet: the run's manifest is corrupt ({first_line(e)[:160]})") from None
     return {name: table.column(name)[0].as_py() for name in table.column_names}

@@ -12,6 +12,9 @@ from dataclasses import dataclass
 
 from orchestrator.errors import UsageError
 
+# `plan --inventory`: a described cluster, planned in seconds (1024x16: 5 s, 1024 nodes pairwise: 25 s)
+MAX_PLAN_NODES, MAX_PLAN_RANKS = 1024, 16384
+
 
 @dataclass(frozen=True)
 class Node:
@@ -88,9 +91,12 @@ def from_ray_nodes(ray_nodes: list[dict], ranks_per_node: int) -> Inventory:
 
 def from_description(text: str) -> Inventory:
     """`64x8` -> 64 nodes of 8 GPUs each; `4x2cpu` -> 4 nodes of 2 CPU ranks each."""
-    m = re.fullmatch(r"(\d+)x(\d+)(cpu)?", text.strip().lower())
+    m = re.fullmatch(r"([0-9]{1,9})x([0-9]{1,9})(cpu)?", text.strip().lower())
     if not m or int(m.group(1)) < 1 or int(m.group(2)) < 1:
-        raise UsageError(f"--inventory {text!r}: expected NODESxRANKS, such as 64x8 or 4x2cpu")
+        raise UsageError(f"--inventory {text[:80]!r}: expected NODESxRANKS, such as 64x8 or 4x2cpu")
+    if int(m.group(1)) > MAX_PLAN_NODES or int(m.group(1)) * int(m.group(2)) > MAX_PLAN_RANKS:
+        # every group is an object: 1e8 nodes exhausted the memory, 4096x1024cpu took 8 GB and 4 minutes
+        raise UsageError(f"--inventory {text}: at most {MAX_PLAN_NODES} nodes and {MAX_PLAN_RANKS} ranks")
     n_nodes, ranks = int(m.group(1)), int(m.group(2))
     gpus = 0 if m.group(3) else ranks
     nodes = [

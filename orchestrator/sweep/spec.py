@@ -20,6 +20,16 @@ from workloads.dtypes import BACKEND_DTYPES, DTYPE_ALIASES, ELEMENT_BYTES, OPS, 
 from workloads.registry import COLLECTIVES, WORKLOADS
 
 PATTERNS = ("intra", "inter", "mixed", "pairwise", "intra-pairwise")  # and kbatch:K
+# Upper bounds: a value past them would exhaust memory or time (or overflow a timeout) somewhere
+# after Ray started, so it is refused here, with the bound named.
+MAX_MSG_BYTES = 1 << 40  # 1T: more than any device holds
+MAX_ITERS = 1_000_000  # per size: warm-up, timed and check iterations each
+MAX_RANKS = 1 << 20  # a rank index, a group's world size, K of kbatch:K
+MAX_RANKS_PER_NODE = 1024  # CPU ranks: one actor process each
+MAX_TIMEOUT_S = 7 * 24 * 3600.0  # --group-timeout
+DEADLINE_RATE_GBPS = (1e-3, 1e6)  # --deadline-rate: 1 MB/s (deadlines stay below a timer's range) to 1 PB/s
+MAX_COMPUTE_FLOPS = 1e15  # one overlap matmul: about a second of a whole GPU
+MAX_NAME_BYTES, MAX_PATH_BYTES = 255, 4096  # Linux NAME_MAX and PATH_MAX
 BACKENDS = ("auto", "nccl", "gloo")
 ALL = "all"  # -d all: every dtype the backend supports, known once the backend is (for_backend)
 
@@ -107,23 +117,28 @@ class SweepSpec:
         _check_choices("dtypes", self.dtypes, (*ELEMENT_BYTES, ALL))
         _check_choices("ops", self.ops, OPS)
         _check_choices("backend", (self.backend,), BACKENDS)
-        for name in ("min_bytes", "max_bytes", "iters", "ranks_per_node"):
-            _check_at_least(name, getattr(self, name), 1)
-        for name in ("warmup", "check_iters", "root"):
-            _check_at_least(name, getattr(self, name), 0)
-        _check_at_least("step_factor", self.step_factor, 2)
+        for name, low, high in (("min_bytes", 1, MAX_MSG_BYTES), ("max_bytes", 1, MAX_MSG_BYTES),
+                                ("iters", 1, MAX_ITERS), ("warmup", 0, MAX_ITERS), ("check_iters", 0, MAX_ITERS),
+                                ("root", 0, MAX_RANKS - 1), ("ranks_per_node", 1, MAX_RANKS_PER_NODE),
+                                ("step_factor", 2, MAX_MSG_BYTES)):
+            _check_at_least(name, getattr(self, name), low, high)
         if self.min_bytes > self.max_bytes:
             raise UsageError(
                 f"{_flag('min_bytes')} {self.min_bytes} is larger than {_flag('max_bytes')} {self.max_bytes}"
             )
-        if self.compute_flops < 0:
-            raise UsageError(f"{_flag('compute_flops')} {self.compute_flops!r}: must be 0 or positive")
-        for name in ("group_timeout_s", "deadline_rate_gbps"):
+        if not 0 <= self.compute_flops <= MAX_COMPUTE_FLOPS:  # nan too: the manifest is JSON
+            raise UsageError(f"{_flag('compute_flops')} {self.compute_flops!r}: must be 0 (matched to the "
+                             f"collective's time) or positive, at most {MAX_COMPUTE_FLOPS:g}")
+        for name, low, high in (("group_timeout_s", 0.0, MAX_TIMEOUT_S), ("deadline_rate_gbps", *DEADLINE_RATE_GBPS)):
             value = getattr(self, name)
             if not math.isfinite(value) or value <= 0:
                 raise UsageError(f"{_flag(name)} {value!r}: must be a positive number")
+            if not low <= value <= high:
+                raise UsageError(f"{_flag(name)} {value!r}: must be between {low:g} and {high:g}")
         for size in self.group_sizes:
-            _check_at_least("group_sizes", size, 1)
+            _check_at_least("group_sizes", size, 1, MAX_RANKS)
+        if not self.patterns:
+            raise UsageError(f"{_flag('patterns')}: empty list (choose from auto,{','.join(PATTERNS)},kbatch:K)")
         for pattern in self.patterns:
             _check_pattern(pattern)
         for item in self.env:
@@ -132,10 +147,15 @@ class SweepSpec:
             message = unsupported_pair(self.backend, [d for d in self.dtypes if d != ALL])
             if message:
                 raise UsageError(message)
-        if not self.output:
-            raise UsageError(f"{_flag('output')}: empty path")
-        if self.expect_net is not None and not self.expect_net.strip():
-            raise UsageError(f"{_flag('expect_net')}: empty name")
+        _check_path("output", self.output)
+        if self.address is not None and (not self.address.strip() or not _printable(self.address)
+                                         or len(self.address) > MAX_NAME_BYTES):
+            # '' would silently mean $RAY_ADDRESS or an embedded instance
+            raise UsageError(f"{_flag('address')} {self.address[:80]!r}: expected HOST:PORT (omit --address "
+                             "for $RAY_ADDRESS or an embedded instance)")
+        if self.expect_net is not None and (not self.expect_net.strip() or not _printable(self.expect_net)
+                                            or len(self.expect_net) > 64):
+            raise UsageError(f"{_flag('expect_net')} {self.expect_net[:80]!r}: expected a network name such as IB")
 
     # -- derived values -------------------------------------------------------------------
     def sizes(self) -> list[int]:
@@ -165,28 +185,54 @@ def _check_choices(name: str, values: tuple[str, ...], allowed: tuple[str, ...])
             raise UsageError(f"{_flag(name)}: unknown value {v!r} (choose from {','.join(allowed)})")
 
 
-def _check_at_least(name: str, value: Any, low: int) -> None:
+def _check_at_least(name: str, value: Any, low: int, high: int | None = None) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise UsageError(f"{_flag(name)} {value!r}: must be an integer")
     if value < low:
         raise UsageError(f"{_flag(name)} {value}: must be at least {low}")
+    if high is not None and value > high:
+        shown = value if value < 10**30 else f"{str(value)[:12]}... ({len(str(value))} digits)"
+        raise UsageError(f"{_flag(name)} {shown}: must be at most {high}")
+
+
+def _printable(text: str) -> bool:
+    """No control characters (NUL, newline, ...): they cannot be in a path, an address or a name."""
+    return all(ch.isprintable() for ch in text)
+
+
+def _check_path(name: str, path: str) -> None:
+    """A local path the kernel can create (NUL-free, each name and the whole within Linux's
+    limits), checked before Ray starts; a URI's own checks come when it is resolved."""
+    flag = _flag(name)
+    if not path:
+        raise UsageError(f"{flag}: empty path")
+    if not _printable(path):
+        raise UsageError(f"{flag} {path[:80]!r}: contains a control character")
+    longest = max(path.split("/"), key=lambda part: len(part.encode()))
+    if len(longest.encode()) > MAX_NAME_BYTES:
+        raise UsageError(f"{flag} {path[:80]}...: a name of {len(longest.encode())} bytes, longer than the "
+                         f"{MAX_NAME_BYTES} a file system allows")
+    if len(path.encode()) > MAX_PATH_BYTES:
+        raise UsageError(f"{flag} {path[:80]}...: {len(path.encode())} bytes, longer than the {MAX_PATH_BYTES} "
+                         "a path may have")
 
 
 def _check_pattern(pattern: str) -> None:
     if pattern in PATTERNS or pattern == "auto":
         return
-    m = re.fullmatch(r"kbatch:(\d+)", pattern)
-    if m and int(m.group(1)) >= 2:
+    m = re.fullmatch(r"kbatch:([0-9]{1,7})", pattern)
+    if m and 2 <= int(m.group(1)) <= MAX_RANKS:
         return
-    raise UsageError(
-        f"--patterns: unknown pattern {pattern!r} (choose from auto,{','.join(PATTERNS)},kbatch:K with K>=2)"
-    )
+    raise UsageError(f"--patterns: unknown pattern {pattern[:80]!r} (choose from auto,{','.join(PATTERNS)},"
+                     f"kbatch:K with 2<=K<={MAX_RANKS})")
 
 
 def _check_env(item: str) -> None:
-    name, sep, _ = item.partition("=")
-    if not sep or not name:
+    if not isinstance(item, str):
         raise UsageError(f"--env {item!r}: expected NAME=VALUE")
+    name, sep, value = item.partition("=")
+    if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or "\x00" in value:
+        raise UsageError(f"--env {item[:80]!r}: expected NAME=VALUE (a variable name, a value without NUL)")
     if not name.startswith(ENV_PREFIXES):
         raise UsageError(
             f"--env {name}: only communication variables may be passed ({', '.join(p + '*' for p in ENV_PREFIXES)})"
@@ -198,6 +244,9 @@ def convert(f: dataclasses.Field, value: Any) -> Any:
     """One raw value (a CLI string or a YAML scalar/list) to the field's type, or UsageError."""
     kind, flag = f.metadata["kind"], f.metadata["flags"][-1]
     try:
+        if kind in ("list", "ints", "env") and isinstance(value, (list, tuple)) and \
+                not all(isinstance(v, (str, int, float)) for v in value):
+            raise ValueError  # a YAML list of lists (or an alias bomb) is no list of names
         if kind == "list":
             items = value.split(",") if isinstance(value, str) else list(value)
             names = [str(v).strip() for v in items if str(v).strip()]
@@ -207,11 +256,14 @@ def convert(f: dataclasses.Field, value: Any) -> Any:
             return tuple(dict.fromkeys(names))
         if kind == "ints":
             items = value.split(",") if isinstance(value, str) else list(value)
-            return tuple(_strict_int(v) for v in items if str(v).strip())
+            sizes = tuple(_strict_int(v) for v in items if str(v).strip())
+            if isinstance(value, str) and not sizes:  # `--group-sizes ''` would silently mean every size
+                raise ValueError
+            return sizes
         if kind == "env":
             if isinstance(value, dict):  # YAML `env: {NCCL_ALGO: Ring}`
                 return tuple(f"{name}={_env_value(name, v)}" for name, v in value.items())
-            return tuple(value) if isinstance(value, (list, tuple)) else (str(value),)
+            return tuple(map(str, value)) if isinstance(value, (list, tuple)) else (str(value),)
         if kind == "bytes":
             return parse_bytes(value)
         if kind == "int":
@@ -230,7 +282,15 @@ def convert(f: dataclasses.Field, value: Any) -> Any:
     except UsageError:
         raise
     except (ValueError, TypeError):
-        raise UsageError(f"{flag} {value!r}: expected {_KIND_WORDS[kind]}") from None
+        raise UsageError(f"{flag} {brief_repr(value)}: expected {_KIND_WORDS[kind]}") from None
+
+
+def brief_repr(value: Any) -> str:
+    """A bad value as the one line names it: its repr, cut short (a YAML list may nest a billion items)."""
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        text = repr(value)
+        return text if len(text) <= 80 else text[:77] + "..."
+    return f"(a YAML {type(value).__name__})"
 
 
 _KIND_WORDS = {

@@ -82,7 +82,7 @@ def test_user_files_are_checked_and_win(tmp_path):
         ("- {topology: sideways, busbw_gbps: 1}\n", "entry 1: topology 'sideways': one of intra, inter, mixed"),
         ("- {topology: inter, busbw_gbps: 1, bandwidth: 2}\n", "entry 1: unknown field 'bandwidth'"),
         ("- {topology: inter, busbw_gbps: -3}\n", "busbw_gbps -3: must be positive"),
-        ("- {topology: inter, busbw_gbps: 1, min_bytes: lots}\n", "not a byte size: 'lots'"),
+        ("- {topology: inter, busbw_gbps: 1, min_bytes: lots}\n", "min_bytes 'lots': expected a byte size"),
         ("- {topology: inter\n  busbw_gbps: 1}\n", "not valid YAML at line 2"),
     ]:
         bad.write_text(text)
