@@ -38,21 +38,24 @@ from __future__ import annotations
 
 import dataclasses
 import random
-import statistics
 from dataclasses import dataclass, field
 from enum import Enum
 
+from orchestrator.sweep.qualify_judging import (
+    ALL_PAIRS_NODES,
+    MAX_GATE_DROP,
+    MIN_PEERS,
+    Cut,
+    circle_rounds,
+    median_cut,
+    node_pair_cut,
+)
 from orchestrator.sweep.qualify_types import Deadlines, Outcome, Phase, Probe, Reference, Result, Verdict
 
-__all__ = ["Deadlines", "Outcome", "Phase", "Probe", "Qualifier", "Reference", "Result", "Verdict"]
+__all__ = ["ALL_PAIRS_NODES", "Cut", "Deadlines", "Outcome", "Phase", "Probe", "Qualifier", "Reference", "Result",
+           "Verdict", "circle_rounds"]
 
 _MAX_GATES = 3
-MIN_PEERS = 3  # a median of two cannot say which one is off: without expected values, speed needs three
-ALL_PAIRS_NODES = range(3, 6)  # without expected values, these cluster sizes are judged by every pair
-_SPREAD_PROBES = 4  # a round's spread is estimated from this many probes or more
-_SPREAD_Z = 3.0  # robust standard deviations a healthy probe may fall below the median
-_MAX_DROP = 0.25  # the noisiest round still calls a node at half speed slow, even measured 30% high
-_MAX_GATE_DROP = 0.45
 
 
 class Stage(Enum):
@@ -63,21 +66,6 @@ class Stage(Enum):
     PAIRS = "pairs"
     CHECKS = "checks"  # retests, gates and bisections, until nothing is left to check
     DONE = "done"
-
-
-@dataclass(frozen=True)
-class Cut:
-    """A reference (GB/s) and the fraction of it a healthy probe reaches."""
-
-    reference_gbps: float
-    fraction: float
-
-    def slow(self, busbw_gbps: float) -> bool:
-        return busbw_gbps < self.fraction * self.reference_gbps
-
-    def decisive(self, busbw_gbps: float) -> bool:
-        """Below the line by more than twice the allowed drop: no noise of this round explains it."""
-        return busbw_gbps < (2 * self.fraction - 1) * self.reference_gbps
 
 
 @dataclass
@@ -212,7 +200,7 @@ class Qualifier:
             if self._queue:
                 return results
             results, self._all_pairs = self._all_pairs, None
-            self._cuts[Phase.PAIRS] = self._node_pair_cut(results) if not self.reference.pair else None
+            self._cuts[Phase.PAIRS] = node_pair_cut(results, self.threshold) if not self.reference.pair else None
             judged = [self._judge(r) for r in results]
             self._file(judged)
             self._after_all_pairs(judged)
@@ -255,31 +243,8 @@ class Qualifier:
         known = self.reference.of(kind)
         if known:
             return Cut(known, self.min_fraction)
-        values = [r.busbw for r in results if r.status is Outcome.PASS and r.busbw is not None]
-        if len(values) < MIN_PEERS:
-            return None
-        median = statistics.median(values)
-        return Cut(median, 1 - self._allowed_drop(values, median)) if median > 0 else None
-
-    def _allowed_drop(self, values: list[float], median: float) -> float:
-        """`threshold`, widened to the round's own noise where there are enough probes to see it."""
-        if len(values) < _SPREAD_PROBES:
-            return self.threshold
-        spread = 1.4826 * statistics.median(abs(v - median) for v in values) / median
-        return max(self.threshold, min(_SPREAD_Z * spread, _MAX_DROP))
-
-    def _node_pair_cut(self, results: list[Result]) -> Cut | None:
-        """3-5 nodes, every pair measured: the median over nodes of each node's median pair (a slow
-        node's pairs are all slow; a healthy node's are mostly with healthy nodes)."""
-        mine: dict[int, list[float]] = {}
-        for r in results:
-            if r.status is Outcome.PASS and r.busbw is not None:
-                for n in r.probe.nodes:
-                    mine.setdefault(n, []).append(r.busbw)
-        typical = [statistics.median(v) for v in mine.values()]
-        if len(typical) < MIN_PEERS or statistics.median(typical) <= 0:
-            return None
-        return Cut(statistics.median(typical), 1 - self.threshold)
+        return median_cut([r.busbw for r in results if r.status is Outcome.PASS and r.busbw is not None],
+                          self.threshold)
 
     def cut(self, phase: Phase) -> Cut | None:
         """What a probe of this phase is judged against."""
@@ -291,7 +256,7 @@ class Qualifier:
         pairs = self._cuts.get(Phase.PAIRS)
         if pairs is None:
             return None
-        return Cut(pairs.reference_gbps, 1 - min(2 * (1 - pairs.fraction), _MAX_GATE_DROP))
+        return Cut(pairs.reference_gbps, 1 - min(2 * (1 - pairs.fraction), MAX_GATE_DROP))
 
     def _judge(self, r: Result) -> Result:
         if r.status is not Outcome.PASS:
@@ -435,16 +400,3 @@ class Qualifier:
                                "detail": e.detail}
                               for e in self.evidence[i]]}
                 for i in range(self.n_nodes)]
-
-
-def circle_rounds(nodes: list[int]) -> list[list[Probe]]:
-    """Every pair of `nodes` once, in rounds of disjoint pairs (the circle method: one node fixed,
-    the others rotating; an odd count gets a bye): N-1 rounds, N when N is odd."""
-    ring = list(nodes) + ([None] if len(nodes) % 2 else [])
-    rounds = []
-    for _ in range(len(ring) - 1):
-        half = len(ring) // 2
-        pairs = [(ring[i], ring[-1 - i]) for i in range(half)]
-        rounds.append([Probe(Phase.PAIRS, (a, b)) for a, b in pairs if a is not None and b is not None])
-        ring = [ring[0], ring[-1], *ring[1:-1]]
-    return rounds
