@@ -1,15 +1,22 @@
 """The only timing loop and the only correctness loop.
 
 For each message size: allocate, fill, warm up, synchronise the group, time every iteration
-(CUDA events on a GPU, a monotonic clock around each blocking call on the CPU; the same
-iterations are also timed as one batch with a host clock, as nccl-tests does), then run the check
-iterations on fresh inputs and count the wrong elements. What comes back are raw per-iteration
-samples of this rank; the driver combines ranks. A workload other than a plain collective
-(`workloads.overlap`) reuses these steps; the loop over sizes stays here.
+(CUDA events around each call on a GPU, a monotonic clock around each blocking call on the CPU),
+time the batch as nccl-tests does (on a GPU a second pass with events only around the whole batch,
+so that below ~1 MiB it measures NCCL, not two event records per call; with --cuda-graph the batch
+is captured in a CUDA graph and replayed, as nccl-tests' -G; on the CPU the same pass's first and
+last clock readings), then run the check iterations on fresh inputs and count the wrong elements.
+What comes back are raw per-iteration samples of this rank; the driver combines ranks. A workload
+other than a plain collective (`workloads.overlap`) reuses these steps; the loop over sizes stays
+here. `batch_floor_us` is the same batch loop dispatching nothing (the run's manifest records it).
 
 Each size's buffers are released before the next is allocated (and cached blocks returned on a
-GPU). A size whose buffers do not fit on some rank is skipped by every rank of the group (they
-agree before any collective runs) and reported as that rank's error; the next size goes on.
+GPU). Before allocating, a GPU rank compares what the size needs with the memory free on its
+device, measured then (after the group's first collectives, so the CUDA context and NCCL's
+buffers so far are counted), less a headroom for what NCCL connects lazily on first use. A size
+that does not fit on some rank, by that check or by an allocation failing, is skipped by every
+rank of the group (they agree before any collective runs) and reported as that rank's error with
+the numbers; the next size goes on.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 from workloads import registry
-from workloads.data import SENTINEL, TORCH_DTYPES, count_wrong, tolerance, write
+from workloads.data import CHECK_CHUNK, SENTINEL, TORCH_DTYPES, check_scratch_bytes, count_wrong, tolerance, write
 from workloads.dtypes import ELEMENT_BYTES, NO_OP
 from workloads.messages import Case, Sample
 from workloads.registry import OVERLAP, Collective, Ctx
@@ -34,6 +41,12 @@ _OPS = {
 }
 
 Timed = tuple[list[float], float]  # per-iteration microseconds, and the batch's per-iteration mean
+
+# What NCCL may still allocate on a GPU after the free memory is read: connections it makes on the
+# first use of an algorithm or peer (NCCL_RUNTIME_CONNECT, the default from 2.22). NVLink SHARP
+# buffers, possible from Hopper (9.0) on NVSwitch systems, took 1.6 GB in a published H800 log.
+NCCL_HEADROOM_BYTES = {(9, 0): 2 << 30, (0, 0): 512 << 20}  # by the lowest compute capability it applies to
+FLOOR_ITERS = 1000  # the empty loop is timed over this many calls: per call, a fraction of a microsecond
 
 
 class CountSkipped(Exception):
@@ -64,8 +77,8 @@ def run_case(case: Case, rank: int, n: int, device: torch.device) -> list[Sample
 
 def measure_collective(case: Case, c: Ctx, device: torch.device) -> Sample:
     coll = registry.get(case.collective)
-    send, recv, call = prepare(coll, c, device)
-    samples, batch_us = warm_and_time(call, case, device)
+    send, recv, call = prepare(coll, c, device, check=case.check_iters > 0)
+    samples, batch_us = warm_and_time(call, case, device, graph=case.cuda_graph)
     n_wrong = check(coll, c, send, recv, call, case, device)
     return Sample(c.count, tuple(samples), n_wrong, batch_us)
 
@@ -74,20 +87,35 @@ def reduce_op(op: str) -> dist.ReduceOp | None:
     return _OPS[op] if op != NO_OP else None
 
 
-def prepare(coll: Collective, c: Ctx, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, Callable[[], None]]:
+def peak_bytes(coll: Collective, c: Ctx, backend: str, check: bool) -> int:
+    """One rank's peak for one size: its buffers, what the backend allocates for the call, and the
+    check's temporaries (tests/integration/test_memory.py measures it on CPU)."""
+    need = (coll.buffer_numel(c) + coll.backend_numel(c, backend)) * ELEMENT_BYTES[c.dtype]
+    if not check:
+        return need
+    # the check compares the output at most CHECK_CHUNK elements at a time
+    chunks = check_scratch_bytes(c.dtype, tolerance(c.dtype, c.n, c.op))
+    return need + chunks * min(coll.recv_numel(c), CHECK_CHUNK) // CHECK_CHUNK
+
+
+def prepare(coll: Collective, c: Ctx, device: torch.device, check: bool = True, extra_bytes: int = 0
+            ) -> tuple[torch.Tensor, torch.Tensor, Callable[[], None]]:
     """Buffers filled with iteration 0's inputs, and the call on them; CountSkipped on every rank
-    when some rank's buffers do not fit."""
-    error = None
-    try:
-        send, recv = buffers(coll, c, device)
-        fill(coll, c, send, recv, it=0)
-    except (torch.OutOfMemoryError, RuntimeError) as e:
-        if not _out_of_memory(e):
-            raise
-        send = recv = None
-        error = f"out of memory for {coll.buffer_numel(c) * ELEMENT_BYTES[c.dtype]} bytes of buffers ({str(e).strip().splitlines()[0][:120]})"
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
+    when some rank's size does not fit (`extra_bytes`: what the workload allocates beside them)."""
+    send = recv = None
+    error = memory_problem(peak_bytes(coll, c, "nccl" if device.type == "cuda" else "gloo", check) + extra_bytes,
+                           device)
+    if error is None:
+        try:
+            send, recv = buffers(coll, c, device)
+            fill(coll, c, send, recv, it=0)
+        except (torch.OutOfMemoryError, RuntimeError) as e:
+            if not _out_of_memory(e):
+                raise
+            send = recv = None
+            error = f"out of memory for {coll.buffer_numel(c) * ELEMENT_BYTES[c.dtype]} bytes of buffers ({str(e).strip().splitlines()[0][:120]})"
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
     everyone = torch.tensor([0 if error else 1], dtype=torch.int32, device=device)
     dist.all_reduce(everyone, op=dist.ReduceOp.MIN)
     if error or not int(everyone.item()):
@@ -95,16 +123,46 @@ def prepare(coll: Collective, c: Ctx, device: torch.device) -> tuple[torch.Tenso
     return send, recv, coll.bind(c, send, recv, reduce_op(c.op))
 
 
+def memory_problem(need_bytes: int, device: torch.device) -> str | None:
+    """Why `need_bytes` cannot be allocated on `device` now, with the numbers; None when they fit or
+    when nothing is measured (on the CPU an allocation that fails says so itself)."""
+    free = free_bytes(device)
+    if free is None:
+        return None
+    headroom = nccl_headroom_bytes(device)
+    if need_bytes + headroom <= free:
+        return None
+    return (f"needs {need_bytes} bytes of buffers and check on {device}, {free} bytes free there after the CUDA "
+            f"context and NCCL's buffers; {headroom} more are kept for what NCCL connects on first use")
+
+
+def free_bytes(device: torch.device) -> int | None:
+    """Bytes this process can still allocate on `device`: free on the device plus what torch's
+    allocator holds unused; None off a GPU."""
+    if device.type != "cuda":
+        return None
+    free, _ = torch.cuda.mem_get_info(device)
+    return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+
+
+def nccl_headroom_bytes(device: torch.device) -> int:
+    cc = torch.cuda.get_device_capability(device) if device.type == "cuda" else (0, 0)
+    return next(v for floor, v in sorted(NCCL_HEADROOM_BYTES.items(), reverse=True) if cc >= floor)
+
+
 def _out_of_memory(e: BaseException) -> bool:
     text = str(e)
     return isinstance(e, torch.OutOfMemoryError) or "can't allocate memory" in text or "out of memory" in text
 
 
-def warm_and_time(call: Callable[[], None], case: Case, device: torch.device) -> Timed:
+def warm_and_time(call: Callable[[], None], case: Case, device: torch.device, graph: bool = False) -> Timed:
+    """Warm up, then time each iteration and the batch (`graph`: the batch replayed from a CUDA
+    graph, captured before anything is timed so that a refusal costs no measurement)."""
     for _ in range(case.warmup):
         call()
+    captured = capture(call, case.iters, device) if graph else None
     _barrier(device)
-    return _timed(call, case.iters, device)
+    return _timed(call, case.iters, clock_for(device), captured, lambda: _barrier(device))
 
 
 def check(coll: Collective, c: Ctx, send: torch.Tensor, recv: torch.Tensor, call: Callable[[], None],
@@ -150,25 +208,108 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _timed(call: Callable[[], None], iters: int, device: torch.device) -> Timed:
-    """Microseconds of each of `iters` calls on this rank, and of the whole batch per call: host
-    clock from the first launch to the end of the last (after a device sync), as nccl-tests."""
-    if device.type == "cuda":
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-        t0 = time.perf_counter()
-        for start, end in zip(starts, ends):
-            start.record()
-            call()
-            end.record()
-        torch.cuda.synchronize(device)
-        batch_us = (time.perf_counter() - t0) / iters * 1e6
-        return [start.elapsed_time(end) * 1e3 for start, end in zip(starts, ends)], batch_us
-    clock = time.perf_counter_ns
-    samples = []
-    t_batch = clock()
-    for _ in range(iters):
-        t0 = clock()
+class HostClock:
+    """The CPU's clock: a mark is a reading taken when the blocking call before it returned."""
+
+    cheap = True  # a reading costs ~0.1 us against a call's tens: one pass gives both timings
+
+    def markers(self, k: int) -> list:
+        return [None] * k
+
+    def record(self, marker) -> int:
+        return time.perf_counter_ns()
+
+    def sync(self) -> None:
+        pass
+
+    def elapsed_us(self, start: int, end: int) -> float:
+        return (end - start) / 1e3
+
+
+class EventClock:
+    """A GPU's clock: marks are CUDA events on the current stream, read after a device sync."""
+
+    cheap = False  # each record is a host call and a stream operation: keep them out of the batch
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+    def markers(self, k: int) -> list:
+        return [torch.cuda.Event(enable_timing=True) for _ in range(k)]
+
+    def record(self, marker):
+        marker.record()
+        return marker
+
+    def sync(self) -> None:
+        torch.cuda.synchronize(self.device)
+
+    def elapsed_us(self, start, end) -> float:
+        return start.elapsed_time(end) * 1e3
+
+
+def clock_for(device: torch.device) -> HostClock | EventClock:
+    return EventClock(device) if device.type == "cuda" else HostClock()
+
+
+def _timed(call: Callable[[], None], iters: int, clock, captured=None, barrier: Callable[[], None] = lambda: None
+           ) -> Timed:
+    """Microseconds of each of `iters` calls on this rank, and of the whole batch per call: on a cheap
+    clock both from one pass; otherwise a second pass marked only at its ends (a replay of
+    `captured`, a CUDA graph of the batch, when given), after `barrier`."""
+    starts, ends = clock.markers(iters), clock.markers(iters)
+    for i in range(iters):
+        starts[i] = clock.record(starts[i])
         call()
-        samples.append((clock() - t0) / 1e3)
-    return samples, (clock() - t_batch) / iters / 1e3
+        ends[i] = clock.record(ends[i])
+    clock.sync()
+    samples = [clock.elapsed_us(a, b) for a, b in zip(starts, ends)]
+    if clock.cheap and captured is None:
+        return samples, clock.elapsed_us(starts[0], ends[-1]) / iters
+    barrier()
+    if captured is not None:
+        return samples, _batch(captured.replay, 1, clock) / iters
+    return samples, _batch(call, iters, clock)
+
+
+def _batch(call: Callable[[], None], iters: int, clock) -> float:
+    """Per-call microseconds of `iters` back-to-back calls, marked only before the first and after
+    the last (nccl-tests' timing)."""
+    start, end = clock.markers(2)
+    start = clock.record(start)
+    for _ in range(iters):
+        call()
+    end = clock.record(end)
+    clock.sync()
+    return clock.elapsed_us(start, end) / iters
+
+
+def _nothing() -> None:
+    pass
+
+
+def batch_floor_us(device: torch.device, iters: int = FLOOR_ITERS) -> float:
+    """The empty-call floor: the batch timing of the same loop dispatching no collective, per call.
+    A `time_us_batch` near it measures the loop, not the collective."""
+    if device.type != "cuda":
+        return _timed(_nothing, iters, HostClock())[1]
+    with torch.cuda.device(device):  # events on this device's stream, as the group's calls
+        return _timed(_nothing, iters, EventClock(device))[1]
+
+
+def capture(call: Callable[[], None], iters: int, device: torch.device) -> torch.cuda.CUDAGraph:
+    """`iters` calls captured in one CUDA graph (after the warm-up: NCCL's communicator exists). Every
+    rank agrees first: a rank whose capture failed would leave the others' replays waiting."""
+    error, graph = None, None
+    try:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(iters):
+                call()
+    except RuntimeError as e:
+        graph, error = None, f"--cuda-graph: the batch could not be captured in a CUDA graph ({str(e).strip().splitlines()[0][:160]})"
+    everyone = torch.tensor([0 if error else 1], dtype=torch.int32, device=device)
+    dist.all_reduce(everyone, op=dist.ReduceOp.MIN)
+    if error or not int(everyone.item()):
+        raise CountSkipped(error)
+    return graph

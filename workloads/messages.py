@@ -58,6 +58,7 @@ class Case:
     check_iters: int
     root: int = 0
     compute_flops: float = 0.0  # overlap only: matmul size (0: matched to the collective's time)
+    cuda_graph: bool = False  # the timed batch replayed from a CUDA graph (nccl-tests' -G; NCCL only)
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,9 @@ class WorkerInfo:
     nccl_version: str | None  # the NCCL torch was built with (the loaded one is in NcclLog)
     comm_env: dict[str, str] = field(default_factory=dict)  # NCCL_*, GLOO_*, ... as the worker sees them
     device_index: int | None = None  # the CUDA device this worker uses, once told (use_gpu)
+    # the harness' batch loop dispatching nothing, per call: on the host clock, and with its GPU's events
+    batch_floor_us: float | None = None
+    gpu_batch_floor_us: float | None = None
 
 
 @dataclass(frozen=True)
@@ -128,7 +132,7 @@ class Sample:
     count: int
     iter_time_us: tuple[float, ...]  # each timed iteration on this rank
     n_wrong: int  # mismatched elements over the check iterations
-    batch_us: float | None = None  # the same iterations timed as one batch (host clock), per iteration
+    batch_us: float | None = None  # the same iterations timed as one batch (nccl-tests' way), per iteration
     error: str | None = None
     # overlap only: the matmul alone and both together, per iteration
     comp_us: tuple[float, ...] | None = None

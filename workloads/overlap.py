@@ -21,7 +21,9 @@ from workloads.registry import Ctx
 
 def measure(case: Case, c: Ctx, device: torch.device) -> Sample:
     coll = registry.get("all_reduce")
-    send, recv, comm = harness.prepare(coll, c, device)
+    # the matmul's three matrices, at their largest, beside the buffers
+    matrices_bytes = 3 * _MAX_DIM[device.type] ** 2 * _dtype(device).itemsize
+    send, recv, comm = harness.prepare(coll, c, device, extra_bytes=matrices_bytes)
     comm_us, batch_us = harness.warm_and_time(comm, case, device)
     dim, reps = _agree(_matmul_size(case.compute_flops, sum(comm_us) / len(comm_us), device), device)
     a, b = (torch.ones(dim, dim, dtype=_dtype(device), device=device) for _ in range(2))

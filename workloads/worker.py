@@ -18,7 +18,7 @@ import torch.distributed as dist
 
 from workloads import nccl_log
 from workloads.comm_env import COMM_ENV_PREFIXES, pin_interfaces
-from workloads.harness import run_case
+from workloads.harness import batch_floor_us, run_case
 from workloads.messages import Case, Joined, JoinRequest, NcclLog, Sample, Transport, WorkerInfo
 
 
@@ -38,6 +38,8 @@ class BenchWorker:
         # The node's address as the cluster knows it (the driver passes it from ray.nodes()).
         self._ip = node_ip or _node_ip()
         self._ifname = pin_interfaces(self._ip)
+        self._floor_us = batch_floor_us(torch.device("cpu"))  # the manifest's empty-call floor (host clock)
+        self._gpu_floor_us: float | None = None
 
     def describe(self) -> WorkerInfo:
         """Where this rank runs; cheap, and touches no device."""
@@ -57,6 +59,8 @@ class BenchWorker:
             nccl_version=nccl,
             comm_env={k: v for k, v in os.environ.items() if k.startswith(COMM_ENV_PREFIXES)},
             device_index=self._gpu.index if self._gpu is not None else None,
+            batch_floor_us=self._floor_us,
+            gpu_batch_floor_us=self._gpu_floor_us,
         )
 
     def use_gpu(self, visible_devices: str, local_index: int) -> WorkerInfo:
@@ -66,6 +70,10 @@ class BenchWorker:
         os.environ["CUDA_VISIBLE_DEVICES"] = visible_devices
         self._gpu = torch.device("cuda", local_index)
         self._nccl_log = nccl_log.DebugFile(nccl_log.configure(os.environ))
+        # after CUDA_VISIBLE_DEVICES; a torch that cannot use the GPU has been refused for NCCL runs
+        # (sweep.devices.check_driver), and a gloo run on this node needs no floor of the GPU
+        if torch.cuda.is_available():
+            self._gpu_floor_us = batch_floor_us(self._gpu)
         return self.describe()
 
     def ping(self) -> int:

@@ -30,6 +30,7 @@ def comm_env(infos: list[WorkerInfo]) -> dict:
 def manifest(spec: SweepSpec, inv: Inventory, infos: list[WorkerInfo], backend: str, groups_total: int) -> dict:
     torch_versions = sorted({i.torch_version for i in infos})
     nccl = sorted({i.nccl_version for i in infos if i.nccl_version})
+    floors = [f for i in infos if (f := i.gpu_batch_floor_us if backend == "nccl" else i.batch_floor_us) is not None]
     return {
         "state": "running",
         "collbench_version": orchestrator.__version__,
@@ -47,6 +48,8 @@ def manifest(spec: SweepSpec, inv: Inventory, infos: list[WorkerInfo], backend: 
         "inventory": json.dumps(inv.to_json()),
         "groups_total": groups_total,
         "groups_done": 0,
+        # a time_us_batch this close measures the loop, not the collective (README: Bandwidth)
+        "batch_floor_us": max(floors) if floors else None,
     }
 
 

@@ -96,6 +96,7 @@ MANIFEST_SCHEMA = pa.schema(
         ("ray_version", pa.string()),
         ("nccl_version", pa.string()),  # loaded by the workers (NCCL's log), else the one torch was built with
         ("gpu_driver", pa.string()),  # NVIDIA driver versions of the GPU nodes
+        ("batch_floor_us", pa.float64()),  # the batch loop dispatching nothing, per call: the largest of any worker
         ("python_version", pa.string()),
         ("backend", pa.string()),
         ("hostnames", _str_list),

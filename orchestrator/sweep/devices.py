@@ -4,8 +4,10 @@ capabilities come from `execution.probe` (or a test), the checks only compare.
 Memory: a rank holds one size at a time: its send and receive buffers (one buffer in place), what
 the backend allocates for the call (gloo's all_gather and reduce_scatter: one more) and, while
 checking, at most `check_scratch_bytes` of temporaries (workloads.data); the estimate is
-that peak (tests/integration/test_memory.py measures it against the harness on CPU). GPUs also
-need room for the CUDA context and NCCL's own buffers (GPU_RESERVE_BYTES).
+that peak (`harness.peak_bytes`; tests/integration/test_memory.py measures it on CPU). GPUs also
+need room for the CUDA context and NCCL's own buffers: here a coarse 1 GiB (GPU_RESERVE_BYTES)
+refuses only sweeps that cannot fit at all; on the device the harness checks each size against
+the memory it measures free, less a headroom per GPU generation, and fails just that size.
 float8: NCCL reduces float8 only from 2.24 on, in a torch built against it, on compute
 capability 9.0 (Hopper) or newer.
 Driver: a torch wheel carries its own CUDA runtime; the node's NVIDIA driver must be at least the
@@ -25,8 +27,7 @@ from orchestrator.sweep.planner import build_cases
 from orchestrator.sweep.sizes import format_bytes
 from orchestrator.sweep.spec import SweepSpec
 from workloads import registry
-from workloads.data import check_scratch_bytes, tolerance
-from workloads.dtypes import ELEMENT_BYTES
+from workloads.harness import peak_bytes
 from workloads.messages import Case
 from workloads.registry import Ctx
 
@@ -104,10 +105,7 @@ def case_bytes(case: Case, n: int, backend: str) -> int:
     """The harness' peak on one rank of n for the largest size of `case`."""
     coll = registry.collective_of(case.collective)
     c = Ctx(0, n, max(case.counts), case.dtype, case.op, case.root, case.in_place)
-    need = (coll.buffer_numel(c) + coll.backend_numel(c, backend)) * ELEMENT_BYTES[case.dtype]
-    if case.check_iters:
-        need += check_scratch_bytes(case.dtype, tolerance(case.dtype, n, case.op))
-    return need
+    return peak_bytes(coll, c, backend, case.check_iters > 0)
 
 
 def bytes_per_rank(spec: SweepSpec, group_sizes: Iterable[int], backend: str) -> int:

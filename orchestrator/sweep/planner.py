@@ -63,7 +63,7 @@ def build_cases(spec: SweepSpec, n: int) -> list[Case]:
             ops = ("sum",) if name == registry.OVERLAP else spec.ops if coll.reduces else (NO_OP,)
             cases += [
                 Case(name, dtype, op, in_place, tuple(counts), spec.iters, spec.warmup, spec.check_iters,
-                     spec.root, spec.compute_flops)
+                     spec.root, spec.compute_flops, cuda_graph=spec.cuda_graph)
                 for op in ops
                 for in_place in coll.in_place_modes
             ]
@@ -72,9 +72,10 @@ def build_cases(spec: SweepSpec, n: int) -> list[Case]:
 
 def case_deadline_s(spec: SweepSpec, case: Case) -> float:
     """--group-timeout plus the time the case's bytes take at --deadline-rate: every warm-up, timed
-    and check iteration of every size moves its send and receive buffers once (overlap times
-    its all_reduce three times: alone, beside the matmul's own timing, and with it)."""
-    timed = (case.warmup + case.iters) * (3 if case.collective == registry.OVERLAP else 1)
+    and check iteration of every size moves its send and receive buffers once (timed iterations
+    twice: a GPU times each call, then the batch; overlap times its all_reduce three times: alone,
+    beside the matmul's own timing, and with it)."""
+    timed = (case.warmup + 2 * case.iters) * (3 if case.collective == registry.OVERLAP else 1)
     traffic = sum((timed + case.check_iters) * 2 * count * ELEMENT_BYTES[case.dtype] for count in case.counts)
     return spec.group_timeout_s + traffic / (spec.deadline_rate_gbps * 1e9)
 

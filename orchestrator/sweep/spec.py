@@ -111,6 +111,10 @@ class SweepSpec:
         "float",
     )
     allow_failures: bool = _opt(False, ("--allow-failures",), "exit 0 even when groups failed", "bool")
+    cuda_graph: bool = _opt(
+        False, ("--cuda-graph",), "time each size's batch as a CUDA graph replay of its iterations (nccl-tests' -G); "
+        "NCCL on GPUs only; a collective that cannot be captured fails its rows with the reason", "bool",
+    )
 
     def __post_init__(self) -> None:
         _check_choices("collectives", self.collectives, WORKLOADS)
@@ -129,6 +133,8 @@ class SweepSpec:
         if not 0 <= self.compute_flops <= MAX_COMPUTE_FLOPS:  # nan too: the manifest is JSON
             raise UsageError(f"{_flag('compute_flops')} {self.compute_flops!r}: must be 0 (matched to the "
                              f"collective's time) or positive, at most {MAX_COMPUTE_FLOPS:g}")
+        if self.cuda_graph and self.backend == "gloo":
+            raise UsageError(f"{_flag('cuda_graph')}: needs --backend nccl (gloo runs on the host: no CUDA graph)")
         for name, low, high in (("group_timeout_s", 0.0, MAX_TIMEOUT_S), ("deadline_rate_gbps", *DEADLINE_RATE_GBPS)):
             value = getattr(self, name)
             if not math.isfinite(value) or value <= 0:
@@ -352,4 +358,6 @@ def for_backend(spec: SweepSpec, backend: str) -> SweepSpec:
     message = unsupported_pair(backend, list(spec.dtypes))  # --backend auto: checked once it is known
     if message:
         raise UsageError(message)
+    if spec.cuda_graph and backend != "nccl":
+        raise UsageError(f"{_flag('cuda_graph')}: the cluster runs {backend} (no GPU on every rank): no CUDA graph")
     return spec

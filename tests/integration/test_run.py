@@ -54,6 +54,8 @@ def test_full_sweep_every_collective_dtype_and_op(ray_head, tmp_path):
     manifest = dataset.manifest(str(out), df["run_id"].iloc[0])
     assert manifest["state"] == "finished" and manifest["run_id"] == df["run_id"].iloc[0]
     assert manifest["torch_version"].startswith("2.") and manifest["groups_done"] == 2
+    # the empty-call floor (the same batch loop dispatching nothing): far below any gloo collective's batch
+    assert 0 < manifest["batch_floor_us"] < df["time_us_batch"].min()
 
 
 def test_two_runs_make_one_dataset(ray_head, tmp_path):
