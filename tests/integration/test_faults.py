@@ -3,8 +3,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+import re
+import shlex
 import signal
+import subprocess
 import time
 
 import pandas as pd
@@ -102,11 +107,14 @@ def _groups_on_disk(out):
     return run_dirs[0].name, sorted(p.name for p in run_dirs[0].glob("*.parquet"))
 
 
-def _signal_driver_after_first_group(ray_head, out, sig: int) -> LiveRun:
+# 3 groups, one at a time: intra r0-g0 (ranks 0,1), r1-g0 (0-3), r2-g0 (0-3)
+THREE_GROUPS = ["run", "--ranks-per-node", "4", "--patterns", "intra", "--no-concurrent", *SWEEP[:-6],
+                "-n", "300", "-w", "1", "-c", "1"]
+
+
+def _signal_driver_after_first_group(env: dict, out, sig: int) -> LiveRun:
     """A 3-group run whose driver gets `sig` once the first group is on disk."""
-    args = ["run", "--ranks-per-node", "4", "--patterns", "intra", "--no-concurrent", "--output", str(out),
-            *SWEEP[:-6], "-n", "300", "-w", "1", "-c", "1"]
-    run = LiveRun(args, env=ray_head.env())
+    run = LiveRun([*THREE_GROUPS, "--output", str(out)], env=env)
     try:
         run.wait_for("[progress] 1/3 groups done", timeout=180)
         run.proc.send_signal(sig)
@@ -118,7 +126,7 @@ def _signal_driver_after_first_group(ray_head, out, sig: int) -> LiveRun:
 
 def test_killed_driver_then_resume_measures_each_group_once(ray_head, tmp_path):
     out = tmp_path / "results"
-    _signal_driver_after_first_group(ray_head, out, signal.SIGKILL)
+    _signal_driver_after_first_group(ray_head.env(), out, signal.SIGKILL)
     run_id, before = _groups_on_disk(out)
     assert 1 <= len(before) < 3
     pd.read_parquet(out)  # everything on disk is readable
@@ -135,12 +143,16 @@ def test_killed_driver_then_resume_measures_each_group_once(ray_head, tmp_path):
 
 def test_ctrl_c_saves_finished_groups_and_says_how_to_resume(ray_head, tmp_path):
     out = tmp_path / "results"
-    run = _signal_driver_after_first_group(ray_head, out, signal.SIGINT)
+    run = _signal_driver_after_first_group(ray_head.env(), out, signal.SIGINT)
     assert run.returncode == 130
     run_id, files = _groups_on_disk(out)
     assert "r0-g0.parquet" in files
-    assert f"collbench run --resume {run_id} --output {out}" in "".join(run.stderr)
-    assert dataset.manifest(str(out), run_id)["state"] == "interrupted"
+    # a run on a named cluster ($RAY_ADDRESS here) is resumed there
+    assert _resume_command(run) == ["collbench", "run", "--resume", run_id, "--output", str(out),
+                                    "--address", ray_head.address]
+    manifest = dataset.manifest(str(out), run_id)
+    assert manifest["state"] == "interrupted"
+    assert (manifest["groups_total"], manifest["groups_done"]) == (3, len(files))  # counted as each group ended
     assert (pd.read_parquet(out).status == "ok").all()
     time.sleep(1)
     assert not worker_pids()  # actors released
@@ -163,3 +175,93 @@ def test_bad_config_for_this_cluster(ray_head, tmp_path, config, message):
     lines = proc.stderr.strip().splitlines()
     assert message in lines[-1] and lines[-1].startswith("collbench: error:")
     assert not (tmp_path / "out").exists() and not worker_pids()
+
+
+def _resume_command(run: LiveRun) -> list[str]:
+    """The resume command the driver printed last on stderr, as words."""
+    lines = [line.strip() for line in run.stderr if line.strip().startswith("collbench run --resume")]
+    assert lines, "".join(run.stderr)[-2000:]
+    return shlex.split(lines[-1])
+
+
+def _embedded_env() -> dict:
+    return {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+
+
+def test_sigterm_of_an_embedded_run_exits_143_and_the_printed_command_resumes_it(tmp_path):
+    """README's default mode: no cluster named, so each run starts its own Ray instance, with new
+    node ids; the resumed run is the same run on the same one-node shape."""
+    out = tmp_path / "results"
+    run = _signal_driver_after_first_group(_embedded_env(), out, signal.SIGTERM)
+    assert run.returncode == 143, "".join(run.stderr)[-2000:]
+    run_id, files = _groups_on_disk(out)
+    assert 1 <= len(files) < 3
+    manifest = dataset.manifest(str(out), run_id)
+    assert (manifest["state"], manifest["groups_done"]) == ("interrupted", len(files))
+    command = _resume_command(run)
+    assert command == ["collbench", "run", "--resume", run_id, "--output", str(out)]  # embedded: no --address
+
+    resumed = run_cli(command[1:], env=_embedded_env(), timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert f"resuming: {len(files)} group(s) already on disk are skipped" in resumed.stdout
+    df = pd.read_parquet(out)
+    assert sorted(df.group_id) == ["r0-g0", "r1-g0", "r2-g0"] and (df.status == "ok").all()  # each group once
+    assert set(df.run_id) == {run_id}
+    manifest = dataset.manifest(str(out), run_id)
+    assert (manifest["state"], manifest["groups_done"], manifest["groups_total"]) == ("finished", 3, 3)
+
+
+@contextlib.contextmanager
+def _small_disk(path, size: str):
+    """A tmpfs of `size` at `path`, for as long as the block runs (root only)."""
+    path.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                             check=False, capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {mounted.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", str(path)], check=True)
+
+
+def _fill(directory, leave_bytes: int):
+    """Fill the filesystem of `directory` but `leave_bytes`: room for a manifest, not for a group's rows."""
+    filler = directory / "filler"
+    with open(filler, "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 4096)
+        except OSError as e:
+            assert e.errno == errno.ENOSPC
+    os.truncate(filler, max(0, os.path.getsize(filler) - leave_bytes))
+    return filler
+
+
+def test_a_full_disk_stops_the_run_in_one_line_and_keeps_every_row_written(ray_head, tmp_path):
+    with _small_disk(tmp_path / "disk", "4m") as disk:
+        out = disk / "results"
+        # 6 sizes: a group's rows take more room than the test leaves
+        run = LiveRun([*THREE_GROUPS, "-b", "1K", "-n", "100", "--output", str(out)], env=ray_head.env())
+        try:
+            run.wait_for("[progress] 1/3 groups done", timeout=180)
+            manifest_bytes = next((out / "_runs").glob("*.json")).stat().st_size
+            _fill(disk, leave_bytes=2 * manifest_bytes + 8192)
+            rc = run.finish(timeout=120)
+        finally:
+            run.kill()
+        stderr = "".join(run.stderr)
+        assert rc == 1 and "Traceback" not in stderr, stderr[-3000:]
+        run_id, files = _groups_on_disk(out)
+        group_bytes = min((out / run_id / f).stat().st_size for f in files)
+        assert group_bytes > 2 * manifest_bytes + 8192, "the test's group files must not fit in what it leaves"
+        manifest = dataset.manifest(str(out), run_id)
+        assert (manifest["state"], manifest["groups_done"]) == ("interrupted", len(files))
+        last = stderr.strip().splitlines()[-1]
+        assert re.fullmatch(
+            rf"collbench: error: no space left on device writing {re.escape(str(out / run_id))} \(\d+(\.\d+)?[KMGT]? "
+            rf"free\); {len(files)} finished group\(s\) kept in {re.escape(str(out))}; resume once there is room: "
+            rf"collbench run --resume {run_id} --output {re.escape(str(out))} --address {ray_head.address}", last), last
+        df = pd.read_parquet(out)  # every row written so far, readable, each once
+        assert df.groupby("group_id").size().to_dict() == {f.removesuffix(".parquet"): 6 for f in files}
+        assert not [p.name for p in out.rglob(".*")]  # no torn temporary file left behind

@@ -1,0 +1,56 @@
+"""Session's answers to faults, without Ray: the exit code of a SIGTERM that Ray turned into a plain
+KeyboardInterrupt, and the one line of a full disk."""
+
+from __future__ import annotations
+
+import datetime as dt
+import errno
+import signal
+
+import pytest
+
+from orchestrator.execution import session as session_mod
+from orchestrator.execution.session import Session, exit_code, is_disk_full
+from orchestrator.sweep.spec import SweepSpec
+
+
+def test_sigterm_exits_143_even_when_ray_raised_a_plain_keyboard_interrupt(monkeypatch):
+    monkeypatch.setattr(session_mod, "_terminated", False)
+    assert exit_code(KeyboardInterrupt()) == 130  # Ctrl-C
+    with pytest.raises(KeyboardInterrupt):
+        session_mod._interrupt(signal.SIGTERM, None)
+    # ray.wait re-raises a new KeyboardInterrupt in place of the handler's Terminated
+    assert exit_code(KeyboardInterrupt()) == 143
+
+
+def _session(tmp_path) -> Session:
+    return Session(SweepSpec(output=str(tmp_path / "out")), "run-1", dt.datetime.now(dt.timezone.utc))
+
+
+def test_a_full_disk_before_the_manifest_says_nothing_was_measured(tmp_path):
+    s = _session(tmp_path)
+    line = s.stopped_by_full_disk(OSError(errno.ENOSPC, "No space left on device"))
+    assert line.startswith(f"no space left on device writing {tmp_path}/out/run-1 (")
+    assert line.endswith(" free); nothing was measured")
+
+
+def test_a_full_disk_marks_the_manifest_interrupted_or_says_it_could_not(tmp_path, monkeypatch):
+    s = _session(tmp_path)
+    s.store.create()
+    s.manifest = {"state": "running", "groups_total": 3, "groups_done": 2}
+    line = s.stopped_by_full_disk(OSError(errno.ENOSPC, "No space left on device"))
+    assert line.endswith(f"free); 2 finished group(s) kept in {tmp_path}/out")
+    from orchestrator.results import dataset
+    assert dataset.manifest(str(tmp_path / "out"), "run-1")["state"] == "interrupted"
+
+    def full(manifest):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(s.store, "write_manifest", full)
+    line = s.stopped_by_full_disk(OSError(errno.EDQUOT, "Disk quota exceeded"))
+    assert line.endswith("(its manifest could not be marked interrupted: no space for it either)")
+
+
+def test_only_a_want_of_space_is_a_full_disk():
+    assert is_disk_full(OSError(errno.ENOSPC, "x")) and is_disk_full(OSError(errno.EDQUOT, "x"))
+    assert not is_disk_full(OSError(errno.EACCES, "x")) and not is_disk_full(ConnectionError())
