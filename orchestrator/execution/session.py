@@ -4,6 +4,7 @@ one place (a finished, interrupted or failed session leaves its manifest saying 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import errno
 import os
@@ -121,7 +122,11 @@ class Session:
         """After a write failed for want of space: mark the manifest interrupted (a failed write
         has freed what it took, which a small manifest usually fits in) and say what is where, in
         one line. The rows already written stay as they are."""
-        where = e.filename or self.store.run_dir
+        where = os.fsdecode(e.filename) if e.filename else self.store.run_dir
+        if os.path.basename(where).startswith(".") and where.endswith(".tmp"):  # the store's atomic-write temporary
+            with contextlib.suppress(OSError):
+                os.unlink(where)  # it may hold the room the manifest needs, and is litter either way
+            where = os.path.dirname(where)
         said = f"no space left on device writing {where} ({format_bytes(_free_bytes(where))} free)"
         if not self.manifest:  # the manifest was never written: the run holds nothing to resume
             return said + "; nothing was measured"

@@ -51,6 +51,16 @@ def test_a_full_disk_marks_the_manifest_interrupted_or_says_it_could_not(tmp_pat
     assert line.endswith("(its manifest could not be marked interrupted: no space for it either)")
 
 
+def test_a_failed_temporary_file_is_removed_and_its_folder_named(tmp_path):
+    s = _session(tmp_path)
+    s.store.create()
+    s.manifest = {"state": "running", "groups_total": 3, "groups_done": 1}
+    tmp = tmp_path / "out" / "_runs" / ".run-1.json.0123abcd.tmp"
+    tmp.write_bytes(b"")  # what a manifest write that found no room leaves
+    line = s.stopped_by_full_disk(OSError(errno.ENOSPC, "No space left on device", str(tmp)))
+    assert line.startswith(f"no space left on device writing {tmp.parent} (") and not tmp.exists()
+
+
 def test_only_a_want_of_space_is_a_full_disk():
     assert is_disk_full(OSError(errno.ENOSPC, "x")) and is_disk_full(OSError(errno.EDQUOT, "x"))
     assert not is_disk_full(OSError(errno.EACCES, "x")) and not is_disk_full(ConnectionError())
