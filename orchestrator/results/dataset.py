@@ -92,7 +92,7 @@ class _Rows:
         try:
             return self._read(columns, flt)
         except _READ_ERRORS:
-            if not self._leave_out_unreadable():
+            if not self._leave_out_unreadable(columns, flt):
                 raise
         return self._read(columns, flt)
 
@@ -102,14 +102,15 @@ class _Rows:
         return pa.concat_tables([ds.to_table(columns=columns, filter=flt if own is None else flt & own)
                                  for ds, own in self.scans])
 
-    def _leave_out_unreadable(self) -> bool:
-        """After a failed read (the common path reads no file twice): try each file alone, and
-        leave out those that fail. Whether any was left out."""
+    def _leave_out_unreadable(self, columns: list[str], flt: pads.Expression) -> bool:
+        """After a failed read (the common path reads no file twice): try each file alone with
+        the same columns and filter, and leave out those that fail. Whether any was left out."""
         bad = {}
         for paths in self.by_dir.values():
             for p in paths:
                 try:
-                    pads.dataset([p], filesystem=self.fs, format="parquet", schema=ROW_SCHEMA).to_table()
+                    pads.dataset([p], filesystem=self.fs, format="parquet", schema=ROW_SCHEMA).to_table(
+                        columns=columns, filter=flt)
                 except _READ_ERRORS as e:
                     bad[p] = first_line(e)
         if not bad:
