@@ -54,7 +54,8 @@ def main() -> None:
                     note = "*" if r.unjudged else ""
                     cells.append(f"{_pct(r.fp_rate)} / {fn}{note} ({r.max_rounds})")
                 print(f"| {fault} | " + " | ".join(cells) + " |", flush=True)
-    print(f"\n* speed not judged in some clusters (2 nodes, no expected value: said so, exit 0).\n"
+    print(f"\n* in some clusters a speed could not be judged (2 nodes without expected values, or a node whose "
+          f"only partner failed): said so (JSON `unjudged`), not a silent pass.\n"
           f"{total} clusters in {time.monotonic() - t0:.0f} s")
 
 
