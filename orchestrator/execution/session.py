@@ -97,7 +97,9 @@ class Session:
                              started_at=self.started, command=command, groups_done=skipped)
         self.store.write_manifest(self.manifest)
         outcome = Outcome()
-        observers = [outcome, *observers, RunMetrics(self.run_id, groups_total - skipped), _GroupsDone(self)]
+        # the manifest counts a group before anyone is told of it: a progress line it printed is
+        # then never ahead of the manifest an interrupt leaves
+        observers = [_GroupsDone(self), outcome, *observers, RunMetrics(self.run_id, groups_total - skipped)]
         runner = Runner(self.spec, self.pool, self.store, self.backend, RunRef(self.run_id, self.started),
                         observers, {n: p.tags for n, p in self.platforms.items()})
         return runner, outcome
@@ -114,7 +116,10 @@ class Session:
         self.store.write_manifest(self.manifest)
 
     def interrupted(self) -> None:
-        """Mark the manifest first: `ray job stop` kills the driver 3 s after its SIGTERM."""
+        """Mark the manifest first: `ray job stop` kills the driver 3 s after its SIGTERM. The groups
+        done are counted on disk: an interrupt between a group's file and its count loses neither."""
+        with contextlib.suppress(OSError):
+            self.manifest["groups_done"] = len(self.store.finished_groups())
         self.manifest.update(state="interrupted", finished_at=dt.datetime.now(dt.timezone.utc))
         self.store.write_manifest(self.manifest)
 
