@@ -153,7 +153,9 @@ def check_host(name: str, nodes: int, ranks_per_node: int, link: str, subnet: st
 
 
 def up(name: str, nodes: int, ranks_per_node: int, link: str, subnet: str, timeout_s: float = 120.0,
-       node_links: dict[str, str] | None = None, declared: bool = True) -> LabState:
+       node_links: dict[str, str] | None = None, declared: bool = True, start_ray: bool = True) -> LabState:
+    """The lab: its network and, unless `start_ray` is False, a Ray node in every namespace (without
+    Ray, the namespaces are bare hosts for something else to start Ray on, such as `ray up`)."""
     check_host(name, nodes, ranks_per_node, link, subnet)
     os.makedirs(state_dir(name), exist_ok=True)
     st = LabState(name, nodes, ranks_per_node, link, subnet, state_dir(name), f"/tmp/cbl-{name}",
@@ -163,7 +165,8 @@ def up(name: str, nodes: int, ranks_per_node: int, link: str, subnet: str, timeo
         _declare(st)
     try:
         _build_network(st)
-        _start_ray(st, timeout_s)
+        if start_ray:
+            _start_ray(st, timeout_s)
     except BaseException:
         down(st)
         raise

@@ -14,24 +14,68 @@ ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = [ROOT / "cluster.yaml", *sorted((ROOT / "examples").glob("*.yaml"))]
 
 
-@pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
-def test_cluster_config_is_valid_and_sane(path):
-    cfg = yaml.safe_load(path.read_text())
-    full = prepare_config(copy.deepcopy(cfg))
+CLOUD = [p for p in CONFIGS if yaml.safe_load(p.read_text())["provider"]["type"] != "local"]
+ONPREM = ROOT / "examples" / "onprem.yaml"
+
+
+def _full(path: Path) -> dict:
+    full = prepare_config(copy.deepcopy(yaml.safe_load(path.read_text())))
     validate_config(full)
+    return full
+
+
+def _start_commands(full: dict) -> tuple[list[str], list[str]]:
+    return ([c for c in full["head_start_ray_commands"] if "ray start" in c],
+            [c for c in full["worker_start_ray_commands"] if "ray start" in c])
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
+def test_every_cluster_file_starts_ray_with_token_auth_and_a_private_dashboard(path):
+    """What every file shares (issue 27): Ray's schema passes; token auth in every start command,
+    the head's and the workers' (a worker without it fails with InvalidAuthToken) and the token
+    sent to every node; the dashboard on the head's localhost; the monitor started on the head."""
+    full = _full(path)
+    heads, workers = _start_commands(full)
+    assert len(heads) == 1 and workers
+    assert all("RAY_AUTH_MODE=token" in c for c in heads + workers)
+    assert full["file_mounts"]["~/.ray/auth_token"] == "~/.ray/auth_token"
+    assert "--dashboard-host=127.0.0.1" in heads[0]  # never open to the internet
+    assert "--autoscaling-config=~/ray_bootstrap_config.yaml" in heads[0]  # the autoscaler, v1 or v2
+    assert re.search(r"--num-cpus=0\b", heads[0])  # no ranks on the head
+    assert any("collbench" in c and "pip" in c and "install" in c for c in full["setup_commands"])
+
+
+@pytest.mark.parametrize("path", CLOUD, ids=[p.name for p in CLOUD])
+def test_cloud_cluster_files_are_sane(path):
+    """Cloud providers run under `ray up`'s default v2 autoscaler, which schedules by the resources
+    each node type declares (no instance-type lookup): every type declares its CPUs and GPUs, and no
+    start command overrides the autoscaler version `ray up` exports."""
+    full = _full(path)
     types = full["available_node_types"]
     head = types[full["head_node_type"]]
     workers = [t for name, t in types.items() if name != full["head_node_type"]]
     assert head["resources"].get("GPU", 0) == 0 and head["resources"].get("CPU", 0) == 0  # no ranks on the head
-    assert workers and all(w["resources"]["GPU"] == 8 for w in workers)  # 8-GPU instances advertise them
+    assert workers and all(w["resources"]["GPU"] == 8 and w["resources"]["CPU"] > 0 for w in workers)
     assert all(w["min_workers"] >= 2 for w in workers)  # a multi-node sweep right after `ray up`
-    assert any("pip install" in c and "collbench" in c for c in full["setup_commands"])
     assert full["file_mounts"]["~/collbench"] == "."
-    starts = full["head_start_ray_commands"] + full["worker_start_ray_commands"]
-    assert all("RAY_AUTH_MODE=token" in c for c in starts if "ray start" in c)
-    head_start = next(c for c in full["head_start_ray_commands"] if "ray start" in c)
-    assert "--dashboard-host=127.0.0.1" in head_start  # never open to the internet
+    assert not any("enable_autoscaler_v2" in c for c in sum(_start_commands(full), []))
     assert full["provider"]["use_internal_ips"] is True
+
+
+def test_the_onprem_file_is_what_the_local_provider_needs():
+    """The local provider (issue 27): the v1 autoscaler on the head (v2 never launches its workers),
+    every worker asked for at once, no `ray stop` (it would end other people's Ray processes),
+    every node's address given, collbench sent as a wheel."""
+    full = _full(ONPREM)
+    assert full["provider"]["type"] == "local" and "available_node_types" not in yaml.safe_load(ONPREM.read_text())
+    heads, workers = _start_commands(full)
+    assert "RAY_enable_autoscaler_v2=0" in heads[0]
+    (node_type,) = full["available_node_types"].values()  # what Ray makes of the top-level counts
+    assert node_type["min_workers"] == node_type["max_workers"] == len(full["provider"]["worker_ips"])
+    assert not any("ray stop" in c for c in full["head_start_ray_commands"] + full["worker_start_ray_commands"])
+    assert "--node-ip-address=REPLACE_HEAD_IP" in heads[0] and all("--node-ip-address=" in c for c in workers)
+    assert full["file_mounts"]["~/collbench-dist"] == "./dist"
+    assert all("RAY_AUTH_TOKEN_PATH=~/.ray/auth_token" in c for c in heads + workers)
 
 
 def test_validation_catches_mistakes():
