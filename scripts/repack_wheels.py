@@ -40,20 +40,32 @@ def _paths(*prefixes: str) -> re.Pattern[str]:
     return re.compile("|".join(prefixes))
 
 
+_STUBS = r".*\.pyi$"  # type stubs: read by type checkers, never imported
+
+
 # Ray: Java (jars), RLlib, LLM, and the libraries on top of Ray Core (data, serve, train, tune, air,
 # workflow) are imported by none of `ray start`, actors, ray.util.metrics or the dashboard agent
-# (its modules for them load only when their import succeeds: ray/dashboard/utils.py).
-# pyarrow: Flight and C++ headers/sources/tests; libarrow_python is shipped three times under its
-# link names and only the SONAME (.so.NNNN) is loaded. pandas, numpy: their test suites.
+# (its modules for them load only when their import succeeds: ray/dashboard/utils.py); the
+# dashboard's web client (8 MiB of JavaScript and source maps) is served only by a dashboard, which
+# a bundle's Ray Core (no `ray[default]`: offline_bundle.sh) never starts.
+# pyarrow: Flight, the S3, GCS, Azure and HDFS filesystems (pyarrow.fs imports each only
+# if it can: an offline machine writes to local disk), and C++ headers/sources/tests;
+# libarrow_python is shipped three times under its link names and only the SONAME (.so.NNNN) is
+# loaded; ORC. pandas, numpy: their test suites; numpy's f2py, its C headers and `_simd` (a module
+# for numpy's own tests of its SIMD dispatch). Type stubs everywhere.
 PRUNES = {
-    "ray": Prune(_paths(r"ray/(jars|rllib|llm|data|serve|train|tune|air|workflow)/"), strip=True),
+    "ray": Prune(_paths(r"ray/(jars|rllib|llm|data|serve|train|tune|air|workflow)/", r"ray/dashboard/client/build/",
+                        _STUBS), strip=True),
     "pyarrow": Prune(
-        _paths(r"pyarrow/(include|includes|src|tests)/", r"pyarrow/.*flight[^/]*$", r"pyarrow/_pyarrow_cpp_tests",
-               r"pyarrow/.*\.(pyx|pxd|pxi|h|cc)$", r"pyarrow/libarrow_python[a-z_]*\.so(\.\d+\.\d+\.\d+)?$"),
+        _paths(r"pyarrow/(include|includes|src|tests)/", r"pyarrow/.*flight[^/]*$",
+               r"pyarrow/_pyarrow_cpp_tests", r"pyarrow/.*\.(pyx|pxd|pxi|h|cc)$",
+               r"pyarrow/(_s3fs|_gcsfs|_azurefs|_hdfs|_orc|_dataset_orc)\.", r"pyarrow/libarrow_s3\.",
+               r"pyarrow/libarrow_python[a-z_]*\.so(\.\d+\.\d+\.\d+)?$", _STUBS),
         strip=True,
     ),
-    "pandas": Prune(_paths(r"pandas/tests/")),
-    "numpy": Prune(_paths(r"numpy/(.+/)?tests/")),
+    "pandas": Prune(_paths(r"pandas/tests/", _STUBS)),
+    "numpy": Prune(_paths(r"numpy/(.+/)?tests/", r"numpy/f2py/", r"numpy/_core/_simd\.", r"numpy/_pyinstaller/",
+                          r"numpy/_core/include/", _STUBS)),  # not stripped: strip breaks its patchelf-ed OpenBLAS
 }
 
 

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Build, on a machine with a package registry, what a GPU machine without one needs to run collbench
+# and its GPU check (scripts/gpu_check.sh --bundle DIR): collbench as a wheel and every dependency
+# except torch (the image's own torch is used), plus pytest for tests/gpu. Ray Core only (no
+# dashboard): Ray's Java, RLlib, LLM and libraries on top of Ray Core are left out, native code is stripped (scripts/repack_wheels.py),
+# and all wheels go into one solid xz archive, DIR/collbench-offline-pyXY.tar.xz.
+#
+#     scripts/offline_bundle.sh DIR [--python 3.12] [--max-mib 50]
+#
+# --python X.Y downloads wheels for that interpreter (CPython, manylinux x86_64) rather than this
+# one. The archive must not exceed --max-mib MiB (default 50): the size is printed, exit 1 if over.
+# Measured for Python 3.11 on 2026-12-01: 48.4 MiB, of which code collbench loads sets the floor:
+# Ray's raylet, GCS server and _raylet.so 17.7 MiB, pyarrow's libraries 16.5, numpy (OpenBLAS)
+# 8.7, pandas 5.2 (xz -9, each alone); with the repository (1 MiB) it fits the device tool's 64 MiB.
+# Bad arguments: exit 2 with one line. Needs python3 with pip, xz, tar; strip (binutils) if present.
+set -uo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+
+die_usage() { echo "offline_bundle: error: $*" >&2; exit 2; }
+dest="" python_version="" max_mib=50
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --python) [ $# -ge 2 ] || die_usage "--python needs a version such as 3.12"; python_version=$2; shift 2 ;;
+        --max-mib) [ $# -ge 2 ] || die_usage "--max-mib needs a size in MiB"; max_mib=$2; shift 2 ;;
+        -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -*) die_usage "unknown option $1 (usage: offline_bundle.sh DIR [--python 3.12] [--max-mib 50])" ;;
+        *) [ -z "$dest" ] || die_usage "one DIR only, got '$dest' and '$1'"; dest=$1; shift ;;
+    esac
+done
+[ -n "$dest" ] || die_usage "missing DIR (usage: offline_bundle.sh DIR [--python 3.12] [--max-mib 50])"
+[[ -z "$python_version" || "$python_version" =~ ^3\.(1[0-9]|[2-9][0-9])$ ]] \
+    || die_usage "--python '$python_version' is not a CPython version 3.10 or newer such as 3.12"
+[[ "$max_mib" =~ ^[1-9][0-9]*$ ]] || die_usage "--max-mib '$max_mib' is not a whole number of MiB"
+[ -d "$dest" ] || [ ! -e "$dest" ] || die_usage "DIR '$dest' is not a folder"
+[ ! -d "$dest" ] || [ -z "$(ls -A "$dest")" ] \
+    || die_usage "DIR '$dest' is not empty (the bundle goes into an empty or new folder)"
+this_version=$(python3 -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+python_version=${python_version:-$this_version}
+
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+set -e
+start_s=$SECONDS
+
+# collbench itself, built from this checkout; its requirements are read from the wheel it makes,
+# with Ray Core for `ray[default]`: the dashboard, the job server and their libraries (gRPC, aiohttp,
+# OpenTelemetry, py-spy, virtualenv: a third of the bundle) serve a cluster's operators, not an
+# embedded run on one offline machine. install_bundle.sh installs collbench --no-deps, then these.
+python3 -m pip wheel -q --no-deps --no-build-isolation -w "$stage/own" "$repo"
+wheel=$(ls "$stage"/own/collbench-*.whl)
+python3 - "$wheel" > "$stage/requirements.txt" <<'PY'
+import re, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z:
+    meta = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+for line in meta.splitlines():
+    if line.startswith("Requires-Dist:") and "extra ==" not in line:
+        requirement = line.split(":", 1)[1].strip()
+        if re.match(r"torch\b", requirement) is None:  # the GPU image brings its own torch
+            print(re.sub(r"^ray\[default\]", "ray", requirement))
+# tests/gpu run from the bundle (scripts/gpu_check.sh); its timeout option needs pytest-timeout
+print("pytest>=8")
+print("pytest-timeout")
+PY
+
+# Every dependency in one pass, binary wheels only, for the target interpreter.
+target=()
+if [ "$python_version" != "$this_version" ]; then
+    nodot=${python_version/./}
+    target=(--python-version "$python_version" --implementation cp --abi "cp$nodot" --abi abi3 --abi none
+            --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform manylinux2010_x86_64)
+    for minor in $(seq 17 35); do target+=(--platform "manylinux_2_${minor}_x86_64"); done
+fi
+python3 -m pip download -q --only-binary=:all: -d "$stage/download" "${target[@]}" -r "$stage/requirements.txt"
+if ls "$stage"/download/torch-* >/dev/null 2>&1; then
+    echo "offline_bundle: torch was pulled in by a dependency; the bundle must not carry it" >&2
+    exit 1
+fi
+cp "$wheel" "$stage/download/"
+
+python3 "$repo/scripts/repack_wheels.py" "$stage/download" "$stage/wheels"
+cp "$stage/requirements.txt" "$stage/wheels/requirements.txt"  # what install_bundle.sh installs
+mkdir -p "$dest"
+archive="$dest/collbench-offline-py${python_version/./}.tar.xz"
+# -9 with the x86 filter: native code is most of the bytes; one solid stream across all wheels, on
+# one thread (xz's threads cut the stream into blocks that compress 4% worse: 3 MiB here).
+tar -C "$stage/wheels" -cf - . | xz -T1 --x86 --lzma2=preset=9 > "$archive.partial"
+mv "$archive.partial" "$archive"
+size_bytes=$(stat -c %s "$archive")
+size_mib=$(python3 -c "print(f'{$size_bytes / 1048576:.1f}')")
+echo "offline bundle: $archive: $size_mib MiB ($(ls "$stage/wheels" | wc -l) wheels for Python $python_version;" \
+     "limit $max_mib MiB) in $((SECONDS - start_s)) s"
+if [ "$size_bytes" -gt $((max_mib * 1048576)) ]; then
+    echo "offline_bundle: $archive is $size_mib MiB, over the $max_mib MiB limit" >&2
+    exit 1
+fi
