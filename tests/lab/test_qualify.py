@@ -94,3 +94,72 @@ def test_a_healthy_lab_passes(lab2x2, tmp_path):
     assert set(verdicts) == set(lab2x2.node_ips) and all(v["verdict"] == "pass" for v in verdicts.values())
     assert [e["phase"] for e in verdicts[lab2x2.node_ips[0]]["evidence"]] == ["intra", "pairs"]
     assert summary["rounds"] == 2
+
+
+# -- undeclared clusters (issue 21): no expected rate, verdicts from measurements alone ----------
+PLAIN_LINK, QUARTER_LINK = "400mbit", "100mbit"
+PLAIN_ARGS = ["--ranks-per-node", "1", "-b", "4M", "-e", "8M", "-n", "3", "--format", "json"]
+
+
+def _plain_lab(nodes: int, slow: int):
+    from tests.lab.conftest import Lab, require_lab
+
+    require_lab()
+    lab = Lab(nodes=nodes, ranks_per_node=1, link=PLAIN_LINK, node_links={slow: QUARTER_LINK}, declared=False)
+    assert "no expected rate declared" in lab.up_output
+    return lab
+
+
+@pytest.fixture(scope="module")
+def plain6():
+    lab = _plain_lab(6, 4)
+    yield lab
+    lab.down()
+
+
+@pytest.fixture(scope="module")
+def plain4():
+    lab = _plain_lab(4, 2)
+    yield lab
+    lab.down()
+
+
+def _qualify_plain(lab, slow: int, tmp_path) -> tuple[dict, dict, str]:
+    proc = run_cli(["qualify", "--address", lab.address, *PLAIN_ARGS, "--output", str(tmp_path / "results")],
+                   env=lab.env(), timeout=600)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    verdicts, summary = _verdicts(proc.stdout)
+    slow_ip = lab.node_ips[slow]
+    assert {ip: v["verdict"] for ip, v in verdicts.items()} == {
+        ip: ("slow" if ip == slow_ip else "pass") for ip in lab.node_ips}, proc.stderr[-3000:]
+    assert summary["speed_judged"] is True and summary["unjudged"] is None
+    assert "no expected value applies" in proc.stderr
+    # the slow node's evidence: measured against the other pairs (no declared rate), well below them
+    slow_evidence = [e for e in verdicts[slow_ip]["evidence"] if e["status"] == "slow"]
+    assert slow_evidence and all(e["busbw_gbps"] < 0.5 * e["reference_gbps"] for e in slow_evidence), slow_evidence
+    # a healthy node found in a slow probe was measured again at full speed with another partner
+    for ip, v in verdicts.items():
+        if ip == slow_ip:
+            continue
+        for i, e in enumerate(v["evidence"]):
+            if e["status"] == "slow":
+                assert any(later["status"] == "pass" and slow_ip not in later["nodes"] and later["reference_gbps"]
+                           for later in v["evidence"][i + 1:]), v["evidence"]
+    return verdicts, summary, proc.stderr
+
+
+def test_six_plain_nodes_name_the_one_at_a_quarter_rate(plain6, tmp_path):
+    """The issue's case: 3 pairs, one slow; its members are retested against the pairs' median."""
+    verdicts, summary, _ = _qualify_plain(plain6, 4, tmp_path)
+    partner = next(ip for e in verdicts[plain6.node_ips[4]]["evidence"] if e["phase"] == "pairs"
+                   for ip in e["nodes"] if ip != plain6.node_ips[4])
+    assert [e["status"] for e in verdicts[partner]["evidence"] if e["phase"] == "retest"] == ["pass"]
+    assert summary["rounds"] <= 4
+
+
+def test_four_plain_nodes_name_the_one_at_a_quarter_rate(plain4, tmp_path):
+    """Four nodes: every pair (3 rounds), the slow node slow with each of the others, then the gate."""
+    verdicts, summary, stderr = _qualify_plain(plain4, 2, tmp_path)
+    pairs = [e for e in verdicts[plain4.node_ips[2]]["evidence"] if e["phase"] == "pairs"]
+    assert len(pairs) == 3 and all(e["status"] == "slow" for e in pairs)
+    assert summary["rounds"] == 4 and "every pair" in stderr
