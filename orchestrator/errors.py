@@ -10,6 +10,13 @@ class UsageError(ValueError):
     exit_code = 2
 
 
+class RunStopped(UsageError):
+    """The environment stopped a run that had started (its lock taken over, ...): said in one line
+    like a usage error, exit 1 (the input was fine)."""
+
+    exit_code = 1
+
+
 def first_line(e: BaseException) -> str:
     """The first non-empty line of an exception's message, or its type's name when it has none.
     Ray wraps a remote exception: its `cause` (the worker's own exception) is what is said."""

@@ -19,7 +19,8 @@ import time
 from orchestrator.commands.options import add_expected_options, add_spec_options, check_threshold, expected_from_args
 from orchestrator.commands.render import render_tables
 from orchestrator.errors import UsageError
-from orchestrator.results.store import check_writable, resolve_output
+from orchestrator.execution.events import GroupEnded, GroupFailure, GroupStarted, RunObserver
+from orchestrator.results.location import check_writable, resolve_output
 from orchestrator.sweep.inventory import Inventory
 from orchestrator.sweep.qualify import ALL_PAIRS_NODES, Deadlines, Outcome, Probe, Qualifier, Reference, Result
 from orchestrator.sweep.sizes import format_bytes
@@ -127,7 +128,7 @@ def main(args: argparse.Namespace) -> int:
     if q.unjudged:  # never a silent pass: a pass whose speed had no reference says so
         print(f"collbench: {q.unjudged_note()}", file=log, flush=True)
     print(f"collbench: {len(inv.nodes) - len(bad)} of {len(inv.nodes)} node(s) pass; {q.rounds} round(s), "
-          f"{groups} probe(s), wall {wall:.1f}s; rows in {session.store.run_dir}",
+          f"{groups} probe(s), wall {wall:.1f}s, {session.startup.line()}; rows in {session.store.run_dir}",
           file=log, flush=True)
     return 1 if bad else 0
 
@@ -176,7 +177,7 @@ def _describe(ref: Reference, n_nodes: int) -> str:
     return "no expected value applies: the median of each round" + unjudged
 
 
-class _Collector:
+class _Collector(RunObserver):
     """The runner's observer for qualify: each probe's group ends as a qualify Result (its busbw at
     the largest size; who hung, died or left), and how long it took sets the next deadlines."""
 
@@ -197,10 +198,11 @@ class _Collector:
     def results(self) -> list[Result]:
         return self._results
 
-    def group_started(self, group, base: dict) -> None:
-        self._t0[group.group_id] = time.monotonic()
+    def group_started(self, event: GroupStarted) -> None:
+        self._t0[event.group.group_id] = time.monotonic()
 
-    def group_ended(self, group, status: Status, rows: list[dict], failure: dict | None) -> None:
+    def group_ended(self, event: GroupEnded) -> None:
+        group, status, rows = event.group, event.status, event.rows
         probe = self._probes[group.group_id]
         wall = time.monotonic() - self._t0[group.group_id]
         if status is Status.OK:
@@ -212,20 +214,20 @@ class _Collector:
                 self.deadlines.took(probe.phase, wall)
                 result = Result(probe, Outcome.PASS, statistics.median(r["busbw_gbps"] for r in top))
         else:
-            result = self._failed(probe, status, failure)
+            result = self._failed(probe, status, event.failure)
         self._results.append(dataclasses.replace(result, group_id=group.group_id))
 
-    def _failed(self, probe: Probe, status: Status, failure: dict) -> Result:
+    def _failed(self, probe: Probe, status: Status, failure: GroupFailure) -> Result:
         """Culprits: nodes that left; else the nodes of ranks that did not answer a ping or died
         (none when every rank answered: the qualifier retests the members)."""
-        nodes = sorted({self._node[r] for r in failure["ranks"]})
+        nodes = sorted({self._node[r] for r in failure.ranks})
         gone = _gone(self.inv, nodes)
         if gone:
-            return Result(probe, Outcome.LOST, None, gone, failure["error"])
+            return Result(probe, Outcome.LOST, None, gone, failure.error)
         if status is Status.SKIPPED:  # no worker could be placed there
-            return Result(probe, Outcome.FAILED, None, tuple(nodes), failure["error"])
-        culprits = tuple(nodes) if failure["culprits"] else ()
-        return Result(probe, Outcome.of_run(status), None, culprits, failure["error"])
+            return Result(probe, Outcome.FAILED, None, tuple(nodes), failure.error)
+        culprits = tuple(nodes) if failure.culprits else ()
+        return Result(probe, Outcome.of_run(status), None, culprits, failure.error)
 
 
 def _gone(inv: Inventory, nodes: list[int]) -> tuple[int, ...]:

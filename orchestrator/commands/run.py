@@ -15,7 +15,8 @@ from orchestrator.commands.options import add_spec_options, spec_from_args
 from orchestrator.errors import UsageError
 from orchestrator.execution import console
 from orchestrator.execution.outcome import Outcome
-from orchestrator.results.store import ResultStore, check_writable, resolve_output
+from orchestrator.results.location import check_writable, resolve_output
+from orchestrator.results.store import ResultStore
 from orchestrator.sweep.spec import SweepSpec
 
 
@@ -103,15 +104,15 @@ def main(args: argparse.Namespace) -> int:
     except PlacementError as e:
         print(f"collbench: error: {e}", file=sys.stderr)
         return 1
-    return _report_end(spec, store, outcome, t_start)
+    return _report_end(spec, store, outcome, t_start, session.startup.line())
 
 
-def _report_end(spec: SweepSpec, store: ResultStore, outcome: Outcome, t_start: float) -> int:
+def _report_end(spec: SweepSpec, store: ResultStore, outcome: Outcome, t_start: float, startup: str) -> int:
     wall = time.monotonic() - t_start
     first = f"{outcome.first_row_at - t_start:.1f}s" if outcome.first_row_at else "-"
     print(
         f"collbench: wall {wall:.1f}s, measuring {outcome.measured_s:.1f}s ({outcome.measured_s / wall:.0%}), "
-        f"first row after {first}, group set-up median {_median(outcome.setup_s):.2f}s, "
+        f"first row after {first}, {startup}, group set-up median {_median(outcome.setup_s):.2f}s, "
         f"tear-down median {_median(outcome.teardown_s):.2f}s",
         flush=True,
     )

@@ -1,7 +1,7 @@
 """What a run prints while it goes: group headers, result rows, failures, progress, the end.
 
-`Console` is an observer of the runner (see `execution.runner.RunObserver`); the line formats
-are plain functions so that tests and other observers can reuse them.
+`Console` is an observer of the runner (`execution.events`); the line formats are plain functions
+so that tests and other observers can reuse them.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import sys
 import time
 from typing import TextIO
 
+from orchestrator.execution.events import GroupEnded, GroupFailure, GroupStarted, Measuring, Note, RowsMeasured, RunObserver
 from orchestrator.sweep.planner import Group
 from orchestrator.sweep.sizes import format_bytes
 from workloads.messages import Status
@@ -71,23 +72,23 @@ def group_line(group: Group, base: dict) -> str:
     )
 
 
-def failure_summary(failures: list[dict]) -> list[str]:
+def failure_summary(failures: list[GroupFailure]) -> list[str]:
     """One line per distinct error: `[ranks 0,1,3 on node-b] timeout: ... (groups r0-g1, r2-g0)`."""
-    by_error: dict[tuple[str, str], list[dict]] = {}
+    by_error: dict[tuple[str, str], list[GroupFailure]] = {}
     for f in failures:
-        by_error.setdefault((f["status"], f["error"]), []).append(f)
+        by_error.setdefault((f.status.value, f.error), []).append(f)
     lines = []
     for (status, error), items in by_error.items():
-        ranks = sorted({r for f in items for r in f["ranks"]})
-        hosts = sorted({h for f in items for h in f["hosts"]})
-        groups = ", ".join(f["group_id"] for f in items)
+        ranks = sorted({r for f in items for r in f.ranks})
+        hosts = sorted({h for f in items for h in f.hosts})
+        groups = ", ".join(dict.fromkeys(f.group_id for f in items))
         lines.append(
             f"[ranks {','.join(map(str, ranks))} on {', '.join(hosts)}] {status}: {error} (groups {groups})"
         )
     return lines
 
 
-class Console:
+class Console(RunObserver):
     """Prints the run as it goes: group lines, a column header once per round, a line per row
     (`rows=False`: none of these) and per failure on stdout; progress (groups done, elapsed, and
     an estimate where the total is known) on stderr."""
@@ -102,24 +103,24 @@ class Console:
         self.progress = progress or sys.stderr
         self.rows = rows
 
-    def group_started(self, group: Group, base: dict) -> None:
+    def group_started(self, event: GroupStarted) -> None:
         if self.rows:
-            self._print(group_line(group, base))
+            self._print(group_line(event.group, event.base))
 
-    def measuring(self) -> None:
+    def measuring(self, event: Measuring) -> None:
         if self.rows:
             self._print(header())
 
-    def note(self, text: str) -> None:
-        self._print(text)
+    def note(self, event: Note) -> None:
+        self._print(event.text)
 
-    def rows_measured(self, rows: list[dict]) -> None:
-        for row in rows if self.rows else ():
+    def rows_measured(self, event: RowsMeasured) -> None:
+        for row in event.rows if self.rows else ():
             self._print(row_line(row))
 
-    def group_ended(self, group: Group, status: Status, rows: list[dict], failure: dict | None) -> None:
-        if failure is not None:
-            self._print(f"  {status.value.upper()}: group {group.group_id}: {failure['error']}")
+    def group_ended(self, event: GroupEnded) -> None:
+        if event.failure is not None:
+            self._print(f"  {event.status.value.upper()}: group {event.group.group_id}: {event.failure.error}")
         self.done += 1
         elapsed = time.monotonic() - self.t0
         if self.total is None:

@@ -12,7 +12,7 @@ them. Every series carries the run id, so runs sharing a cluster stay apart:
 
 from __future__ import annotations
 
-from orchestrator.sweep.planner import Group
+from orchestrator.execution.events import GroupEnded, RoundStarted, RowsMeasured, RunObserver
 from workloads.messages import Status
 
 MEASUREMENT_TAGS = ("run_id", "collective", "dtype", "op", "in_place", "topology", "pattern", "msg_bytes")
@@ -20,7 +20,7 @@ NAMES = ("collbench_busbw_gbps", "collbench_time_us", "collbench_groups", "collb
          "collbench_groups_planned")
 
 
-class RunMetrics:
+class RunMetrics(RunObserver):
     def __init__(self, run_id: str, groups_planned: int) -> None:
         from ray.util.metrics import Counter, Gauge
 
@@ -34,17 +34,17 @@ class RunMetrics:
         self.planned = Gauge(NAMES[5], "groups the run will measure (0: decided as it goes)", run)
         self.planned.set(groups_planned, tags={"run_id": run_id})
 
-    def round_started(self, round_no: int, groups: int) -> None:
-        self.round.set(round_no, tags={"run_id": self.run_id})
+    def round_started(self, event: RoundStarted) -> None:
+        self.round.set(event.round_no, tags={"run_id": self.run_id})
 
-    def rows_measured(self, rows: list[dict]) -> None:
-        for row in rows:
+    def rows_measured(self, event: RowsMeasured) -> None:
+        for row in event.rows:
             if row["status"] == Status.OK.value:
                 tags = {k: str(row[k]) for k in MEASUREMENT_TAGS}
                 self.busbw.set(row["busbw_gbps"], tags=tags)
                 self.time.set(row["time_us"], tags=tags)
 
-    def group_ended(self, group: Group, status: Status, rows: list[dict], failure: dict | None) -> None:
-        self.groups.inc(1, tags={"run_id": self.run_id, "status": status.value})
-        if rows:
-            self.rows.inc(len(rows), tags={"run_id": self.run_id})
+    def group_ended(self, event: GroupEnded) -> None:
+        self.groups.inc(1, tags={"run_id": self.run_id, "status": event.status.value})
+        if event.rows:
+            self.rows.inc(len(event.rows), tags={"run_id": self.run_id})

@@ -6,13 +6,21 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from orchestrator.execution.events import (
+    GroupEnded,
+    GroupFailure,
+    GroupJoined,
+    RoundEnded,
+    RoundStarted,
+    RowsMeasured,
+    RunObserver,
+)
 from orchestrator.execution.rows import where
-from orchestrator.sweep.planner import Group
-from workloads.messages import Joined, Status
+from workloads.messages import Status
 
 
 @dataclass
-class Outcome:
+class Outcome(RunObserver):
     """Counts of groups and rows, the failures, the devices seen, and where the time went."""
 
     groups_ok: int = 0
@@ -20,7 +28,7 @@ class Outcome:
     groups_skipped: int = 0
     rows: int = 0
     n_wrong: int = 0
-    failures: list[dict] = field(default_factory=list)  # status, error, group_id, ranks, hosts
+    failures: list[GroupFailure] = field(default_factory=list)  # groups, and sizes a group skipped
     device_names: set[str] = field(default_factory=set)
     nccl_versions: set[str] = field(default_factory=set)  # loaded by the workers, from NCCL's log
     setup_s: list[float] = field(default_factory=list)  # round start -> group formed, per group
@@ -38,35 +46,33 @@ class Outcome:
         return sum(max(groups.values()) for groups in self._measured.values())
 
     # -- RunObserver ----------------------------------------------------------------------
-    def round_started(self, round_no: int, groups: int) -> None:
-        self._round_t0[round_no] = (time.monotonic(), groups)
+    def round_started(self, event: RoundStarted) -> None:
+        self._round_t0[event.round_no] = (time.monotonic(), event.groups)
 
-    def round_ended(self, round_no: int) -> None:
-        t0, groups = self._round_t0.pop(round_no)
-        measured = max(self._measured.get(round_no, {0: 0.0}).values())
-        self.rounds.append({"round": round_no, "groups": groups, "wall_s": time.monotonic() - t0,
+    def round_ended(self, event: RoundEnded) -> None:
+        t0, groups = self._round_t0.pop(event.round_no)
+        measured = max(self._measured.get(event.round_no, {0: 0.0}).values())
+        self.rounds.append({"round": event.round_no, "groups": groups, "wall_s": time.monotonic() - t0,
                             "measured_s": measured})
 
-    def group_joined(self, group: Group, setup_s: float, joined: list[Joined]) -> None:
-        self.setup_s.append(setup_s)
-        self.device_names.update(j.device_name for j in joined)
-        self._last_result_at[group.group_id] = time.monotonic()
+    def group_joined(self, event: GroupJoined) -> None:
+        self.setup_s.append(event.setup_s)
+        self.device_names.update(j.device_name for j in event.joined)
+        self._last_result_at[event.group.group_id] = time.monotonic()
 
-    def rows_measured(self, rows: list[dict]) -> None:
+    def rows_measured(self, event: RowsMeasured) -> None:
         now = time.monotonic()
         if self.first_row_at is None:
             self.first_row_at = now
-        for row in rows:
+        for row in event.rows:
             self._last_result_at[row["group_id"]] = now
             if row["status"] != Status.OK.value:  # a size the group skipped (out of memory)
-                failed = row["failed_ranks"]
-                self.failures.append({"status": row["status"], "error": row["error"], "group_id": row["group_id"],
-                                      "ranks": [row["ranks"][j] for j in failed],
-                                      "hosts": sorted({where(row, j) for j in failed})})
+                self.failures.append(size_failure(row))
                 continue
             self._measured[row["round"]][row["group_id"]] += sum(row["iter_time_us"]) / 1e6
 
-    def group_ended(self, group: Group, status: Status, rows: list[dict], failure: dict | None) -> None:
+    def group_ended(self, event: GroupEnded) -> None:
+        group, status, rows, failure = event.group, event.status, event.rows, event.failure
         self.rows += len(rows)
         for row in rows:
             if row.get("nccl_version"):
@@ -81,3 +87,10 @@ class Outcome:
             self.groups_failed += 1
         if failure is not None:
             self.failures.append(failure)
+
+
+def size_failure(row: dict) -> GroupFailure:
+    """The failure of one size of a group that went on (a row not ok among measured ones)."""
+    failed = row["failed_ranks"] or []
+    return GroupFailure(Status(row["status"]), row["error"] or row["status"], row["group_id"],
+                        tuple(row["ranks"][j] for j in failed), tuple(sorted({where(row, j) for j in failed})))

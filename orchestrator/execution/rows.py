@@ -111,11 +111,18 @@ def measured_rows(base: dict, case: Case, per_rank: Sequence[Sequence[Sample]]) 
         batch_us = sum(s.batch_us for s in samples) / len(samples)  # nccl-tests: the mean over ranks
         row.update(timing, algbw_gbps=algbw, busbw_gbps=stats.busbw_gbps(algbw, factor), time_us_batch=batch_us,
                    busbw_gbps_batch=stats.busbw_gbps(stats.algbw_gbps(row["msg_bytes"], batch_us), factor),
-                   n_wrong=sum(s.n_wrong for s in samples), status=Status.OK.value)
+                   n_wrong=sum(s.n_wrong for s in samples), status=Status.OK.value,
+                   mem_peak_bytes=_largest(s.mem_peak_bytes for s in samples),
+                   mem_estimate_bytes=_largest(s.mem_estimate_bytes for s in samples))
         if samples[0].step_us is not None:
             row.update(overlap_fields(samples, timing["time_us"]))
         rows.append(check_keys(row))
     return rows
+
+
+def _largest(values) -> int | None:
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
 
 
 def overlap_fields(samples: Sequence[Sample], comm_us: float) -> dict:

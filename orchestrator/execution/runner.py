@@ -6,7 +6,7 @@ stage has its own deadline: forming and leaving the group --group-timeout, each 
 `planner.case_deadline_s` (longer for more bytes). A group that raises or outlives a deadline is
 abandoned: its actors are killed and replaced, its remaining measurements are recorded as
 `failed` or `timeout`, and the other groups go on. Rows are built by `execution.rows`; whoever
-watches the run (console, tally) is told through the `RunObserver` methods (execution.events).
+watches the run (console, tally) is told through typed events (execution.events).
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ import ray
 
 from orchestrator.errors import one_line
 from orchestrator.execution import rows, transport
-from orchestrator.execution.events import RunObserver
+from orchestrator.execution import events as ev
+from orchestrator.execution.events import GroupFailure, Observers, RunObserver
 from orchestrator.execution.pool import ActorPool, PlacementError
 from orchestrator.results.store import ResultStore
 from orchestrator.sweep.planner import Group, Plan, build_cases, case_deadline_s
@@ -60,22 +61,17 @@ class Runner:
     def __init__(self, spec: SweepSpec, pool: ActorPool, store: ResultStore, backend: str, run: rows.RunRef,
                  observers: Sequence[RunObserver], platforms: dict[str, tuple[str, ...]]) -> None:
         self.spec, self.pool, self.store = spec, pool, store
-        self.backend, self.run_ref, self.observers, self.platforms = backend, run, list(observers), platforms
+        self.backend, self.run_ref, self.platforms = backend, run, platforms
+        self.observers = Observers(list(observers))
         self._cases: dict[int, list[Case]] = {}
 
     def run(self, plan: Plan, skip: frozenset[str] | set[str] = frozenset()) -> None:
         for rnd in plan.rounds:
             todo = [g for g in rnd if g.group_id not in skip]
             if todo:
-                self._notify("round_started", todo[0].round, len(todo))
+                self.observers.round_started(ev.RoundStarted(todo[0].round, len(todo)))
                 self._run_round(todo, len(rnd))
-                self._notify("round_ended", todo[0].round)
-
-    def _notify(self, event: str, *args) -> None:
-        for o in self.observers:
-            handler = getattr(o, event, None)
-            if handler is not None:
-                handler(*args)
+                self.observers.round_ended(ev.RoundEnded(todo[0].round))
 
     # -- one round ------------------------------------------------------------------------
     def _run_round(self, groups: list[Group], groups_in_round: int) -> None:
@@ -90,7 +86,7 @@ class Runner:
                                    [self.pool.slots[r][1] for r in g.ranks], pair, self.platforms)
             r = _GroupRun(g, base, self._cases.setdefault(n, build_cases(self.spec, n)), now,
                           self.spec.group_timeout_s)
-            self._notify("group_started", g, base)
+            self.observers.group_started(ev.GroupStarted(g, base))
             reason = self.pool.unavailable(g.ranks)
             if reason:
                 self._end(r, Status.SKIPPED, list(range(n)), reason)
@@ -98,7 +94,7 @@ class Runner:
                 runs.append(r)
         if not runs:
             return
-        self._notify("measuring")
+        self.observers.measuring(ev.Measuring(groups[0].round))
         owner = {}
         for r in runs:
             self._submit(r)
@@ -171,7 +167,7 @@ class Runner:
             elif r.stage is Stage.MEASURE:
                 measured = rows.measured_rows(r.base, r.cases[r.next_case], results)
                 r.rows += measured
-                self._notify("rows_measured", measured)
+                self.observers.rows_measured(ev.RowsMeasured(r.group, tuple(measured)))
                 r.next_case += 1
                 self._next_case(r)
             else:
@@ -193,7 +189,7 @@ class Runner:
         r.base["devices"] = [x.device for x in joined]
         r.base["gpu_model"] = joined[0].device_name if joined[0].device.startswith("cuda") else None
         r.transports = [x.transport for x in joined]
-        self._notify("group_joined", r.group, time.monotonic() - r.t0, joined)
+        self.observers.group_joined(ev.GroupJoined(r.group, time.monotonic() - r.t0, tuple(joined)))
         wrong = transport.unexpected_network(self.spec.expect_net, self.backend, r.base, r.transports)
         if wrong:
             self._end(r, Status.FAILED, *wrong)
@@ -218,17 +214,17 @@ class Runner:
         if status is not Status.OK:
             r.rows += rows.unmeasured_rows(r.base, r.cases[r.next_case:], status, error,
                                            None if status is Status.SKIPPED else failed)
-            failure = {"status": status.value, "error": error, "group_id": r.group.group_id,
-                       "ranks": [r.group.ranks[j] for j in failed], "culprits": culprits,
-                       "hosts": sorted({rows.where(r.base, j) for j in failed})}
+            failure = GroupFailure(status, error or status.value, r.group.group_id,
+                                   tuple(r.group.ranks[j] for j in failed),
+                                   tuple(sorted({rows.where(r.base, j) for j in failed})), culprits)
         self.store.write_group(r.group.group_id, r.rows)
         r.done = True
-        self._notify("group_ended", r.group, status, r.rows, failure)
+        self.observers.group_ended(ev.GroupEnded(r.group, status, tuple(r.rows), failure))
         if status in (Status.FAILED, Status.TIMEOUT):
             try:
                 self.pool.respawn(list(r.group.ranks))
             except PlacementError as e:
-                self._notify("note", f"  could not replace the workers of group {r.group.group_id}: {e}")
+                self.observers.note(ev.Note(f"  could not replace the workers of group {r.group.group_id}: {e}"))
 
     def _actor(self, r: _GroupRun, j: int):
         return self.pool.actor(r.group.ranks[j])

@@ -11,11 +11,13 @@ import os
 import shutil
 import signal
 import sys
+import time
 
 import ray
 
 from orchestrator.errors import UsageError
 from orchestrator.execution import connect, provenance
+from orchestrator.execution.events import GroupEnded, GroupJoined, RunObserver
 from orchestrator.execution.metrics import RunMetrics
 from orchestrator.execution.outcome import Outcome
 from orchestrator.execution.pool import ActorPool
@@ -24,28 +26,39 @@ from orchestrator.execution.rows import RunRef
 from orchestrator.execution.runner import Runner
 from orchestrator.results.store import ResultStore
 from orchestrator.sweep import inventory
-from orchestrator.sweep.devices import FLOAT8, check_driver, check_float8, check_memory
+from orchestrator.sweep.devices import FLOAT8, check_driver, check_memory, float8_for_cluster
 from orchestrator.sweep.inventory import Inventory
 from orchestrator.sweep.sizes import format_bytes
-from orchestrator.sweep.spec import SweepSpec, auto_backend, for_backend
+from orchestrator.sweep.spec import ALL, SweepSpec, auto_backend, for_backend
 
 
 class Session:
-    """Use as a context manager: the Ray connection and the workers end with the block."""
+    """Use as a context manager: the Ray connection and the workers end with the block. In the
+    block, in this order: `cluster()`, `check_devices()`, `start()`, then `finish()` or
+    `interrupted()`; a step called before the one it needs says which (SessionOrder)."""
 
     def __init__(self, spec: SweepSpec, run_id: str, started: dt.datetime) -> None:
         self.spec, self.run_id, self.started = spec, run_id, started
         self.store = ResultStore(spec.output, run_id)
         self.pool: ActorPool | None = None
         self.manifest: dict = {}
-        self.where = ""
+        self.where = ""  # the cluster, as said to the user; set once connected
+        self.inv: Inventory | None = None  # cluster()
+        self.backend: str | None = None  # cluster()
+        self.caps: dict = {}  # check_devices(): node id -> the probe's device capabilities
+        self.platforms: dict = {}  # check_devices(): node id -> platform (tags, key)
+        self.startup = StartupTimes()
+        self._checked = False
+        self._float8_from_all = False
+        self._sigterm = None
 
     def __enter__(self) -> Session:
         global _terminated
         _terminated = False
         self.store.acquire()  # one writer per run: a second run or --resume of it is refused here, before Ray
         try:
-            self.where = connect.connect(self.spec.address)
+            with self.startup.timing("connect_s"):
+                self.where = connect.connect(self.spec.address)
         except BaseException:
             self.store.release()
             raise
@@ -66,30 +79,43 @@ class Session:
     def cluster(self) -> tuple[Inventory, str]:
         """The nodes that hold ranks and the backend (a resumed run compares them with its own:
         commands.resume.cluster_change)."""
+        if not self.where:
+            raise SessionOrder("Session.cluster() runs inside `with Session(...)`")
         inv = inventory.from_ray_nodes(ray.nodes(), self.spec.ranks_per_node)
         if not inv.nodes:
             raise UsageError("the Ray cluster has no node that can hold a rank")
         backend = auto_backend(self.spec.backend, inv.use_gpus)
+        # float8 that only `-d all` asked for is left out where the GPUs cannot reduce it (not refused)
+        self._float8_from_all = ALL in self.spec.dtypes and not FLOAT8 & set(self.spec.dtypes)
         self.spec = for_backend(self.spec, backend)  # `-d all` known now
         self.inv, self.backend = inv, backend
         return inv, backend
 
     def check_devices(self, group_sizes: set[int]) -> None:
         """What every node is (probe task), and whether the sweep fits and can run there."""
-        probes = probe_nodes(self.inv, with_nccl=bool(FLOAT8 & set(self.spec.dtypes)))
+        if self.inv is None or self.backend is None:
+            raise SessionOrder("Session.check_devices() needs cluster() first")
+        with self.startup.timing("probe_s"):
+            probes = probe_nodes(self.inv, with_nccl=bool(FLOAT8 & set(self.spec.dtypes)))
         self.caps = {node_id: p.caps for node_id, p in probes.items() if p.caps is not None}
         self.platforms = {node_id: p.platform for node_id, p in probes.items()}
         check_driver(self.backend, self.inv, self.caps)  # before float8 and memory: their facts need a working torch
-        check_float8(self.spec, self.backend, self.inv, self.caps)
+        self.spec, note = float8_for_cluster(self.spec, self.backend, self.inv, self.caps, self._float8_from_all)
+        if note:
+            print(f"collbench: {note}", file=sys.stderr, flush=True)
         check_memory(self.spec, self.backend, self.inv, group_sizes, self.caps)
+        self._checked = True
 
     def start(self, groups_total: int, observers: list, command: str = "run", skipped: int = 0
               ) -> tuple[Runner, Outcome]:
         """Workers on every rank, the store, the manifest (state running), and a runner for the
         groups_total - skipped groups still to measure (a resumed run skips the ones on disk)."""
+        if not self._checked:
+            raise SessionOrder("Session.start() needs check_devices() first")
         self.pool = ActorPool(self.inv, self.spec.env_vars(), start_timeout_s=min(self.spec.group_timeout_s, 300.0),
                               name=f"collbench-{self.run_id}")
-        self.pool.start()
+        with self.startup.timing("workers_s"):
+            self.pool.start()
         self.store.create()
         self.manifest = provenance.manifest(self.spec, self.inv, self.pool.infos(), self.backend, groups_total)
         drivers = sorted({c.driver_version for c in self.caps.values() if c.driver_version})
@@ -99,19 +125,23 @@ class Session:
         outcome = Outcome()
         # the manifest counts a group before anyone is told of it: a progress line it printed is
         # then never ahead of the manifest an interrupt leaves
-        observers = [_GroupsDone(self), outcome, *observers, RunMetrics(self.run_id, groups_total - skipped)]
+        observers = [_GroupsDone(self), self.startup, outcome, *observers,
+                     RunMetrics(self.run_id, groups_total - skipped)]
         runner = Runner(self.spec, self.pool, self.store, self.backend, RunRef(self.run_id, self.started),
                         observers, {n: p.tags for n, p in self.platforms.items()})
         return runner, outcome
 
     def finish(self, outcome: Outcome) -> None:
         """Release the workers, compact the run's rows, mark the manifest finished."""
+        if self.pool is None:
+            raise SessionOrder("Session.finish() needs start() first")
         self.pool.shutdown()
         self.store.compact()
         self.manifest.update(
             state="finished", finished_at=dt.datetime.now(dt.timezone.utc),
             device_models=sorted(set(self.manifest["device_models"]) | outcome.device_names),
             nccl_version=",".join(sorted(outcome.nccl_versions)) or self.manifest["nccl_version"],
+            **self.startup.fields(),
         )
         self.store.write_manifest(self.manifest)
 
@@ -120,7 +150,8 @@ class Session:
         done are counted on disk: an interrupt between a group's file and its count loses neither."""
         with contextlib.suppress(OSError):
             self.manifest["groups_done"] = len(self.store.finished_groups())
-        self.manifest.update(state="interrupted", finished_at=dt.datetime.now(dt.timezone.utc))
+        self.manifest.update(state="interrupted", finished_at=dt.datetime.now(dt.timezone.utc),
+                             **self.startup.fields())
         self.store.write_manifest(self.manifest)
 
     def stopped_by_full_disk(self, e: OSError) -> str:
@@ -145,7 +176,42 @@ class Session:
         return f"{said}; {self.manifest['groups_done']} finished group(s) kept in {self.store.location}"
 
 
-class _GroupsDone:
+class SessionOrder(RuntimeError):
+    """A Session step called before the step it needs (a programming error, not a user's)."""
+
+
+class StartupTimes(RunObserver):
+    """Where the start of a run goes, in seconds: joining Ray (`connect_s`), the probe task on
+    every node (`probe_s`), starting one worker per rank (`workers_s`), and the first group's
+    rendezvous, from its round's start to the group formed (`first_join_s`). The closing line and
+    the manifest carry them."""
+
+    PARTS = ("connect_s", "probe_s", "workers_s", "first_join_s")
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def timing(self, part: str):
+        t0 = time.monotonic()
+        try:
+            yield
+        finally:
+            self.seconds[part] = time.monotonic() - t0
+
+    def group_joined(self, event: GroupJoined) -> None:
+        self.seconds.setdefault("first_join_s", event.setup_s)
+
+    def fields(self) -> dict[str, float]:
+        return {f"startup_{k}": round(v, 3) for k, v in self.seconds.items()}
+
+    def line(self) -> str:
+        parts = [f"{k.removesuffix('_s').replace('_', ' ')} {self.seconds[k]:.1f}s" for k in self.PARTS
+                 if k in self.seconds]
+        return f"start {sum(self.seconds.values()):.1f}s (" + ", ".join(parts) + ")"
+
+
+class _GroupsDone(RunObserver):
     """Counts finished groups in the manifest as each ends, so that an interrupted or killed run
     says how far it got. One small atomic write beside the group's own file: counting at round
     ends would cost less but say 0 until the end where a round holds every group (--concurrent)."""
@@ -153,7 +219,7 @@ class _GroupsDone:
     def __init__(self, session: Session) -> None:
         self.session = session
 
-    def group_ended(self, group, status, rows, failure) -> None:
+    def group_ended(self, event: GroupEnded) -> None:
         self.session.manifest["groups_done"] += 1
         self.session.store.write_manifest(self.session.manifest)
 

@@ -19,6 +19,7 @@ deletes are done (or the next compaction redoes them).
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import posixpath
 import re
@@ -33,6 +34,9 @@ import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from orchestrator.results.dataset import load_table
+from orchestrator.results import location
+from orchestrator.results.location import PART_PREFIX, row_file
 from orchestrator.results.schema import ROW_SCHEMA
 
 if TYPE_CHECKING:
@@ -86,27 +90,33 @@ def clear_leftovers(store: ResultStore) -> list[str]:
 
 
 def _compact(store: ResultStore) -> int:
-    from orchestrator.results import store as layout
-
     infos = store.fs.get_file_info(pafs.FileSelector(store.run_dir, allow_not_found=True))
-    rows = [i for i in infos if layout.row_file(i.base_name)]
-    groups = sorted(i.path for i in rows if not i.base_name.startswith(layout.PART_PREFIX))
-    old_parts = sorted(i.path for i in rows if i.base_name.startswith(layout.PART_PREFIX))
+    rows = [i for i in infos if row_file(i.base_name)]
+    groups = sorted(i.path for i in rows if not i.base_name.startswith(PART_PREFIX))
+    old_parts = sorted(i.path for i in rows if i.base_name.startswith(PART_PREFIX))
     if not groups or (len(groups) < 2 and not old_parts):
         return 0
     if store.local and _exchange is not None:
-        _swap(store)
-    else:
-        _write_then_delete(store, groups, old_parts)
+        try:
+            _swap(store)
+            return len(groups)
+        except OSError as e:
+            if e.errno not in _NO_EXCHANGE:
+                raise
+            # a filesystem without RENAME_EXCHANGE (NFS, FUSE, overlay mounts): nothing was
+            # swapped and the staging copy is gone; part files first, then the group files
+    _write_then_delete(store, groups, old_parts)
     return len(groups)
+
+
+# renameat2 errors of a filesystem that cannot exchange (what NFS, FUSE and old overlayfs answer)
+_NO_EXCHANGE = (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS, errno.EXDEV)
 
 
 def _sliced(table: pa.Table, first: int = 0) -> dict[str, pa.Table]:
     """Part file names (numbered from `first`) and their rows, up to PART_ROWS each."""
-    from orchestrator.results.store import PART_PREFIX, PART_ROWS
-
-    return {f"{PART_PREFIX}{first + k:05d}.parquet": table.slice(lo, PART_ROWS)
-            for k, lo in enumerate(range(0, table.num_rows, PART_ROWS))}
+    return {f"{PART_PREFIX}{first + k:05d}.parquet": table.slice(lo, location.PART_ROWS)
+            for k, lo in enumerate(range(0, table.num_rows, location.PART_ROWS))}
 
 
 def _write_then_delete(store: ResultStore, groups: list[str], old_parts: list[str]) -> None:
@@ -116,8 +126,6 @@ def _write_then_delete(store: ResultStore, groups: list[str], old_parts: list[st
     as new parts, numbered after the older ones; (3) the group files are deleted. Rewriting the
     parts wholesale instead would move rows between files, and a crash halfway through would read
     some twice and lose others."""
-    from orchestrator.results.store import PART_PREFIX
-
     replaced = pa.array([posixpath.basename(g)[: -len(".parquet")] for g in groups])
     for path in old_parts:
         part = _read(store, [path])
@@ -146,8 +154,6 @@ def _read(store: ResultStore, paths: list[str]) -> pa.Table:
 
 def _swap(store: ResultStore) -> None:
     """The run's rows (as collbench reads them) staged as parts, then swapped in atomically."""
-    from orchestrator.results.dataset import load_table
-
     parts = _sliced(load_table(store.location_of_run(), columns=ROW_SCHEMA.names))
     staging = os.path.join(store.root, staging_name(store.run_id))
     os.makedirs(staging)

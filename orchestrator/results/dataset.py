@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from orchestrator.errors import UsageError, first_line
 from orchestrator.results.schema import MANIFEST_SCHEMA, ROW_SCHEMA, SCHEMA_VERSION
-from orchestrator.results.store import MANIFEST_DIR, PART_PREFIX, resolve
+from orchestrator.results.location import MANIFEST_DIR, PART_PREFIX, resolve
 
 # Raw per-iteration samples are large and only compare needs them.
 COLUMNS = [f.name for f in ROW_SCHEMA if f.name != "iter_time_us"]
@@ -190,7 +190,7 @@ def manifest(path: str, run_id: str) -> dict | None:
             known = {f.name for f in MANIFEST_SCHEMA}  # keys of a newer collbench are left to it
             return pa.Table.from_pylist([{k: v for k, v in record.items() if k in known}],
                                         schema=MANIFEST_SCHEMA).to_pylist()[0]
-        except (ValueError, TypeError, pa.ArrowException) as e:
+        except (ValueError, TypeError, RecursionError, pa.ArrowException) as e:  # RecursionError: nested too deep
             raise CorruptManifest(f"{base}.json: the run's manifest is corrupt ({first_line(e)[:160]})") from None
     try:
         table = pq.read_table(base + ".parquet", filesystem=fs)

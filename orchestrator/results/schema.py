@@ -67,6 +67,10 @@ ROW_SCHEMA = pa.schema(
         ("time_us_batch", pa.float64()),  # nccl-tests' way: the timed iterations as one batch, mean over ranks
         ("busbw_gbps_batch", pa.float64()),
         ("n_wrong", pa.int64()),  # mismatched elements summed over ranks
+        # GPU only: the most torch allocated on any rank for this size (buffers, check scratch), and
+        # the memory check's estimate of it (README: Reliability)
+        ("mem_peak_bytes", pa.int64()),
+        ("mem_estimate_bytes", pa.int64()),
         ("status", pa.string()),  # ok | failed | timeout | skipped
         ("error", pa.string()),
         ("failed_ranks", pa.list_(pa.int32())),  # group ranks that failed or never answered
@@ -109,6 +113,11 @@ MANIFEST_SCHEMA = pa.schema(
         ("expected", pa.string()),  # JSON: expected-value entries the cluster declared (a lab's link rate)
         ("groups_total", pa.int32()),
         ("groups_done", pa.int32()),
+        # where the start went (execution.session.StartupTimes), seconds
+        ("startup_connect_s", pa.float64()),
+        ("startup_probe_s", pa.float64()),
+        ("startup_workers_s", pa.float64()),
+        ("startup_first_join_s", pa.float64()),
     ]
 )
 

@@ -22,11 +22,8 @@ replace its group's rows in part files.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
-import tempfile
-import threading
 import urllib.parse
 import uuid
 
@@ -35,141 +32,12 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from orchestrator.errors import UsageError, first_line
+from orchestrator.errors import RunStopped
+from orchestrator.results import compact as compaction
+from orchestrator.results.dataset import load_table
+from orchestrator.results.location import MANIFEST_DIR, is_uri, resolve, row_file
 from orchestrator.results.lock import run_lock
 from orchestrator.results.schema import MANIFEST_SCHEMA, SCHEMA_VERSION, rows_table
-from orchestrator.timeouts import connect_timeout_s
-
-MANIFEST_DIR = "_runs"
-PART_PREFIX = "part-"
-PART_ROWS = 1_000_000  # rows per compacted file
-
-
-def is_uri(output: str) -> bool:
-    return "://" in output
-
-
-def resolve(output: str) -> tuple[pafs.FileSystem, str]:
-    """(filesystem, root path) for a directory or an object-store URI."""
-    if output.startswith("s3://"):
-        return _s3(output)
-    if output.startswith("gs://"):
-        return _gcs(output)
-    if is_uri(output):
-        try:
-            return pafs.FileSystem.from_uri(output)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as e:
-            raise UsageError(f"--output {output}: {first_line(e)}") from None
-    return pafs.LocalFileSystem(), os.path.abspath(output)
-
-
-_S3_OPTIONS = {"region": str, "endpoint_override": str, "scheme": str}
-_GCS_OPTIONS = {"endpoint_override": str, "scheme": str, "project_id": str, "anonymous": bool}
-# How long a GCS call retries transient errors (pyarrow's default is 15 minutes: an output with no
-# network hung the command that long; now a call fails within this).
-GCS_RETRY_S = 15
-
-
-def _options(uri: str, known: dict[str, type]) -> tuple[urllib.parse.SplitResult, dict]:
-    """The URI's parts and its ?key=value options, checked against `known`."""
-    parts = urllib.parse.urlsplit(uri)
-    query = dict(urllib.parse.parse_qsl(parts.query))
-    unknown = sorted(set(query) - set(known))
-    if unknown:
-        raise UsageError(f"--output {uri}: unknown option {unknown[0]} (known: {', '.join(known)})")
-    if not parts.netloc:
-        raise UsageError(f"--output {uri}: no bucket")
-    for key, kind in known.items():
-        if kind is bool and key in query:
-            if query[key].lower() not in ("true", "false", "1", "0"):
-                raise UsageError(f"--output {uri}: {key}={query[key]!r}: expected true or false")
-            query[key] = query[key].lower() in ("true", "1")
-    return parts, query
-
-
-def _s3(uri: str) -> tuple[pafs.FileSystem, str]:
-    """s3://bucket/prefix[?region=..&endpoint_override=..&scheme=..]. Small objects are written
-    with one PUT (allow_delayed_open), which also suits S3-compatible servers."""
-    parts, query = _options(uri, _S3_OPTIONS)
-    fs = pafs.S3FileSystem(allow_delayed_open=True, **query)
-    return fs, f"{parts.netloc}{parts.path}".rstrip("/")
-
-
-def _gcs(uri: str) -> tuple[pafs.FileSystem, str]:
-    """gs://bucket/prefix[?project_id=..&endpoint_override=..&scheme=..&anonymous=..], retrying
-    transient errors for GCS_RETRY_S, not pyarrow's 15 minutes."""
-    parts, query = _options(uri, _GCS_OPTIONS)
-    fs = pafs.GcsFileSystem(retry_time_limit=dt.timedelta(seconds=GCS_RETRY_S), **query)
-    return fs, f"{parts.netloc}{parts.path}".rstrip("/")
-
-
-def resolve_output(output: str) -> str:
-    """An absolute location for --output. A relative path under `ray job submit` resolves against
-    the home directory: the job's working directory is a temporary copy that Ray deletes."""
-    if is_uri(output) or os.path.isabs(output):
-        return output
-    if "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ:
-        return os.path.join(os.path.expanduser("~"), output)
-    return os.path.abspath(output)
-
-
-def check_writable(output: str) -> None:
-    """Refuse an output that cannot be written, before anything runs and without leaving files."""
-    if is_uri(output):
-        _probe_object_store(output)
-        return
-    path = os.path.abspath(output)
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise UsageError(f"--output {output}: exists and is not a directory")
-    probe = path
-    while not os.path.exists(probe):
-        probe = os.path.dirname(probe)
-    if not os.path.isdir(probe):
-        raise UsageError(f"--output {output}: {probe} is not writable")
-    try:  # the only sure test (root passes os.access, yet /proc refuses files): make one and delete it
-        fd, name = tempfile.mkstemp(prefix=".collbench-probe-", dir=probe)
-    except OSError as e:
-        raise UsageError(f"--output {output}: {probe} is not writable ({e.strerror})") from None
-    os.close(fd)
-    os.unlink(name)
-
-
-def _probe_object_store(output: str) -> None:
-    """The bucket exists and an object can be written and deleted with these credentials, found
-    out within the connect timeout (a store that does not answer, or a credential lookup that
-    waits on an unreachable metadata server, is given up on)."""
-    fs, root = resolve(output)
-    timeout_s = connect_timeout_s()
-    failure: list[BaseException] = []
-
-    def attempt() -> None:
-        try:
-            _write_probe(fs, root, output)
-        except BaseException as e:  # handed to the caller's thread
-            failure.append(e)
-
-    # A daemon thread: one stuck in the store's client must not keep the process from exiting.
-    thread = threading.Thread(target=attempt, name="collbench-probe", daemon=True)
-    thread.start()
-    thread.join(timeout_s)
-    if thread.is_alive():
-        raise UsageError(f"--output {output}: no answer from the object store in {timeout_s:g} s")
-    if failure:
-        raise failure[0]
-
-
-def _write_probe(fs: pafs.FileSystem, root: str, output: str) -> None:
-    bucket = root.split("/", 1)[0]
-    probe = f"{root.rstrip('/')}/_collbench_probe_{uuid.uuid4().hex}"
-    try:
-        if fs.get_file_info(bucket).type == pafs.FileType.NotFound:
-            raise UsageError(f"--output {output}: bucket {bucket} does not exist")
-        with fs.open_output_stream(probe) as f:
-            f.write(b"probe")
-        fs.delete_file(probe)
-    except (OSError, pa.ArrowException) as e:
-        raise UsageError(f"--output {output}: cannot write there ({first_line(e)})") from None
-
 
 class ResultStore:
     def __init__(self, output: str, run_id: str) -> None:
@@ -189,10 +57,12 @@ class ResultStore:
         self.fs.create_dir(f"{self.root}/{MANIFEST_DIR}", recursive=True)
 
     def write_group(self, group_id: str, rows: list[dict]) -> None:
+        self._still_the_writer()
         self.write_table(rows_table(rows), f"{self.run_dir}/{group_id}.parquet")
 
     def write_manifest(self, manifest: dict) -> None:
         """The manifest as one JSON object (its types are MANIFEST_SCHEMA's; times in ISO 8601)."""
+        self._still_the_writer()
         record = {"schema_version": SCHEMA_VERSION, "run_id": self.run_id, **manifest}
         unknown = sorted(set(record) - set(MANIFEST_SCHEMA.names))
         if unknown:
@@ -203,8 +73,6 @@ class ResultStore:
     def finished_groups(self, ok_only: bool = False) -> set[str]:
         """Group ids of this run already on disk (for --resume), in group files and compacted
         rows; with `ok_only`, only the groups whose every row is ok (--retry-failed)."""
-        from orchestrator.results.dataset import load_table
-
         infos = self.fs.get_file_info(pafs.FileSelector(self.run_dir, allow_not_found=True))
         if not any(row_file(i.base_name) for i in infos):
             return set()
@@ -218,11 +86,9 @@ class ResultStore:
     def acquire(self, wait_s: float = 0.0) -> None:
         """Become the run's one writer (lock.py): refused in one line naming the holder when another
         process still holds it after wait_s; then clear what a killed compaction of the run left."""
-        from orchestrator.results.compact import clear_leftovers
-
         self.lock.acquire(wait_s)
         try:
-            clear_leftovers(self)
+            compaction.clear_leftovers(self)
         except BaseException:
             self.lock.release()
             raise
@@ -230,12 +96,19 @@ class ResultStore:
     def release(self) -> None:
         self.lock.release()
 
+    def _still_the_writer(self) -> None:
+        """Stop before a write once another process took the run's lease over (an object store's
+        lock whose heartbeats did not get through): two writers never write one run."""
+        taker = getattr(self.lock, "lost", None)
+        if taker is not None:
+            raise RunStopped(f"run {self.run_id} in {self.location}: its lock was taken over by {taker.describe()} "
+                             "(this process's lease ran out while the object store did not answer); stopped without "
+                             "writing more, so that one process writes the run")
+
     def compact(self, wait_s: float | None = None) -> int:
         """Rewrite the run's rows as a few part files, under the run's lock (compact.py); returns
         the number of group files merged."""
-        from orchestrator.results.compact import COMPACT_WAIT_S, compact
-
-        return compact(self, COMPACT_WAIT_S if wait_s is None else wait_s)
+        return compaction.compact(self, compaction.COMPACT_WAIT_S if wait_s is None else wait_s)
 
     def location_of_run(self) -> str:
         """The run's folder as a path or URI, for the dataset reader."""
@@ -263,10 +136,6 @@ class ResultStore:
         with open(tmp, "wb") as f:
             f.write(data)
         os.replace(tmp, path)
-
-
-def row_file(name: str) -> bool:
-    return name.endswith(".parquet") and not name.startswith((".", "_"))
 
 
 def _iso(value: object) -> str:

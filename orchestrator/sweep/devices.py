@@ -5,9 +5,11 @@ Memory: a rank holds one size at a time: its send and receive buffers (one buffe
 the backend allocates for the call (gloo's all_gather and reduce_scatter: one more) and, while
 checking, at most `check_scratch_bytes` of temporaries (workloads.data); the estimate is
 that peak (`harness.peak_bytes`; tests/integration/test_memory.py measures it on CPU). GPUs also
-need room for the CUDA context and NCCL's own buffers: here a coarse 1 GiB (GPU_RESERVE_BYTES)
-refuses only sweeps that cannot fit at all; on the device the harness checks each size against
-the memory it measures free, less a headroom per GPU generation, and fails just that size.
+need room for the CUDA context and NCCL's own buffers: here the reserve is a context and NCCL's
+buffers (GPU_CONTEXT_BYTES) plus the headroom the harness keeps per GPU generation for what NCCL
+connects on first use (workloads.harness.NCCL_HEADROOM_BYTES: 2 GiB from Hopper, NVLS buffers), so
+a sweep that cannot fit at all is refused before it starts; on the device the harness checks each
+size against the memory it measures free, less the same headroom, and fails just that size.
 float8: NCCL reduces float8 only from 2.24 on, in a torch built against it, on compute
 capability 9.0 (Hopper) or newer.
 Driver: a torch wheel carries its own CUDA runtime; the node's NVIDIA driver must be at least the
@@ -17,6 +19,7 @@ first CUDA call. `check_driver` refuses the run before any actor starts.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -27,11 +30,11 @@ from orchestrator.sweep.planner import build_cases
 from orchestrator.sweep.sizes import format_bytes
 from orchestrator.sweep.spec import SweepSpec
 from workloads import registry
-from workloads.harness import peak_bytes
+from workloads.harness import headroom_bytes_for, peak_bytes
 from workloads.messages import Case
 from workloads.registry import Ctx
 
-GPU_RESERVE_BYTES = 1 << 30
+GPU_CONTEXT_BYTES = 1 << 30  # the CUDA context (~0.5 GiB on Hopper) and NCCL's channel buffers
 FLOAT8_MIN_CC = (9, 0)
 FLOAT8_MIN_NCCL = (2, 24, 0)
 FLOAT8 = frozenset({"float8_e4m3", "float8_e5m2"})
@@ -118,8 +121,11 @@ def check_memory(spec: SweepSpec, backend: str, inv: Inventory, group_sizes: Ite
     need = bytes_per_rank(spec, group_sizes, backend)
     for node in inv.nodes:
         if inv.use_gpus:
-            total = caps.get(node.node_id, DeviceCaps()).memory_bytes or 0
-            have, what = max(total - GPU_RESERVE_BYTES, 0), "GPU memory per device after 1G for CUDA and NCCL"
+            cap = caps.get(node.node_id, DeviceCaps())
+            total = cap.memory_bytes or 0
+            reserve = gpu_reserve_bytes(cap.compute_capability)
+            have = max(total - reserve, 0)
+            what = f"GPU memory per device after {format_bytes(reserve)} for CUDA and NCCL"
             if not total:
                 continue  # unknown: nothing to compare with
         else:
@@ -131,6 +137,11 @@ def check_memory(spec: SweepSpec, backend: str, inv: Inventory, group_sizes: Ite
                 f"--max-bytes {format_bytes(spec.max_bytes)}: each rank needs about {format_bytes(need)} "
                 f"(buffers and check), node {node.ip} has {format_bytes(have)} of {what}"
             )
+
+
+def gpu_reserve_bytes(cc: tuple[int, int] | None) -> int:
+    """What a GPU of compute capability `cc` keeps besides a size's buffers (unknown: the newest's)."""
+    return GPU_CONTEXT_BYTES + headroom_bytes_for(cc or (99, 0))
 
 
 def check_driver(backend: str, inv: Inventory, caps: dict[str, DeviceCaps]) -> None:
@@ -146,21 +157,43 @@ def check_driver(backend: str, inv: Inventory, caps: dict[str, DeviceCaps]) -> N
 
 def check_float8(spec: SweepSpec, backend: str, inv: Inventory, caps: dict[str, DeviceCaps]) -> None:
     """Refuse float8 dtypes on a cluster whose GPUs or NCCL cannot reduce them."""
+    problem = float8_problem(spec, backend, inv, caps)
+    if problem:
+        raise UsageError(problem)
+
+
+def float8_for_cluster(spec: SweepSpec, backend: str, inv: Inventory, caps: dict[str, DeviceCaps],
+                       from_all: bool) -> tuple[SweepSpec, str | None]:
+    """The spec this cluster can run, and a note: float8 that only `-d all` asked for (`from_all`)
+    is left out where the GPUs or NCCL cannot reduce it; float8 asked for by name is refused."""
+    problem = float8_problem(spec, backend, inv, caps)
+    if problem is None:
+        return spec, None
+    if not from_all:
+        raise UsageError(problem)
+    kept = tuple(d for d in spec.dtypes if d not in FLOAT8)
+    return dataclasses.replace(spec, dtypes=kept), f"-d all: float8 left out ({problem.split(': ', 1)[1]})"
+
+
+def float8_problem(spec: SweepSpec, backend: str, inv: Inventory, caps: dict[str, DeviceCaps]) -> str | None:
+    """Why the sweep's float8 dtypes cannot run on this cluster, in one line; None when they can
+    (or when it has none). NCCL's float8 support is also fixed when torch is built (its
+    NCCL_SUPPORTS_FP8): `nccl_version` is the NCCL torch was built with, which is that build's."""
     wanted = [d for d in spec.dtypes if d in FLOAT8]
     if not wanted or backend != "nccl":
-        return
+        return None
     flag = f"--dtypes {wanted[0]}"
     for node in inv.nodes:
         cap = caps.get(node.node_id, DeviceCaps(problem="not probed"))
         where = f"node {node.ip}"
         if cap.compute_capability is None or cap.nccl_version is None:
-            raise UsageError(f"{flag}: needs compute capability 9.0 and NCCL 2.24; could not read {where}'s "
-                             f"({cap.problem or 'unknown'})")
+            return (f"{flag}: needs compute capability 9.0 and NCCL 2.24; could not read {where}'s "
+                    f"({cap.problem or 'unknown'})")
         if cap.compute_capability < FLOAT8_MIN_CC:
             cc = ".".join(map(str, cap.compute_capability))
-            raise UsageError(f"{flag}: {where}'s GPUs ({cap.gpu_name}) have compute capability {cc}; float8 "
-                             "reductions need 9.0 or newer (Hopper)")
+            return (f"{flag}: {where}'s GPUs ({cap.gpu_name}) have compute capability {cc}; float8 "
+                    "reductions need 9.0 or newer (Hopper)")
         if cap.nccl_version < FLOAT8_MIN_NCCL:
             version = ".".join(map(str, cap.nccl_version))
-            raise UsageError(f"{flag}: torch on {where} is built with NCCL {version}; float8 reductions need "
-                             "NCCL 2.24 or newer")
+            return f"{flag}: torch on {where} is built with NCCL {version}; float8 reductions need NCCL 2.24 or newer"
+    return None

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from orchestrator.results import dataset
-from orchestrator.results.store import resolve_output
+from orchestrator.results.location import resolve_output
 from tests.faults import worker_pids
 from tests.helpers import run_cli
 

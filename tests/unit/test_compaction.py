@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import multiprocessing as mp
+import errno
 import os
 
 import pandas as pd
@@ -17,7 +18,7 @@ import pytest
 from orchestrator.errors import UsageError
 from orchestrator.results import compact as compaction
 from orchestrator.results import dataset
-from orchestrator.results import store as layout
+from orchestrator.results import location as layout
 from orchestrator.results.store import ResultStore
 from tests.unit.test_store import _row
 
@@ -144,3 +145,19 @@ def test_a_compaction_killed_at_every_step(tmp_path, monkeypatch, path, make_run
         assert _seen(root) == dict.fromkeys(["collbench", "pyarrow", "pandas"], rows), (at, step)
         assert all(n.startswith("part-") for n in os.listdir(os.path.join(root, "run-a"))), (at, step)
         assert sorted(os.listdir(root)) == ["_runs", "run-a"], (at, step)  # no staging, no lock left
+
+
+def test_a_filesystem_that_cannot_exchange_compacts_by_writing_then_deleting(tmp_path, monkeypatch):
+    """NFS and FUSE mounts answer renameat2(RENAME_EXCHANGE) with EINVAL or ENOTSUP: the compaction
+    falls back to part files first, then the group files removed; every row once, nothing left."""
+    root = str(tmp_path / "nfs")
+    expected = _write_run(root)
+
+    def refuse(a: str, b: str) -> None:
+        raise OSError(errno.EINVAL, f"renameat2 exchange {a} <-> {b}: Invalid argument")
+
+    monkeypatch.setattr(compaction, "_exchange", refuse)
+    assert ResultStore(root, "run-a").compact() == GROUPS
+    assert sorted(os.listdir(os.path.join(root, "run-a"))) == ["part-00000.parquet"]
+    assert all(rows == expected for rows in _seen(root).values())
+    assert not [n for n in os.listdir(root) if n.startswith(".")]  # no staging folder left

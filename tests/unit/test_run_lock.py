@@ -14,9 +14,10 @@ import socket
 import time
 import uuid
 
+import pyarrow.fs as pafs
 import pytest
 
-from orchestrator.errors import UsageError
+from orchestrator.errors import RunStopped, UsageError
 from orchestrator.results import dataset, lock
 from orchestrator.results.store import ResultStore
 from tests.unit.test_store import _row
@@ -168,6 +169,10 @@ def test_object_store_holder_keeps_its_lease_and_learns_when_it_lost_it(s3_outpu
     while first.lock.lost is None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert first.lock.lost == intruder
+    with pytest.raises(RunStopped, match="its lock was taken over by host elsewhere pid 1 since") as stopped:
+        first.write_group("r0-g0", [_row(0)])  # it writes nothing more
+    assert stopped.value.exit_code == 1
+    assert not first.fs.get_file_info(pafs.FileSelector(first.run_dir, allow_not_found=True))
     first.release()  # not its lock any more: the intruder's object stays
     assert first.lock._read().token == "i" * 32
 

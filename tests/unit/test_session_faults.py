@@ -37,9 +37,11 @@ def test_a_full_disk_before_the_manifest_says_nothing_was_measured(tmp_path):
 def test_a_full_disk_marks_the_manifest_interrupted_or_says_it_could_not(tmp_path, monkeypatch):
     s = _session(tmp_path)
     s.store.create()
-    s.manifest = {"state": "running", "groups_total": 3, "groups_done": 2}
+    s.manifest = {"state": "running", "groups_total": 3, "groups_done": 1}  # one behind what is on disk
+    for group in ("r0-g0", "r1-g0"):
+        s.store.write_group(group, [{"run_id": "run-1", "group_id": group, "status": "ok"}])
     line = s.stopped_by_full_disk(OSError(errno.ENOSPC, "No space left on device"))
-    assert line.endswith(f"free); 2 finished group(s) kept in {tmp_path}/out")
+    assert line.endswith(f"free); 2 finished group(s) kept in {tmp_path}/out")  # counted on disk
     from orchestrator.results import dataset
     assert dataset.manifest(str(tmp_path / "out"), "run-1")["state"] == "interrupted"
 
