@@ -23,7 +23,7 @@ from orchestrator.commands.options import (
 from orchestrator.commands.render import render_csv, render_tables
 from orchestrator.errors import UsageError
 from orchestrator.results import dataset
-from orchestrator.results.store import is_uri
+from orchestrator.results.location import check_writable, is_uri
 
 TABLE_NAMES = (*report.TABLES, "flags")
 
@@ -145,6 +145,7 @@ def _plots_dir(path: str, plots: str, run_id: str) -> str:
         if inside and not any(part.startswith(("_", ".")) for part in rel.split(os.sep)):
             raise UsageError(f"--plots {plots}: inside the results dataset, where pandas.read_parquet({path!r}) "
                              f"would try the PNGs as Parquet; use {os.path.join(path, '_plots')} or a folder outside")
+    check_writable(plots, "--plots")  # before the report prints: a refusal leaves nothing said twice
     return plots
 
 

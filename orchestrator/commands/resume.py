@@ -62,6 +62,10 @@ class SavedRun:
 def saved_run(record: dict, run_id: str) -> SavedRun:
     """The run from its manifest record (dataset.manifest)."""
     source = f"--resume {run_id}"
+    missing = [k for k in ("spec", "inventory") if not record.get(k)]
+    if missing:  # a run killed before its manifest was complete, or a manifest written by hand
+        raise UsageError(f"{source}: its manifest has no {' and no '.join(missing)} (what the run measures and where), "
+                         "so it cannot be resumed; start a new run")
     try:
         spec_values = json.loads(record["spec"])
         nodes = tuple((str(n["ip"]), int(n["ranks"])) for n in json.loads(record["inventory"]))

@@ -101,7 +101,10 @@ def _cases() -> list[tuple[str, list[str]]]:
         ["--format", "csv", "--csv-dir", "{bin}"], ["--format", "csv", "--csv-dir", "/proc/collbench"],
         ["--format", "csv", "--csv-dir", "{bin}/below"], ["--format", "csv", "--csv-dir", ""],
         ["--format", "csv", "--csv-dir", "\x00"], ["--format", "csv", "--csv-dir", "{tmp}/" + "y" * 300],
-        ["--format", "csv", "--csv-dir", "/proc/self"], ["--plots", "{good}/inside"])]
+        ["--format", "csv", "--csv-dir", "/proc/self"], ["--plots", "{good}/inside"], ["--plots", "/dev/null/x"],
+        ["--plots", "{bin}"], ["--plots", "{bin}/below"], ["--plots", "/proc/collbench"])]
+    cases += [(f"run --resume {RUN} --output={v!r}", ["run", "--resume", RUN, f"--output={v}"])
+              for v in ("{deep_manifest}", "{list_manifest}", "{no_spec_manifest}")]
     cases += [(f"compare {a!r}", ["compare", *a]) for a in (
         *([v, "{good}"] for v in BAD_PATHS), *(["{good}", v] for v in BAD_PATHS),
         ["{good}", "{good}", "--baseline-run", "nope"], ["{good}", "{good}", "--new-run", "nope"],
@@ -148,6 +151,12 @@ def _files(tmp) -> dict[str, str]:
     with open(parquet, "rb") as f:
         head = f.read()
     os.makedirs(os.path.join(tmp, "dir"))
+    manifests = {}
+    for name, text in (("deep_manifest", "[" * 100_000), ("list_manifest", "[1, 2]"),
+                       ("no_spec_manifest", json.dumps({"run_id": RUN, "state": "interrupted"}))):
+        manifests[name] = os.path.join(tmp, name)
+        write_run(manifests[name], RUN, nodes=2)
+        write(os.path.join(name, "_runs", f"{RUN}.json"), text)
     foreign = os.path.join(tmp, "only_foreign")
     os.makedirs(foreign)
     pq.write_table(pa.table({"run_id": [1, 2], "x": ["a", "b"]}), os.path.join(foreign, "theirs.parquet"))
@@ -186,7 +195,7 @@ def _files(tmp) -> dict[str, str]:
         "exp_min_world_inf": write("exp_world.yaml", "- {topology: inter, busbw_gbps: 1, min_world: .inf}\n"),
         "exp_min_bytes": write("exp_bytes.yaml", exp(min_bytes=[1])), "exp_neg": write("exp_neg.yaml", exp(busbw_gbps=-1)),
         "exp_str": write("exp_str.yaml", exp(busbw_gbps="fast")), "exp_scalars": write("exp_sc.yaml", "[1, 2]\n"),
-        "exp_platform": write("exp_plat.yaml", exp(platform=["a"])),
+        "exp_platform": write("exp_plat.yaml", exp(platform=["a"])), **manifests,
     }
 
 
