@@ -17,7 +17,8 @@ more than `threshold` AND d exceeds the noise limit, the larger of
 m being the number of matched keys (Bonferroni), so that comparing a run with a repeat of itself
 flags nothing in 95% of comparisons however many rows there are. `noise_source` says which
 estimate set the limit; `noise_floor` is the busbw change that noise alone can explain:
-1 - exp(-limit).
+1 - exp(-limit). A key with no run-to-run estimate is `unjudged` and never flagged (its noise
+floor is its iterations' alone, shown but not trusted).
 """
 
 from __future__ import annotations
@@ -114,15 +115,16 @@ def compare(base: pa.Table, new: pa.Table, threshold: float, by: str = "link"
     iterations = quantile(p, None) * np.sqrt(both.var_base / both.n_base + both.var_new / both.n_new)
     between = _between(both, base_rows, d, p)
     limit = np.fmax(between.between, iterations)
-    from_iterations = between.between.isna() | (iterations > between.between)
+    judged = between.between.notna()
+    source = between.between_source.where(~(iterations > between.between), NoiseSource.ITERATIONS.value)
     both = both.assign(
         busbw_change=both.busbw_gbps_new / both.busbw_gbps_base - 1,
         time_change=both.time_us_new / both.time_us_base - 1,
         log_change=d,
         noise_floor=1 - np.exp(-limit),
-        noise_source=between.between_source.where(~from_iterations, NoiseSource.ITERATIONS.value),
+        noise_source=source.where(judged, NoiseSource.UNJUDGED.value),
     )
-    both["flag"] = (both.busbw_change < -threshold) & (d > limit)
+    both["flag"] = judged & (both.busbw_change < -threshold) & (d > limit)
     cols = SHAPE_KEY + (["link"] if by == "link" else [])
     only_base = a.loc[a.index.difference(b.index), cols]
     only_new = b.loc[b.index.difference(a.index), cols]

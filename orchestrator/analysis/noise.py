@@ -10,8 +10,11 @@ Three estimates, best first (README: Comparisons):
   |d - median d| (a shift of every link, a regression everywhere, does not widen it) and 1.4826 *
   the lower median of |d| (a slow node in half of a small cluster's links does not widen it).
 - iterations: the row's own per-iteration times (standard error of the change of mean log
-  time), which cannot see the variation between runs; used alone where neither estimate exists,
-  and wherever it is the larger.
+  time), which cannot see the variation between runs: it sets the limit wherever it is the larger
+  of the two, never alone. A row with neither run-to-run estimate (a shape of fewer than
+  MIN_PEERS links and one baseline run) is `unjudged`: nothing it holds says how far a healthy
+  link moves between runs, and its iterations alone flagged noise as drops (a -24% move of a
+  3-node cluster's intra link, issue 21).
 An estimate from a few values is itself noisy, so its quantile is Student's t, not the normal
 one, with the degrees of freedom a median of absolute deviations is worth: 37% of its values (its
 asymptotic efficiency). Calibrated on normal samples of 4 to 256 links, this keeps the chance that
@@ -37,6 +40,7 @@ class NoiseSource(enum.Enum):
     RUNS = "runs"
     PEERS = "peers"
     ITERATIONS = "iterations"
+    UNJUDGED = "unjudged"
 
 
 def peer_sigma(d: np.ndarray) -> tuple[float | None, float]:

@@ -1,6 +1,7 @@
 """`collbench compare BASELINE NEW`: busbw and time per matched link or shape, drops flagged
 only beyond the run-to-run noise: read from several baseline runs of the same sweep when there
-are, else from the spread of the changes of a shape's links, else from the rows' own iterations.
+are, else from the spread of the changes of a shape's links (where larger, the rows' own
+iterations); a row with neither is not judged, and said so.
 
 Exit 1 when a drop exceeds --threshold and its noise (a gate for driver or NCCL upgrades), 2 for
 unusable input, including two runs with no row in common. Never touches Ray or torch.
@@ -10,11 +11,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 import pyarrow as pa
 
 from orchestrator.analysis.compare import COLUMNS, SHAPE_KEY, compare
-from orchestrator.analysis.noise import NoiseSource
+from orchestrator.analysis.noise import MIN_PEERS, NoiseSource
 from orchestrator.commands.options import UNITS, add_analysis_options, check_threshold
 from orchestrator.commands.render import render_csv, render_tables
 from orchestrator.errors import UsageError
@@ -82,6 +84,8 @@ def pick_runs(args: argparse.Namespace) -> tuple[list[str], str]:
         _check_run("--baseline-run", r, args.baseline, base_known)
     if args.new_run is not None:
         new_run = _check_run("--new-run", args.new_run, args.new, new_known)
+        if new_run in named:  # run ids are unique: the same id in two folders is one run copied
+            raise UsageError(f"--new-run {new_run}: is also a --baseline-run; a run compared with itself shows nothing")
     else:
         candidates = [r for r in new_known if not (same and r in named)]
         if not candidates:
@@ -137,6 +141,12 @@ def main(args: argparse.Namespace) -> int:
     }]
     tables = {"summary": summary, "matched": rows, "only_in_baseline": only_base.to_dict("records"),
               "only_in_new": only_new.to_dict("records")}
+    unjudged = int(sources.get(NoiseSource.UNJUDGED.value, 0))
+    if unjudged:
+        print(f"collbench: {unjudged} of {len(matched)} matched row(s) not judged (noise_source unjudged): their "
+              f"shape has fewer than {MIN_PEERS} links and there is one baseline run, so nothing says how far a "
+              "healthy link moves between runs; run the baseline sweep again and compare with every run "
+              "(--baseline-run A,B,C)", file=sys.stderr)
     if args.table:
         tables = {args.table: tables[args.table]}
     if args.format == "json":

@@ -117,6 +117,41 @@ def test_runs_of_the_same_sweep_are_the_baseline_and_only_the_slow_nodes_links_a
     assert code == 0 and tables["summary"][0]["baseline_runs"] == ["r1", "r2"]
 
 
+def test_a_small_cluster_with_one_baseline_run_is_not_judged_and_says_so(tmp_path):
+    """Three nodes, one intra link each, one run on each side: no shape has 4 links, so nothing
+    says how far a healthy link moves between runs. A -24% move (issue 21's audit) is not flagged
+    on the rows' iterations alone; every row says `unjudged`, and a line says what to do. With a
+    second baseline run the same comparison is judged."""
+    out = str(tmp_path / "res")
+    for i, factor in enumerate((1.0, 1.05)):
+        write_cluster_run(out, f"r{i}", nodes=3, ranks_per_node=2, patterns=("intra",), noise=0.01, seed=i,
+                          minute=i, faults=(("node_intra", 1, factor),))
+        ResultStore(out, f"r{i}").write_manifest({"command": "run", "state": "finished", "spec": json.dumps(SPEC)})
+    write_cluster_run(out, "new", nodes=3, ranks_per_node=2, patterns=("intra",), noise=0.01, seed=7, minute=9,
+                      faults=(("node_intra", 1, 0.76),))
+    proc = run_main(["compare", out, out, "--baseline-run", "r0", "--new-run", "new", "--format", "json"])
+    tables = json.loads(proc.stdout)["tables"]
+    assert proc.returncode == 0 and not any(r["flag"] for r in tables["matched"])
+    assert min(r["busbw_change"] for r in tables["matched"]) == pytest.approx(-0.24, abs=0.03)
+    assert {r["noise_source"] for r in tables["matched"]} == {"unjudged"}
+    assert tables["summary"][0]["noise_unjudged"] == len(tables["matched"])
+    assert f"{len(tables['matched'])} of {len(tables['matched'])} matched row(s) not judged" in proc.stderr
+    assert "--baseline-run A,B,C" in proc.stderr
+    # two baseline runs: the spread between them is the noise, and the -24% stands out of it
+    code, tables = _compare(out, out, "--baseline-run", "r0,r1", "--new-run", "new")
+    assert code == 1 and "unjudged" not in {r["noise_source"] for r in tables["matched"]}
+    assert {r["link"].split(":")[0] for r in tables["matched"] if r["flag"]} == {IP[1]}
+
+
+def test_a_run_is_not_compared_with_itself(tmp_path):
+    out = str(tmp_path / "res")
+    _run(out, "a", minute=0, seed=0)
+    _run(out, "b", minute=1, seed=1)
+    proc = run_main(["compare", out, out, "--baseline-run", "a,b", "--new-run", "b"])
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == "collbench: error: --new-run b: is also a --baseline-run; a run compared with itself shows nothing\n"
+
+
 def test_unknown_runs_and_runs_with_nothing_in_common_are_refused_in_one_line(tmp_path):
     out = str(tmp_path / "res")
     _run(out, "a", minute=0, seed=0)
