@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# The GPU check, in one call (under 10 minutes): install, run tests/gpu, run an NCCL sweep on every
-# GPU of this machine, and print one verdict line (scripts/gpu_verdict.py): exact results, NCCL's
-# transport account, and a busbw floor for known 8-GPU parts. Exit 0 only when everything passed.
+# The GPU check, in one call (at most 8 minutes: the timeouts below add up to 480 s): install, run
+# tests/gpu, run NCCL sweeps on every GPU of this machine (every collective and dtype it has, the
+# overlap workload, a CUDA-graph batch), the report, and one verdict line (scripts/gpu_verdict.py):
+# exact results, NCCL's version and transport columns on every row, each size's GPU memory against
+# its estimate, batch against per-call timing and the empty-call floor, and a busbw floor for known
+# 8-GPU NVLink parts. Exit 0 only when everything passed.
 #
 #     scripts/gpu_check.sh [--bundle DIR]
 #
@@ -21,7 +24,7 @@ esac
 if [ -n "$bundle" ]; then
     private=$(mktemp -d)
     trap 'rm -rf "$private"' EXIT
-    timeout 240 scripts/install_bundle.sh "$bundle" "$private/venv"; install_rc=$?
+    timeout 90 scripts/install_bundle.sh "$bundle" "$private/venv"; install_rc=$?
     # exit 2: install_bundle.sh has named the bad argument in its one line
     [ "$install_rc" -eq 0 ] || [ "$install_rc" -eq 2 ] || echo "gpu_check: installing $bundle failed" >&2
     [ "$install_rc" -eq 0 ] || exit "$install_rc"
@@ -33,19 +36,32 @@ nvidia-smi --query-gpu=name,memory.total,compute_cap,driver_version --format=csv
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl (built with)', torch.cuda.nccl.version(), 'gpus', torch.cuda.device_count())"
 # COLLBENCH_REQUIRE_GPU=1: tests/gpu fail, not skip, where no GPU is found (tests/gpu/gate.py); they
 # fail anyway with the reason where nvidia-smi sees a GPU that torch cannot use (e.g. an old driver).
-COLLBENCH_REQUIRE_GPU=1 timeout 360 python3 -m pytest -q -rs -p no:cacheprovider tests/gpu; tests_rc=$?
+# Each test's own timeouts add up to less than this one, so a hang is named by its test.
+COLLBENCH_REQUIRE_GPU=1 timeout 185 python3 -m pytest -q -rs -p no:cacheprovider tests/gpu; tests_rc=$?
 out=$(mktemp -d)
-timeout 200 python3 -m orchestrator run --backend nccl --collectives all_reduce,all_gather,reduce_scatter,send_recv \
-    --dtypes bfloat16 -b 1K -e 1G -f 8 -n 20 -w 5 -c 1 --patterns intra --output "$out"; run_rc=$?
-python3 -m orchestrator report "$out" --threshold 0.99 || true
-python3 - "$out" <<'PY'
+results="$out/results"
+common=(--backend nccl --patterns intra -w 5 -c 1 --output "$results")
+# Every collective and every dtype the GPUs have (`-d all`: float8 on compute capability 9.0+, left
+# out with a note below it), out of place and in place, 1K to 256M.
+timeout 95 python3 -m orchestrator run "${common[@]}" --collectives all_reduce,all_gather,reduce_scatter,all_to_all,broadcast,reduce,send_recv \
+    -d all -b 1K -e 256M -f 16 -n 20; sweep_rc=$?
+# The overlap workload (all_reduce beside a matmul), and nccl-tests' -G: the batch in a CUDA graph.
+timeout 40 python3 -m orchestrator run "${common[@]}" --collectives overlap --dtypes bfloat16 -b 16M -e 256M -f 4 -n 10
+overlap_rc=$?
+timeout 40 python3 -m orchestrator run "${common[@]}" --collectives all_reduce --dtypes bfloat16 --cuda-graph \
+    -b 1K -e 64M -f 8 -n 20; graph_rc=$?
+run_rc=$((sweep_rc | overlap_rc | graph_rc))
+timeout 10 python3 -m orchestrator report "$results" --threshold 0.99; report_rc=$?  # 1: flags, read them
+[ "$report_rc" -le 1 ] || run_rc=$((run_rc | report_rc))
+timeout 10 python3 - "$results" <<'PY'
 import sys
-import pandas as pd
-df = pd.read_parquet(sys.argv[1])
-cols = ["collective", "world_size", "msg_bytes", "time_us", "time_us_batch", "busbw_gbps", "busbw_gbps_batch",
-        "nccl_version", "intra_transport"]
-print(df[df.world_size == df.world_size.max()][cols].to_string(index=False))
+from orchestrator.results import dataset
+df = dataset.load(sys.argv[1], latest=False)
+cols = ["collective", "dtype", "world_size", "msg_bytes", "time_us", "time_us_batch", "busbw_gbps", "busbw_gbps_batch",
+        "mem_peak_bytes", "mem_estimate_bytes", "nccl_version", "intra_transport"]
+big = df[(df.world_size == df.world_size.max()) & (df.dtype == "bfloat16") & (df.collective == "all_reduce")]
+print(big[cols].to_string(index=False))
 PY
-python3 scripts/gpu_verdict.py "$out"; verdict_rc=$?
-echo "tests/gpu exit $tests_rc, sweep exit $run_rc, verdict exit $verdict_rc"
+timeout 10 python3 scripts/gpu_verdict.py "$results"; verdict_rc=$?
+echo "tests/gpu exit $tests_rc, sweeps exit $sweep_rc/$overlap_rc/$graph_rc, report exit $report_rc, verdict exit $verdict_rc"
 [ "$tests_rc" -eq 0 ] && [ "$run_rc" -eq 0 ] && [ "$verdict_rc" -eq 0 ]

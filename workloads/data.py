@@ -1,13 +1,17 @@
 """Deterministic inputs whose reductions are known exactly, written and checked without large
 temporaries.
 
-Every value is a small integer, so sums, maxima and products are exact in every type for the
-group sizes people run (sums stay within +-(2n+5), products are +-1); above the exact range of a
-reduced-precision type the check falls back to a relative tolerance (`tolerance`).
+Every value is a small integer, so sums, maxima and products are exact in every type and for
+every group size, and the check compares exactly (float8 bit for bit): sums stay within
++-(2n+5), products are +-1; where 2n+5 leaves a type's exact integers (float8 from 2 or 6 ranks,
+bfloat16 from 126, float16 from 1022) a sum's inputs are sparse: each element has at most as many
+non-zero ranks, each +-1, as the type has exact integers, so every partial sum a backend forms,
+in any order or tree, is exact too (a tolerance on the final value failed on 16 to 64 ranks of
+float8, where NCCL rounds each partial sum).
 The value of element `idx` of rank `rank` in iteration `it` is a pure function of the three and
-is periodic in `idx` (period 55 for sum, 6 for prod, 97 otherwise), so a stale output from an
-earlier iteration or a chunk landing on the wrong rank is caught, and so is the reduction over
-all ranks: it is computed once for one period (n x period small integers, whatever the message
+is periodic in `idx` (period 55 for sum, 55 m for a sparse sum, 6 for prod, 97 otherwise), so a
+stale output from an earlier iteration or a chunk landing on the wrong rank is caught, and so is
+the reduction over all ranks: it is computed once for one period (n x period small integers, whatever the message
 size), then written or compared period by period. Writing a buffer allocates nothing of its
 size; checking one compares at most CHECK_CHUNK elements at a time. Only casts, copies, fills and
 views touch a float8 buffer (all that CUDA offers for float8 in every torch release):
@@ -46,8 +50,8 @@ _EXACT_INT = {
 # Value written into output buffers before a check, so an untouched output never passes.
 SENTINEL = 77
 
-# Elements compared at a time: the check's temporaries (a mask, and a float copy where the
-# comparison needs one) stay under `check_scratch_bytes` whatever the message size.
+# Elements compared at a time: the check's temporary (a mask) stays under `check_scratch_bytes`
+# whatever the message size.
 CHECK_CHUNK = 1 << 22
 
 _PERIOD = {"sum": 55, "prod": 6}
@@ -55,14 +59,27 @@ _DEFAULT_PERIOD = 97
 _RANKS_AT_ONCE = 4096  # ranks combined per step when reducing over a large group
 
 
-def period(op: str) -> int:
-    return _PERIOD.get(op, _DEFAULT_PERIOD)
+def sparse_stride(op: str, n: int, dtype: str) -> int:
+    """0 for dense inputs; else the stride m of a sparse sum: rank r is non-zero at element idx
+    only where (r + idx) % m == 0, so at most ceil(n / m) <= the type's exact integers are."""
+    limit = _EXACT_INT.get(dtype)
+    if op != "sum" or limit is None or 2 * n + 5 <= limit:
+        return 0
+    return -(-n // limit)
 
 
-def _integers(ranks: torch.Tensor, it: int, idx: torch.Tensor, op: str) -> torch.Tensor:
+def period(op: str, stride: int = 0) -> int:
+    return _PERIOD["sum"] * stride if stride else _PERIOD.get(op, _DEFAULT_PERIOD)
+
+
+def _integers(ranks: torch.Tensor, it: int, idx: torch.Tensor, op: str, stride: int = 0) -> torch.Tensor:
     """Values of `ranks` (a column) at element indices `idx` (a row), as int64."""
     # Rank 0 adds a pattern of another period, so that no group size makes the reduction the
     # same for every element (a chunk on the wrong rank, or a stale output, must differ).
+    if stride:  # a sparse sum: values in -1..1, periods 5 (11 for rank 0) and the stride's
+        on = (ranks + idx) % stride == 0
+        own = torch.where(ranks == 0, (idx * 5 + it) % 11, (ranks // stride + idx * 3 + 7 * it) % 5) % 3 - 1
+        return torch.where(on, own, 0)
     if op == "sum":
         extra = torch.where(ranks == 0, (idx * 5 + it) % 11 - 5, 0)
         return (ranks * 3 + idx + 7 * it) % 5 - 2 + extra
@@ -86,14 +103,15 @@ def pattern(source: int, n: int, it: int, op: str, dtype: str, device: str | tor
     All of it happens on the CPU in int64, and only the finished period is cast and copied to the
     device: CUDA has casts, copies and fills for float8 but no roll or arithmetic (`roll_cuda`
     dispatches no float8 type), and the period is a few dozen elements."""
-    idx = torch.arange(period(op), dtype=torch.int64).unsqueeze(0)
+    stride = sparse_stride(op, n, dtype)
+    idx = torch.arange(period(op, stride), dtype=torch.int64).unsqueeze(0)
     if source != ALL:
-        exact = _integers(torch.tensor([[source]]), it, idx, op)[0]
+        exact = _integers(torch.tensor([[source]]), it, idx, op, stride)[0]
     else:
         exact = None
         for lo in range(0, n, _RANKS_AT_ONCE):
             ranks = torch.arange(lo, min(n, lo + _RANKS_AT_ONCE), dtype=torch.int64).unsqueeze(1)
-            part = _COMBINE[op](_integers(ranks, it, idx, op), dim=0)
+            part = _COMBINE[op](_integers(ranks, it, idx, op, stride), dim=0)
             exact = part if exact is None else _PAIR[op](exact, part)
     exact = torch.roll(exact, -(start % exact.numel()))
     return exact.to(TORCH_DTYPES[dtype]).to(device)
@@ -111,9 +129,9 @@ def write(buf: torch.Tensor, spans: Sequence[Span], n: int, it: int, op: str, dt
             dst[whole:].copy_(p[: s.numel - whole])
 
 
-def count_wrong(buf: torch.Tensor, spans: Sequence[Span], n: int, it: int, op: str, dtype: str, rtol: float) -> int:
-    """Elements of `buf` within `spans` that differ from what the spans describe (beyond
-    `rtol`), compared CHECK_CHUNK elements at a time."""
+def count_wrong(buf: torch.Tensor, spans: Sequence[Span], n: int, it: int, op: str, dtype: str) -> int:
+    """Elements of `buf` within `spans` that differ from what the spans describe, compared
+    CHECK_CHUNK elements at a time."""
     wrong = 0
     for s in spans:
         p = pattern(s.source, n, it, op, dtype, buf.device, s.start)
@@ -123,42 +141,35 @@ def count_wrong(buf: torch.Tensor, spans: Sequence[Span], n: int, it: int, op: s
         region = buf[s.at : s.at + s.numel]
         for lo in range(0, whole, rows * size):
             hi = min(whole, lo + rows * size)
-            wrong += _mismatches(region[lo:hi].view(-1, size), p, rtol)
+            wrong += _mismatches(region[lo:hi].view(-1, size), p)
         if whole < s.numel:
-            wrong += _mismatches(region[whole:], p[: s.numel - whole], rtol)
+            wrong += _mismatches(region[whole:], p[: s.numel - whole])
     return wrong
 
 
 _FLOAT8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
-def check_scratch_bytes(dtype: str, rtol: float) -> int:
-    """Peak temporary bytes of `count_wrong`: per compared element a mask byte, plus a float64
-    copy with a tolerance (a float32 copy for float8, whose values it holds exactly)."""
-    per_element = 1 + ((4 if TORCH_DTYPES[dtype] in _FLOAT8 else 8) if rtol else 0)
-    return CHECK_CHUNK * per_element
+def check_scratch_bytes() -> int:
+    """Peak temporary bytes of `count_wrong`: a mask byte per compared element."""
+    return CHECK_CHUNK
 
 
-def _mismatches(out: torch.Tensor, expected: torch.Tensor, rtol: float) -> int:
+def _mismatches(out: torch.Tensor, expected: torch.Tensor) -> int:
     if out.dtype in _FLOAT8:
         # On CUDA, float8 is sure of casts, copies and fills only (no roll; eq/ne only in recent
         # torch releases): compare bit patterns (the values are small integers, never -0 or NaN,
-        # so equal values have equal bits), or do the arithmetic after a cast to float32.
-        if rtol == 0.0:
-            return int(torch.count_nonzero(out.view(torch.uint8) != expected.view(torch.uint8)))
-        diff, want = out.float(), expected.float()
-    elif rtol == 0.0:
-        return int(torch.count_nonzero(out != expected))  # a bool .sum() makes an int64 copy
-    else:
-        diff, want = out.double(), expected.double()
-    diff.sub_(want).abs_()  # in place: one wider copy of the chunk
-    return int(torch.count_nonzero(diff > rtol * want.abs()))
+        # so equal values have equal bits).
+        return int(torch.count_nonzero(out.view(torch.uint8) != expected.view(torch.uint8)))
+    return int(torch.count_nonzero(out != expected))  # a bool .sum() makes an int64 copy
 
 
-def values(rank: int, it: int, start: int, numel: int, op: str, dtype: str, device: str = "cpu") -> torch.Tensor:
-    """Rank `rank`'s contribution at global element indices [start, start + numel) (a new tensor)."""
+def values(rank: int, it: int, start: int, numel: int, op: str, dtype: str, device: str = "cpu",
+           n: int | None = None) -> torch.Tensor:
+    """Rank `rank`'s contribution, in a group of `n` ranks (default rank + 1), at global element
+    indices [start, start + numel) (a new tensor)."""
     out = torch.empty(numel, dtype=TORCH_DTYPES[dtype], device=device)
-    write(out, [Span(0, numel, rank, start)], rank + 1, it, op, dtype)
+    write(out, [Span(0, numel, rank, start)], rank + 1 if n is None else n, it, op, dtype)
     return out
 
 
@@ -167,12 +178,3 @@ def reduced(n: int, it: int, start: int, numel: int, op: str, dtype: str, device
     out = torch.empty(numel, dtype=TORCH_DTYPES[dtype], device=device)
     write(out, [Span(0, numel, ALL, start)], n, it, op, dtype)
     return out
-
-
-def tolerance(dtype: str, n: int, op: str) -> float:
-    """Relative tolerance of a reduction's result; 0 where the result is exact."""
-    limit = _EXACT_INT.get(dtype)
-    if limit is None or op != "sum" or 2 * n + 5 <= limit:
-        return 0.0
-    # Never 1 or more: a tolerance that wide would pass a zeroed or sign-flipped output.
-    return min(float(torch.finfo(TORCH_DTYPES[dtype]).eps) * n, 0.5)

@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 from workloads import registry
-from workloads.data import CHECK_CHUNK, SENTINEL, TORCH_DTYPES, check_scratch_bytes, count_wrong, tolerance, write
+from workloads.data import CHECK_CHUNK, SENTINEL, TORCH_DTYPES, check_scratch_bytes, count_wrong, write
 from workloads.dtypes import ELEMENT_BYTES, NO_OP
 from workloads.messages import Case, Sample
 from workloads.registry import OVERLAP, Collective, Ctx
@@ -77,10 +77,30 @@ def run_case(case: Case, rank: int, n: int, device: torch.device) -> list[Sample
 
 def measure_collective(case: Case, c: Ctx, device: torch.device) -> Sample:
     coll = registry.get(case.collective)
-    send, recv, call = prepare(coll, c, device, check=case.check_iters > 0)
+    check_too = case.check_iters > 0
+    base = _reset_peak(device)
+    send, recv, call = prepare(coll, c, device, check=check_too)
     samples, batch_us = warm_and_time(call, case, device, graph=case.cuda_graph)
     n_wrong = check(coll, c, send, recv, call, case, device)
-    return Sample(c.count, tuple(samples), n_wrong, batch_us)
+    peak = _peak_since(base, device)
+    estimate = peak_bytes(coll, c, "nccl", check_too) if peak is not None else None
+    return Sample(c.count, tuple(samples), n_wrong, batch_us, mem_peak_bytes=peak, mem_estimate_bytes=estimate)
+
+
+def _reset_peak(device: torch.device) -> int | None:
+    """On a GPU: start counting this size's peak; what torch holds allocated now (None on the CPU)."""
+    if device.type != "cuda":
+        return None
+    torch.cuda.reset_peak_memory_stats(device)
+    return torch.cuda.memory_allocated(device)
+
+
+def _peak_since(base: int | None, device: torch.device) -> int | None:
+    """The most torch allocated on the GPU beyond `base` since `_reset_peak`: the size's buffers,
+    the check's scratch and what the collective allocated through torch (the estimate's terms)."""
+    if base is None:
+        return None
+    return torch.cuda.max_memory_allocated(device) - base
 
 
 def reduce_op(op: str) -> dist.ReduceOp | None:
@@ -94,7 +114,7 @@ def peak_bytes(coll: Collective, c: Ctx, backend: str, check: bool) -> int:
     if not check:
         return need
     # the check compares the output at most CHECK_CHUNK elements at a time
-    chunks = check_scratch_bytes(c.dtype, tolerance(c.dtype, c.n, c.op))
+    chunks = check_scratch_bytes()
     return need + chunks * min(coll.recv_numel(c), CHECK_CHUNK) // CHECK_CHUNK
 
 
@@ -146,7 +166,11 @@ def free_bytes(device: torch.device) -> int | None:
 
 
 def nccl_headroom_bytes(device: torch.device) -> int:
-    cc = torch.cuda.get_device_capability(device) if device.type == "cuda" else (0, 0)
+    return headroom_bytes_for(torch.cuda.get_device_capability(device) if device.type == "cuda" else (0, 0))
+
+
+def headroom_bytes_for(cc: tuple[int, int]) -> int:
+    """NCCL_HEADROOM_BYTES for GPUs of compute capability `cc` (the driver's check uses it too)."""
     return next(v for floor, v in sorted(NCCL_HEADROOM_BYTES.items(), reverse=True) if cc >= floor)
 
 
@@ -175,7 +199,7 @@ def check(coll: Collective, c: Ctx, send: torch.Tensor, recv: torch.Tensor, call
         sync(device)
         expected = coll.expected(c)
         if expected is not None:
-            n_wrong += count_wrong(recv, expected, c.n, it, c.op, c.dtype, tolerance(c.dtype, c.n, c.op))
+            n_wrong += count_wrong(recv, expected, c.n, it, c.op, c.dtype)
     return n_wrong
 
 

@@ -109,12 +109,18 @@ class DebugFile:
 def configure(env: dict[str, str]) -> str:
     """Ask NCCL (through `env`, before its first call in this process) for INFO lines of INIT,
     NET and GRAPH in a file of this process; keep a user's more verbose level, wider subsystems
-    and own file. Returns the file's path as NCCL will name it."""
+    (an inverted list, `^COLL,P2P`, loses only ours from what it leaves out: NCCL reads every name
+    after `^` as excluded) and own file. Returns the file's path as NCCL will name it."""
     if env.get("NCCL_DEBUG", "").upper() not in ("INFO", "TRACE"):
         env["NCCL_DEBUG"] = "INFO"
-    subsys = [s for s in env.get("NCCL_DEBUG_SUBSYS", "").split(",") if s]
-    if "ALL" not in (s.upper() for s in subsys):
-        env["NCCL_DEBUG_SUBSYS"] = ",".join(dict.fromkeys([*subsys, *SUBSYSTEMS]))
+    given = env.get("NCCL_DEBUG_SUBSYS", "").strip()
+    if given.startswith("^"):  # NCCL's inverted list: every subsystem but these; ours must not be among them
+        kept = [s for s in given[1:].split(",") if s and s.strip().upper() not in SUBSYSTEMS]
+        env["NCCL_DEBUG_SUBSYS"] = "^" + ",".join(kept)  # "^" alone: every subsystem
+    else:
+        subsys = [s for s in given.split(",") if s]
+        if "ALL" not in (s.upper() for s in subsys):
+            env["NCCL_DEBUG_SUBSYS"] = ",".join(dict.fromkeys([*subsys, *SUBSYSTEMS]))
     pattern = env.setdefault("NCCL_DEBUG_FILE", os.path.join(tempfile.gettempdir(), "collbench-nccl.%h.%p.log"))
     return debug_file_path(pattern, socket.gethostname(), os.getpid())
 

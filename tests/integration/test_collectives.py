@@ -51,7 +51,7 @@ def _worker(rank: int, n: int, port: int, queue) -> None:
         if spans is not None:  # what the module says the output is, written out in full
             own = torch.full_like(recv, SENTINEL)
             write(own, spans, n, 3, op, dtype)
-            own_wrong = count_wrong(recv, spans, n, 3, op, dtype, 0.0)
+            own_wrong = count_wrong(recv, spans, n, 3, op, dtype)
         out[(name, dtype, op, in_place)] = (sent, recv.clone(), own, own_wrong)
     # A collective that never communicates must be caught by the harness' check.
     broken = Case("all_reduce", "float32", "sum", True, (COUNT,), iters=1, warmup=0, check_iters=2)

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from workloads import data
-from workloads.data import ALL, Span, count_wrong, reduced, tolerance, values, write
+from workloads.data import ALL, Span, count_wrong, reduced, values, write
 
 
 def _formula(rank: int, it: int, idx: int, op: str) -> int:
@@ -64,27 +64,47 @@ def test_count_wrong_finds_each_bad_element_chunk_by_chunk(monkeypatch):
     n, numel = 3, 10_007
     spans = [Span(0, numel, ALL, 0)]
     out = reduced(n, 1, 0, numel, "sum", "float32")
-    assert count_wrong(out, spans, n, 1, "sum", "float32", 0.0) == 0
+    assert count_wrong(out, spans, n, 1, "sum", "float32") == 0
     out[[3, 999, 1000, 5_000, numel - 1]] += 1
-    assert count_wrong(out, spans, n, 1, "sum", "float32", 0.0) == 5
-    assert count_wrong(out, spans, n, 2, "sum", "float32", 0.0) > numel // 2  # another iteration's data
+    assert count_wrong(out, spans, n, 1, "sum", "float32") == 5
+    assert count_wrong(out, spans, n, 2, "sum", "float32") > numel // 2  # another iteration's data
 
 
 def test_float8_outputs_are_compared():
     n, it = 2, 1
     out = reduced(n, it, 0, 200, "max", "float8_e4m3")
     spans = [Span(0, 200, ALL)]
-    assert count_wrong(out, spans, n, it, "max", "float8_e4m3", 0.0) == 0
+    assert count_wrong(out, spans, n, it, "max", "float8_e4m3") == 0
     out[7] = 0.0 if out[7].float() != 0 else 1.0
-    assert count_wrong(out, spans, n, it, "max", "float8_e4m3", 0.0) == 1
+    assert count_wrong(out, spans, n, it, "max", "float8_e4m3") == 1
 
 
-def test_tolerance_only_beyond_exact_range():
-    assert tolerance("float32", 8, "sum") == 0.0
-    assert tolerance("bfloat16", 64, "sum") == 0.0  # |sum| <= 128 < 256
-    assert tolerance("bfloat16", 1024, "sum") > 0.0
-    assert tolerance("int8", 1024, "sum") == 0.0
-    assert tolerance("float16", 4096, "max") == 0.0
+def test_sums_stay_exact_in_every_partial_sum_and_order():
+    """Where 2n+5 leaves a type's exact integers, a sum's inputs are sparse: every partial sum of
+    any subset of ranks (what a ring or a tree forms, in any order) is an exact integer of the
+    type, so the check compares exactly. Checked on every element of a period, against the
+    worst subsets: all the positive or all the negative contributions of an element."""
+    from workloads.data import _EXACT_INT, sparse_stride
+
+    for dtype, sizes in (("float8_e5m2", (2, 8, 16, 64, 300)), ("float8_e4m3", (6, 16, 64, 1000)),
+                         ("bfloat16", (126, 1024)), ("float16", (1022, 4096))):
+        limit = _EXACT_INT[dtype]
+        for n in sizes:
+            stride = sparse_stride("sum", n, dtype)
+            assert stride >= 1, (dtype, n)
+            for it in (1, 2):
+                own = torch.stack([values(r, it, 0, 55 * stride, "sum", dtype, n=n).float() for r in range(n)])
+                contributions = own.to(torch.int64)
+                assert torch.equal(contributions.float(), own)  # integers, each in -1..1
+                assert int(contributions.abs().max()) == 1
+                positive = contributions.clamp(min=0).sum(0)
+                negative = contributions.clamp(max=0).sum(0)
+                assert int(positive.max()) <= limit and int(negative.min()) >= -limit, (dtype, n)
+                total = reduced(n, it, 0, 55 * stride, "sum", dtype)
+                assert torch.equal(total.float(), contributions.sum(0).float())  # exact, and what was cast
+                assert len(set(total.float().tolist())) > 1  # not the same value everywhere
+    assert sparse_stride("sum", 8, "float32") == 0 and sparse_stride("max", 64, "float8_e5m2") == 0
+    assert sparse_stride("sum", 5, "float8_e4m3") == 0  # 2*5+5 = 15 <= 16: the dense inputs
 
 
 def test_no_group_size_makes_a_reduction_constant():

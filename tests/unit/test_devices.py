@@ -4,7 +4,14 @@ import pytest
 
 from orchestrator.errors import UsageError
 from orchestrator.execution.probe import parse_nvidia_smi
-from orchestrator.sweep.devices import GPU_RESERVE_BYTES, DeviceCaps, bytes_per_rank, check_float8, check_memory
+from orchestrator.sweep.devices import (
+    DeviceCaps,
+    bytes_per_rank,
+    check_float8,
+    check_memory,
+    float8_for_cluster,
+    gpu_reserve_bytes,
+)
 from orchestrator.sweep.inventory import from_description
 from orchestrator.sweep.spec import SweepSpec
 from workloads.data import CHECK_CHUNK
@@ -58,7 +65,26 @@ def test_memory_check_refuses_what_cannot_fit():
     check_memory(SweepSpec(max_bytes=8 << 30), "nccl", INV, [2, 8], caps)  # 16G + scratch of 79G
     with pytest.raises(UsageError) as e:
         check_memory(SweepSpec(min_bytes=40 << 30, max_bytes=40 << 30), "nccl", INV, [2, 8], caps)  # send_recv: 80G
-    have = (81559 << 20) - GPU_RESERVE_BYTES
+    have = (81559 << 20) - (3 << 30)  # Hopper: 1G of context and NCCL buffers, 2G of headroom (NVLS)
+    assert gpu_reserve_bytes((9, 0)) == 3 << 30 and gpu_reserve_bytes((8, 0)) == (1 << 30) + (512 << 20)
     assert str(e.value).startswith("--max-bytes 40G: each rank needs about 80.0G (buffers and check), node ")
-    assert f"has {have / (1 << 30):.1f}G of GPU memory per device" in str(e.value)
+    assert f"has {have / (1 << 30):.1f}G of GPU memory per device after 3G for CUDA and NCCL" in str(e.value)
+    # a size the harness would refuse on the device (its headroom) is refused here too, before the run
+    near = (81559 << 20) - (2 << 30) - CHECK_CHUNK  # fits a 1G-only reserve, not the 3G one
+    with pytest.raises(UsageError, match="each rank needs about"):
+        check_memory(SweepSpec(collectives=("all_reduce",), min_bytes=near, max_bytes=near), "nccl", INV, [2], caps)
     check_memory(SweepSpec(min_bytes=40 << 30, max_bytes=40 << 30), "nccl", INV, [2], {})  # unknown memory: not refused
+
+
+def test_float8_that_only_all_asked_for_is_left_out_where_the_gpus_cannot():
+    """`-d all` on A100s: every dtype but float8, said in a note; float8 named is refused."""
+    every = SweepSpec(dtypes=("float32", "bfloat16", "float8_e4m3", "float8_e5m2"))
+    caps = {IDS[0]: H100, IDS[1]: A100}
+    spec, note = float8_for_cluster(every, "nccl", INV, caps, from_all=True)
+    assert spec.dtypes == ("float32", "bfloat16")
+    assert note == (f"-d all: float8 left out (node {INV.nodes[1].ip}'s GPUs (NVIDIA A100-SXM4-80GB) have compute "
+                    "capability 8.0; float8 reductions need 9.0 or newer (Hopper))")
+    assert float8_for_cluster(every, "nccl", INV, dict.fromkeys(IDS, H100), from_all=True) == (every, None)
+    with pytest.raises(UsageError, match="compute capability 8.0"):
+        float8_for_cluster(every, "nccl", INV, caps, from_all=False)
+

@@ -1,6 +1,8 @@
-"""The GPU check's verdict line, on rows shaped like an 8 x H100 node's and a one-GPU machine's."""
+"""The GPU check's verdict line, on rows shaped like an 8 x H100 node's, a 2-GPU and a one-GPU
+machine's: what each check needs, and each failing on the rows that should fail it."""
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -10,42 +12,86 @@ _spec = importlib.util.spec_from_file_location("gpu_verdict", _path)
 gpu_verdict = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(gpu_verdict)
 
+SIZES = [1 << 10, 1 << 20, 256 << 20, 1 << 30]
+MANIFESTS = {"sweep": {"batch_floor_us": 0.05, "spec": json.dumps({"cuda_graph": False})},
+             "graph": {"batch_floor_us": 0.06, "spec": json.dumps({"cuda_graph": True})}}
 
-def _rows(n: int, busbw: float, nccl="2.21.5", intra="NVLS+P2P/NVL", model="NVIDIA H100 80GB HBM3"):
-    sizes = [1 << 20, 256 << 20, 1 << 30]
-    return pd.DataFrame([{
-        "collective": "all_reduce", "world_size": n, "msg_bytes": s, "status": "ok", "n_wrong": 0,
-        "busbw_gbps": busbw * s / (1 << 30), "gpu_model": model, "nccl_version": nccl,
-        "intra_transport": intra if n > 1 else None} for s in sizes])
+
+def _rows(n: int, busbw: float, nccl="2.21.5", intra="NVLS+P2P/NVL", model="NVIDIA H100 80GB HBM3",
+          dtypes=("bfloat16", "float8_e4m3", "float8_e5m2")):
+    rows = []
+    for run_id in ("sweep", "graph"):
+        for coll in ("all_reduce", "overlap") if run_id == "sweep" else ("all_reduce",):
+            for dtype in dtypes if coll != "overlap" else ("bfloat16",):
+                for s in SIZES:
+                    time_us = 10.0 + s / (busbw * 1e3) if busbw else 10.0
+                    rows.append({
+                        "run_id": run_id, "collective": coll, "dtype": dtype, "world_size": n, "n_nodes": 1,
+                        "msg_bytes": s, "status": "ok", "n_wrong": 0, "busbw_gbps": busbw * s / (1 << 30),
+                        "gpu_model": model, "nccl_version": nccl, "intra_transport": intra if n > 1 else None,
+                        "net_transport": None, "time_us": time_us, "time_us_batch": 0.9 * time_us,
+                        "mem_peak_bytes": s + (4 << 20), "mem_estimate_bytes": s + (4 << 20),
+                        "t_step_us": 30.0 if coll == "overlap" else None,
+                        "overlap_efficiency": 0.8 if coll == "overlap" else None})
+    return pd.DataFrame(rows)
 
 
 def test_a_healthy_node_passes_with_its_figures():
-    ok, line = gpu_verdict.verdict(_rows(8, 362.0))
-    assert ok and line == ("collbench GPU check: PASS | 8 x NVIDIA H100 80GB HBM3 | NCCL 2.21.5 | "
-                           "intra NVLS+P2P/NVL | all_reduce 1024M busbw 362.0 GB/s (floor 300)")
+    ok, line = gpu_verdict.verdict(_rows(8, 362.0), MANIFESTS, (9, 0))
+    assert ok, line
+    assert line.startswith("collbench GPU check: PASS | 8 x NVIDIA H100 80GB HBM3 | NCCL 2.21.5 | intra NVLS+P2P/NVL")
+    for fact in ("memory peak/estimate <= 1.00 from 64M", "batch/per-call time from 1M: median 0.90",
+                 "empty-call floor 0.06 us", "1 collectives x 3 dtypes", "overlap efficiency 80%", "cuda-graph rows 12",
+                 "all_reduce 1024M busbw 362.0 GB/s (floor 300)"):
+        assert fact in line, (fact, line)
 
 
-def test_below_the_floor_or_without_transport_fails():
-    ok, line = gpu_verdict.verdict(_rows(8, 250.0))
-    assert not ok and line.endswith("all_reduce busbw 250.0 GB/s below the H100 floor 300")
-    ok, line = gpu_verdict.verdict(_rows(8, 362.0, nccl=None, intra=None))
-    assert not ok and "NCCL's log was not read on every row" in line and "no intra-node path" in line
+def test_each_check_fails_on_what_it_checks():
+    def fails(rows, manifests=MANIFESTS, cc=(9, 0)) -> str:
+        ok, line = gpu_verdict.verdict(rows, manifests, cc)
+        assert not ok and line.startswith("collbench GPU check: FAIL")
+        return line
+
+    assert fails(_rows(8, 250.0)).endswith("all_reduce busbw 250.0 GB/s below the H100 floor 300")
+    line = fails(_rows(8, 362.0, nccl=None, intra=None))
+    assert "NCCL's log was not read on every row" in line and "no intra-node path" in line
     wrong = _rows(8, 362.0)
     wrong.loc[0, "n_wrong"] = 3
-    assert gpu_verdict.verdict(wrong) == (False, gpu_verdict.verdict(wrong)[1]) and "1 row(s) not ok" in \
-        gpu_verdict.verdict(wrong)[1]
+    assert "1 row(s) not ok or not exact" in fails(wrong)
+    hungry = _rows(8, 362.0)
+    hungry.loc[3, "mem_peak_bytes"] += 64 << 20
+    assert "1 row(s) took more GPU memory than estimated (worst all_reduce bfloat16 1073741824 B" in fails(hungry)
+    slow_batch = _rows(8, 362.0)
+    slow_batch.loc[2, "time_us_batch"] = 1.5 * slow_batch.loc[2, "time_us"]
+    assert "1 row(s) from 1M whose batch time exceeds 1.10x the per-call time" in fails(slow_batch)
+    assert "no empty-call floor" in fails(_rows(8, 362.0), {r: {**m, "batch_floor_us": None} for r, m in MANIFESTS.items()})
+    assert "compute capability 9.0 and no float8 rows" in fails(_rows(8, 362.0, dtypes=("bfloat16",)))
+    no_overlap = _rows(8, 362.0)
+    assert "the overlap workload was not measured" in fails(no_overlap[no_overlap.collective != "overlap"])
+    assert "no --cuda-graph run" in fails(_rows(8, 362.0), {"sweep": MANIFESTS["sweep"]})
+    across = _rows(8, 362.0)
+    across.loc[0, "net_transport"] = "Socket/eth0"
+    assert "one node, yet 1 row(s) name an inter-node path" in fails(across)
 
 
-def test_one_gpu_has_no_bandwidth_floor():
-    ok, line = gpu_verdict.verdict(_rows(1, 0.0))
-    assert ok and line == "collbench GPU check: PASS | 1 x NVIDIA H100 80GB HBM3 | NCCL 2.21.5"
+def test_an_8_gpu_pcie_node_is_not_held_to_the_nvlink_floor():
+    # "NVIDIA H100 PCIe": the same part name, GPUs connected through PCIe switches
+    ok, line = gpu_verdict.verdict(_rows(8, 40.0, intra="P2P/PIX", model="NVIDIA H100 PCIe"), MANIFESTS, (9, 0))
+    assert ok and "all_reduce busbw 40.0 GB/s (no floor for this part/count/path)" in line
+
+
+def test_one_gpu_has_no_bandwidth_floor_and_float8_only_where_the_gpu_has_it():
+    ok, line = gpu_verdict.verdict(_rows(1, 0.0), MANIFESTS, (9, 0))
+    assert ok and "busbw" not in line, line  # one GPU: no bus, no floor
+    ok, line = gpu_verdict.verdict(_rows(1, 0.0, model="NVIDIA A100-SXM4-80GB", dtypes=("bfloat16",)), MANIFESTS, (8, 0))
+    assert ok, line
 
 
 def test_every_multi_gpu_row_names_its_intra_path():
     # a two-GPU machine: groups of 2 only; a row whose group read no channel lines fails the check
     rows = _rows(2, 40.0, intra="P2P/NVL")
-    assert gpu_verdict.verdict(rows) == (True, "collbench GPU check: PASS | 2 x NVIDIA H100 80GB HBM3 | NCCL 2.21.5 | "
-                                               + "intra P2P/NVL | all_reduce busbw 40.0 GB/s (no floor for this part/count)")
+    ok, line = gpu_verdict.verdict(rows, MANIFESTS, (9, 0))
+    assert ok and "intra P2P/NVL" in line and "all_reduce busbw 40.0 GB/s (no floor for this part/count/path)" in line
     rows.loc[1, "intra_transport"] = None
-    ok, line = gpu_verdict.verdict(rows)
+    ok, line = gpu_verdict.verdict(rows, MANIFESTS, (9, 0))
     assert not ok and line.endswith("| 1 row(s) of 2-GPU groups name no intra-node path")

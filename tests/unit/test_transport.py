@@ -96,6 +96,11 @@ def test_debug_file_settings_keep_what_the_user_chose():
     assert env["NCCL_DEBUG"] == "TRACE" and env["NCCL_DEBUG_SUBSYS"] == "COLL,INIT,NET,GRAPH"
     assert nccl_log.debug_file_path("/logs/n.%h.%p.%%.txt", "gpu7.cluster.local", 42) == "/logs/n.gpu7.42.%.txt"
     assert path.startswith("/logs/n.")
+    # NCCL reads every name after "^" as left out: ours are taken off that list, never appended to it
+    for given, kept in (("^COLL,P2P", "^COLL,P2P"), ("^COLL,init,NET", "^COLL"), ("^INIT", "^"), ("ALL", "ALL")):
+        env = {"NCCL_DEBUG_SUBSYS": given}
+        nccl_log.configure(env)
+        assert env["NCCL_DEBUG_SUBSYS"] == kept, given
 
 
 def test_reading_appended_lines(tmp_path):
