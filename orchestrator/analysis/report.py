@@ -59,6 +59,15 @@ class Report:
         return {"run": self.run, "unit": self.unit, "warnings": self.warnings, "tables": self.tables,
                 "flags": [f.to_json() for f in self.flags]}
 
+    def frame(self, name: str):
+        """Table `name` (TABLES, or "flags") as a pandas DataFrame, with its columns even when empty."""
+        import pandas as pd
+
+        if name not in COLUMNS:
+            raise KeyError(f"no table {name!r} (tables: {', '.join(COLUMNS)})")
+        rows = [f.to_json() for f in self.flags] if name == "flags" else self.tables[name]
+        return pd.DataFrame(rows, columns=list(dict.fromkeys([*COLUMNS[name], *(k for r in rows for k in r)])))
+
 
 def run_header(frame: Frame, manifest: dict | None, manifest_problem: str | None = None) -> tuple[dict, list[str]]:
     """The run's fields (every one of RUN_FIELDS, null where unknown) and warnings."""
@@ -75,6 +84,9 @@ def run_header(frame: Frame, manifest: dict | None, manifest_problem: str | None
         state = manifest.get("state")
         if state == "running":
             warnings.append("the run is still running, or its driver died: the report covers the groups on disk so far")
+        elif state == "failed":
+            warnings.append("the run failed (an error it could not handle, said by its driver): the report covers "
+                            "the groups on disk")
         elif state == "interrupted":
             warnings.append(f"the run was interrupted after {manifest.get('groups_done')} of "
                             f"{manifest.get('groups_total')} groups: resume it with collbench run --resume "

@@ -12,7 +12,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 
+import pandas as pd
 import pyarrow as pa
 
 from orchestrator.analysis.compare import COLUMNS, SHAPE_KEY, compare
@@ -74,53 +76,78 @@ def _sweep(path: str, run_id: str) -> tuple | None:
     return m.get("command"), json.dumps({k: v for k, v in spec.items() if k not in _NOT_THE_SWEEP}, sort_keys=True)
 
 
-def pick_runs(args: argparse.Namespace) -> tuple[list[str], str]:
+def pick_runs(baseline: str, new: str, baseline_run: str | None = None, new_run: str | None = None
+              ) -> tuple[list[str], str]:
     """(Baseline run ids, oldest first; the new run id) from the options and the datasets."""
-    same = args.baseline == args.new
-    base_known = dataset.runs(args.baseline)
-    new_known = base_known if same else dataset.runs(args.new)
-    named = [r.strip() for r in args.baseline_run.split(",")] if args.baseline_run is not None else []
+    same = baseline == new
+    base_known = dataset.runs(baseline)
+    new_known = base_known if same else dataset.runs(new)
+    named = [r.strip() for r in baseline_run.split(",")] if baseline_run is not None else []
     for r in named:
-        _check_run("--baseline-run", r, args.baseline, base_known)
-    if args.new_run is not None:
-        new_run = _check_run("--new-run", args.new_run, args.new, new_known)
+        _check_run("--baseline-run", r, baseline, base_known)
+    if new_run is not None:
+        new_run = _check_run("--new-run", new_run, new, new_known)
         if new_run in named:  # run ids are unique: the same id in two folders is one run copied
             raise UsageError(f"--new-run {new_run}: is also a --baseline-run; a run compared with itself shows nothing")
     else:
         candidates = [r for r in new_known if not (same and r in named)]
         if not candidates:
-            raise UsageError(f"{args.new}: holds no run besides the baseline run(s); name one with --new-run")
+            raise UsageError(f"{new}: holds no run besides the baseline run(s); name one with --new-run")
         new_run = candidates[-1]
     if named:
         return list(dict.fromkeys(named)), new_run
     candidates = [r for r in base_known if not (same and r == new_run)]
     if not candidates:
-        raise UsageError(f"{args.baseline}: holds {len(base_known)} run(s); name two with --baseline-run/--new-run")
+        raise UsageError(f"{baseline}: holds {len(base_known)} run(s); name two with --baseline-run/--new-run")
     primary = candidates[-1]
-    sweep = _sweep(args.baseline, primary)
+    sweep = _sweep(baseline, primary)
     if sweep is None:
         return [primary], new_run
-    return [r for r in candidates if r == primary or _sweep(args.baseline, r) == sweep], new_run
+    return [r for r in candidates if r == primary or _sweep(baseline, r) == sweep], new_run
 
 
-def main(args: argparse.Namespace) -> int:
-    check_threshold(args.threshold)
-    if args.format == "csv" and not args.table:
-        raise UsageError("--format csv: name one table with --table NAME")
-    base_runs, new_run = pick_runs(args)
-    base = pa.concat_tables([dataset.load_table(args.baseline, r, columns=COLUMNS) for r in base_runs])
-    new = dataset.load_table(args.new, new_run, columns=COLUMNS)
-    matched, only_base, only_new = compare(base, new, args.threshold, args.by)
+@dataclass
+class Comparison:
+    """Matched keys with their changes, noise and flag, keys on one side only, and which runs."""
+
+    matched: pd.DataFrame
+    only_in_baseline: pd.DataFrame
+    only_in_new: pd.DataFrame
+    baseline_runs: list[str]
+    new_run: str
+    by: str
+
+    @property
+    def flagged(self) -> pd.DataFrame:
+        return self.matched[self.matched.flag]
+
+
+def comparison(baseline: str, new: str, baseline_run: str | None = None, new_run: str | None = None,
+               threshold: float = 0.05, by: str = "link") -> Comparison:
+    """Compare the new run with the baseline run(s); UsageError when nothing matches."""
+    base_runs, new_run = pick_runs(baseline, new, baseline_run, new_run)
+    base = pa.concat_tables([dataset.load_table(baseline, r, columns=COLUMNS) for r in base_runs])
+    matched, only_base, only_new = compare(base, dataset.load_table(new, new_run, columns=COLUMNS), threshold, by)
     if matched.empty:
         if only_new.empty:
             why = f"run {new_run} has no ok row"
         elif only_base.empty:
             why = f"baseline run(s) {','.join(base_runs)} have no ok row"
         else:
-            why = f"no ok row of run {new_run} matches one of baseline run(s) {','.join(base_runs)} by {args.by}"
+            why = f"no ok row of run {new_run} matches one of baseline run(s) {','.join(base_runs)} by {by}"
         raise UsageError(f"{why}: nothing to compare" + (" (another cluster? --by shape)"
-                                                         if args.by == "link" and not only_new.empty
+                                                         if by == "link" and not only_new.empty
                                                          and not only_base.empty else ""))
+    return Comparison(matched, only_base, only_new, base_runs, new_run, by)
+
+
+def main(args: argparse.Namespace) -> int:
+    check_threshold(args.threshold)
+    if args.format == "csv" and not args.table:
+        raise UsageError("--format csv: name one table with --table NAME")
+    found = comparison(args.baseline, args.new, args.baseline_run, args.new_run, args.threshold, args.by)
+    matched, only_base, only_new = found.matched, found.only_in_baseline, found.only_in_new
+    base_runs, new_run = found.baseline_runs, found.new_run
     scale = UNITS[args.unit]
     key = SHAPE_KEY + (["link"] if args.by == "link" else [])
     rows = [

@@ -68,8 +68,8 @@ def _live_inventory(spec) -> Inventory:
     from orchestrator.execution import connect
     from orchestrator.sweep import inventory
 
-    connect.connect(spec.address)
+    joined = connect.connect(spec.address)
     try:
-        return inventory.from_ray_nodes(ray.nodes(), spec.ranks_per_node)
+        return inventory.select(inventory.from_ray_nodes(ray.nodes(), spec.ranks_per_node), spec.nodes, spec.exclude)
     finally:
-        connect.disconnect()
+        connect.disconnect(joined)

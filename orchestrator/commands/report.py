@@ -63,19 +63,10 @@ def main(args: argparse.Namespace) -> int:
             raise UsageError(f"--csv-dir {args.csv_dir[:80]!r}: not a folder name")
     if args.plots is not None:
         _require_matplotlib()
-    table = dataset.load_table(args.path, args.run, columns=COLUMNS)
-    frame = Frame(table)
+    frame = run_frame(args.path, args.run, args.collective)
     run_id = frame.df.run_id.iloc[0]
-    if args.collective is not None and args.collective not in set(frame.df.collective):
-        measured = ", ".join(dict.fromkeys(frame.df.collective.dropna()))
-        raise UsageError(f"--collective {args.collective[:80]!r}: not in run {run_id} (measured: {measured})")
     plots_dir = _plots_dir(args.path, args.plots, run_id) if args.plots is not None else None
-    try:
-        manifest, problem = dataset.manifest(args.path, run_id), None
-    except dataset.CorruptManifest as e:  # the rows are still worth a report
-        manifest, problem = None, str(e)
-    rep = report.build(frame, manifest, args.threshold, args.unit, UNITS[args.unit],
-                       args.collective, user, args.min_fraction, manifest_problem=problem)
+    rep = read_report(args.path, frame, args.threshold, args.unit, args.collective, user, args.min_fraction)
     _print(rep, args)
     if plots_dir:
         from orchestrator.analysis import plots
@@ -83,6 +74,28 @@ def main(args: argparse.Namespace) -> int:
         for path in plots.write(frame, plots_dir, UNITS[args.unit], args.unit):
             print(f"wrote {path}", file=sys.stderr)
     return 1 if rep.flags else 0
+
+
+def run_frame(path: str, run_id: str | None = None, collective: str | None = None) -> Frame:
+    """One run's rows (the latest without `run_id`), checked to hold `collective` where one is named."""
+    frame = Frame(dataset.load_table(path, run_id, columns=COLUMNS))
+    if collective is not None and collective not in set(frame.df.collective):
+        measured = ", ".join(dict.fromkeys(frame.df.collective.dropna()))
+        raise UsageError(f"--collective {collective[:80]!r}: not in run {frame.df.run_id.iloc[0]} "
+                         f"(measured: {measured})")
+    return frame
+
+
+def read_report(path: str, frame: Frame, threshold: float = 0.10, unit: str = "GBps", collective: str | None = None,
+                user: list | None = None, min_fraction: float = 0.8) -> report.Report:
+    """The report of `frame`'s run of the dataset at `path` (its manifest read there; a corrupt one
+    is a warning of the report, the rows are still worth one)."""
+    try:
+        manifest, problem = dataset.manifest(path, frame.df.run_id.iloc[0]), None
+    except dataset.CorruptManifest as e:
+        manifest, problem = None, str(e)
+    return report.build(frame, manifest, threshold, unit, UNITS[unit], collective, user or [], min_fraction,
+                        manifest_problem=problem)
 
 
 def _print(rep: report.Report, args: argparse.Namespace) -> None:

@@ -17,6 +17,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 
 import ray
 
@@ -26,12 +27,26 @@ from orchestrator.timeouts import connect_timeout_s
 _GCS_HINT = "collbench joins the cluster's GCS address (HOST:6379)"
 
 
-def connect(address: str | None) -> str:
-    """Join `address` (or $RAY_ADDRESS); otherwise start a private local instance. Workers'
-    log lines stay in their own log files (Ray's session logs), out of the run's table.
+@dataclass(frozen=True)
+class Connection:
+    """What a run joined: said as `where`; `owned` when collbench called ray.init (and so ends it)."""
 
-    Returns a description of what was joined, for the console.
+    where: str
+    owned: bool = True
+
+
+def connect(address: str | None) -> Connection:
+    """Join `address` (or $RAY_ADDRESS); otherwise start a private local instance. Workers'
+    log lines stay in their own log files (Ray's session logs), out of the run's table. In a
+    process whose Ray is already initialised (a caller of the Python API), that session is used
+    as it is: no second ray.init, and it is not shut down at the end.
     """
+    if ray.is_initialized():
+        return Connection(f"the caller's Ray session ({ray.get_runtime_context().gcs_address})", owned=False)
+    return Connection(_join_or_start(address))
+
+
+def _join_or_start(address: str | None) -> str:
     where = f"--address {address}" if address else f"$RAY_ADDRESS {os.environ.get('RAY_ADDRESS')}"
     address = address or os.environ.get("RAY_ADDRESS")
     if address:
@@ -49,8 +64,8 @@ def connect(address: str | None) -> str:
     return "embedded Ray instance"
 
 
-def disconnect() -> None:
-    if ray.is_initialized():
+def disconnect(connection: Connection | None) -> None:
+    if connection is not None and connection.owned and ray.is_initialized():
         ray.shutdown()
 
 

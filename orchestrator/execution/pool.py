@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import ray
 from ray.actor import ActorHandle
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
 from orchestrator.errors import first_line
 from orchestrator.execution.rendezvous import RunStore, reachable_ip
@@ -31,6 +31,26 @@ class PlacementError(RuntimeError):
     """Actors did not start on their nodes in time; the message names the nodes."""
 
 
+def placement_bundles(pg, timeout_s: float = 60.0) -> list[tuple[str, dict]]:
+    """Each bundle of a caller's placement group: its node id and resources, in bundle order,
+    once the group is placed (a group that cannot be placed says so after `timeout_s`)."""
+    try:
+        ray.get(pg.ready(), timeout=timeout_s)
+    except ray.exceptions.GetTimeoutError:
+        raise PlacementError(f"the placement group was not placed within {timeout_s:.0f}s") from None
+    table = ray.util.placement_group_table(pg)
+    nodes, resources = table["bundles_to_node_id"], table["bundles"]
+    return [(nodes[i], dict(resources[i])) for i in sorted(resources)]
+
+
+def _bundle_per_slot(inv: Inventory, slots: list[tuple[int, int]], pg) -> list[int]:
+    """The bundle each slot's worker goes in: a node's slots take that node's bundles in order."""
+    by_node: dict[str, list[int]] = {}
+    for index, (node_id, _) in enumerate(placement_bundles(pg)):
+        by_node.setdefault(node_id, []).append(index)
+    return [by_node[inv.nodes[i].node_id][j] for i, j in slots]
+
+
 def _gpu_key(gpu_id: str) -> tuple[int, str]:
     return (len(gpu_id), gpu_id)  # numeric order for decimal ids
 
@@ -50,8 +70,13 @@ class ActorPool:
     inventory. A slot without a live worker (its node left, or a replacement did not start)
     keeps the description of its last one, for the rows that say what could not run there."""
 
-    def __init__(self, inv: Inventory, env: dict[str, str], start_timeout_s: float, name: str = "collbench") -> None:
+    def __init__(self, inv: Inventory, env: dict[str, str], start_timeout_s: float, name: str = "collbench",
+                 placement_group=None, cpus_per_rank: float = 0.0) -> None:
+        """`placement_group`: a caller's, whose bundles (one per rank, on the inventory's nodes)
+        hold the workers; else each worker is pinned to its node. `cpus_per_rank`: CPUs a CPU rank
+        asks Ray for (0: none; `watch` asks one, so that a node another job fills is not used)."""
         self.inv = inv
+        self.placement_group, self.cpus_per_rank = placement_group, cpus_per_rank
         self.name = name  # actors are named NAME-rankR (a replacement: NAME-rankR-K), as Ray's dashboard shows them
         # every worker connects to it once; every group forms through it (execution.rendezvous)
         self.rendezvous = RunStore(reachable_ip(ray.get_runtime_context().gcs_address))
@@ -64,6 +89,7 @@ class ActorPool:
         self.respawns = 0
         self._replaced = [0] * len(self.slots)  # per slot, how many workers replaced its first one
         self.dead_nodes: set[str] = set()
+        self._bundle = _bundle_per_slot(inv, self.slots, placement_group) if placement_group is not None else None
 
     def actor(self, rank: int) -> ActorHandle | None:
         worker = self.workers[rank]
@@ -131,10 +157,10 @@ class ActorPool:
             # --env goes in the actor's runtime_env: set before the process starts, shown by Ray
             actors[r] = cls.options(
                 name=f"{self.name}-rank{r}" + (f"-{self._replaced[r]}" if self._replaced[r] else ""),
-                num_cpus=0,
+                num_cpus=0 if use_gpus else self.cpus_per_rank,
                 num_gpus=1 if use_gpus else 0,
                 max_restarts=0,
-                scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False),
+                scheduling_strategy=self._where(r, node),
                 runtime_env={"env_vars": dict(self.env)} if self.env else None,
             ).remote(node.ip)
         refs = {actors[r].describe.remote(): r for r in ranks}
@@ -159,6 +185,11 @@ class ActorPool:
             raise PlacementError(
                 f"{len(failed)} worker(s) on node(s) {', '.join(where)}: {'; '.join(reasons)}"
             )
+
+    def _where(self, rank: int, node: Node):
+        if self._bundle is None:
+            return NodeAffinitySchedulingStrategy(node.node_id, soft=False)
+        return PlacementGroupSchedulingStrategy(self.placement_group, placement_group_bundle_index=self._bundle[rank])
 
     def _assign_gpus(self, ranks: list[int], first: bool) -> None:
         """Every worker of a node sees all of the node's GPUs (CUDA_VISIBLE_DEVICES, the union of

@@ -11,6 +11,7 @@ import os
 import shutil
 import signal
 import sys
+import threading
 import time
 
 import ray
@@ -20,7 +21,7 @@ from orchestrator.execution import connect, provenance
 from orchestrator.execution.events import GroupEnded, GroupJoined, RunObserver
 from orchestrator.execution.metrics import RunMetrics
 from orchestrator.execution.outcome import Outcome
-from orchestrator.execution.pool import ActorPool
+from orchestrator.execution.pool import ActorPool, placement_bundles
 from orchestrator.execution.probe import probe_nodes
 from orchestrator.execution.rows import RunRef
 from orchestrator.execution.runner import Runner
@@ -37,9 +38,16 @@ class Session:
     block, in this order: `cluster()`, `check_devices()`, `start()`, then `finish()` or
     `interrupted()`; a step called before the one it needs says which (SessionOrder)."""
 
-    def __init__(self, spec: SweepSpec, run_id: str, started: dt.datetime) -> None:
+    def __init__(self, spec: SweepSpec, run_id: str, started: dt.datetime, placement_group=None,
+                 partition: str | None = None, cpus_per_rank: float = 0.0) -> None:
+        """`placement_group`: a caller's Ray placement group whose bundles hold the ranks (its nodes
+        only, one rank per bundle); `partition`: a folder of the output the run's rows go under
+        (`watch`: date=YYYY-MM-DD); `cpus_per_rank`: what each CPU rank asks Ray for (0: none, as a
+        benchmark that may share nodes; `watch` asks, to take only idle capacity)."""
         self.spec, self.run_id, self.started = spec, run_id, started
-        self.store = ResultStore(spec.output, run_id)
+        self.placement_group, self.cpus_per_rank = placement_group, cpus_per_rank
+        self.store = ResultStore(spec.output, run_id, partition=partition)
+        self.connection: connect.Connection | None = None
         self.pool: ActorPool | None = None
         self.manifest: dict = {}
         self.where = ""  # the cluster, as said to the user; set once connected
@@ -58,22 +66,26 @@ class Session:
         self.store.acquire()  # one writer per run: a second run or --resume of it is refused here, before Ray
         try:
             with self.startup.timing("connect_s"):
-                self.where = connect.connect(self.spec.address)
+                self.connection = connect.connect(self.spec.address)
+                self.where = self.connection.where
         except BaseException:
             self.store.release()
             raise
         # `ray job stop` and other supervisors send SIGTERM: stop as on Ctrl-C (set after
-        # ray.init, which installs a handler of its own that only logs and dies)
-        self._sigterm = signal.signal(signal.SIGTERM, _interrupt)
+        # ray.init, which installs a handler of its own that only logs and dies). Only the main
+        # thread may set a handler: a caller's thread (the Python API) keeps its process's.
+        if threading.current_thread() is threading.main_thread():
+            self._sigterm = signal.signal(signal.SIGTERM, _interrupt)
         return self
 
     def __exit__(self, *exc) -> None:
         try:
             if self.pool is not None:
                 self.pool.shutdown()
-            connect.disconnect()
+            connect.disconnect(self.connection)
         finally:
-            signal.signal(signal.SIGTERM, self._sigterm or signal.SIG_DFL)
+            if self._sigterm is not None:
+                signal.signal(signal.SIGTERM, self._sigterm)
             self.store.release()
 
     def cluster(self) -> tuple[Inventory, str]:
@@ -81,7 +93,11 @@ class Session:
         commands.resume.cluster_change)."""
         if not self.where:
             raise SessionOrder("Session.cluster() runs inside `with Session(...)`")
-        inv = inventory.from_ray_nodes(ray.nodes(), self.spec.ranks_per_node)
+        if self.placement_group is not None:
+            inv = inventory.from_placement_group(ray.nodes(), placement_bundles(self.placement_group))
+        else:
+            inv = inventory.from_ray_nodes(ray.nodes(), self.spec.ranks_per_node)
+        inv = inventory.select(inv, self.spec.nodes, self.spec.exclude)
         if not inv.nodes:
             raise UsageError("the Ray cluster has no node that can hold a rank")
         backend = auto_backend(self.spec.backend, inv.use_gpus)
@@ -113,7 +129,8 @@ class Session:
         if not self._checked:
             raise SessionOrder("Session.start() needs check_devices() first")
         self.pool = ActorPool(self.inv, self.spec.env_vars(), start_timeout_s=min(self.spec.group_timeout_s, 300.0),
-                              name=f"collbench-{self.run_id}")
+                              name=f"collbench-{self.run_id}", placement_group=self.placement_group,
+                              cpus_per_rank=self.cpus_per_rank)
         with self.startup.timing("workers_s"):
             self.pool.start()
         self.store.create()
@@ -153,6 +170,15 @@ class Session:
         self.manifest.update(state="interrupted", finished_at=dt.datetime.now(dt.timezone.utc),
                              **self.startup.fields())
         self.store.write_manifest(self.manifest)
+
+    def failed(self) -> None:
+        """After an error nothing else handles (a defect, a lost cluster): the manifest says the
+        run failed, where a write still can; the error goes on to the caller."""
+        if not self.manifest:
+            return
+        self.manifest.update(state="failed", finished_at=dt.datetime.now(dt.timezone.utc), **self.startup.fields())
+        with contextlib.suppress(Exception):
+            self.store.write_manifest(self.manifest)
 
     def stopped_by_full_disk(self, e: OSError) -> str:
         """After a write failed for want of space: mark the manifest interrupted (a failed write

@@ -167,6 +167,8 @@ def _swap(store: ResultStore) -> None:
         _fsync(staging)
         _exchange(staging, store.run_dir)  # readers see the group files or the parts, never both
         _fsync(store.root)
+        if os.path.dirname(store.run_dir) != store.root:  # a partitioned run (watch): its folder's parent too
+            _fsync(os.path.dirname(store.run_dir))
         after_step("exchanged")
         for entry in sorted(os.scandir(staging), key=lambda e: e.name):  # the replaced files
             if entry.is_dir(follow_symlinks=False):

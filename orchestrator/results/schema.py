@@ -92,7 +92,7 @@ MANIFEST_SCHEMA = pa.schema(
         ("run_id", pa.string()),
         ("started_at", pa.timestamp("us", tz="UTC")),
         ("finished_at", pa.timestamp("us", tz="UTC")),
-        ("state", pa.string()),  # running | finished | interrupted
+        ("state", pa.string()),  # running | finished | interrupted | failed
         ("command", pa.string()),  # run | qualify
         ("job_submission_id", pa.string()),  # under `ray job submit`: the job's submission id
         ("collbench_version", pa.string()),

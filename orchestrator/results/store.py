@@ -40,11 +40,14 @@ from orchestrator.results.lock import run_lock
 from orchestrator.results.schema import MANIFEST_SCHEMA, SCHEMA_VERSION, rows_table
 
 class ResultStore:
-    def __init__(self, output: str, run_id: str) -> None:
+    def __init__(self, output: str, run_id: str, partition: str | None = None) -> None:
+        """`partition`: a folder under the root that holds the run's folder (`watch` writes each
+        cycle under date=YYYY-MM-DD); the manifest and the lock stay in the root's _runs."""
         self.output = output
         self.run_id = run_id
+        self.partition = partition
         self.fs, self.root = resolve(output)
-        self.run_dir = f"{self.root}/{run_id}"
+        self.run_dir = f"{self.root}/{partition}/{run_id}" if partition else f"{self.root}/{run_id}"
         self.local = isinstance(self.fs, pafs.LocalFileSystem)
         self.lock = run_lock(self.fs, self.root, MANIFEST_DIR, run_id, self.location)
 
@@ -115,7 +118,8 @@ class ResultStore:
         if not is_uri(self.output):
             return self.run_dir
         parts = urllib.parse.urlsplit(self.output)
-        return urllib.parse.urlunsplit(parts._replace(path=f"{parts.path.rstrip('/')}/{self.run_id}"))
+        below = f"{self.partition}/{self.run_id}" if self.partition else self.run_id
+        return urllib.parse.urlunsplit(parts._replace(path=f"{parts.path.rstrip('/')}/{below}"))
 
     def write_table(self, table: pa.Table, path: str) -> None:
         if not self.local:

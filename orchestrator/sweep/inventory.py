@@ -104,3 +104,48 @@ def from_description(text: str) -> Inventory:
         for i in range(n_nodes)
     ]
     return Inventory(order_nodes(nodes))
+
+
+def select(inv: Inventory, nodes: tuple[str, ...] = (), exclude: tuple[str, ...] = ()) -> Inventory:
+    """The inventory's nodes named in `nodes` (all when empty) less those in `exclude`, each named
+    by IP, host name or Ray node id; a name that matches no node is refused, naming the nodes."""
+    def matches(node: Node, name: str) -> bool:
+        return name in (node.ip, node.hostname, node.node_id)
+
+    for flag, names in (("--nodes", nodes), ("--exclude", exclude)):
+        for name in names:
+            if not any(matches(n, name) for n in inv.nodes):
+                known = ", ".join(f"{n.ip} ({n.hostname})" if n.hostname else n.ip for n in inv.nodes[:8])
+                more = f" and {len(inv.nodes) - 8} more" if len(inv.nodes) > 8 else ""
+                raise UsageError(f"{flag} {name}: not a node of the cluster that can hold a rank "
+                                 f"(nodes: {known}{more})")
+    kept = [n for n in inv.nodes if (not nodes or any(matches(n, x) for x in nodes))
+            and not any(matches(n, x) for x in exclude)]
+    if not kept:
+        raise UsageError(f"--exclude {','.join(exclude)}: leaves no node to measure")
+    return Inventory(tuple(kept))
+
+
+def from_placement_group(ray_nodes: list[dict], bundles: list[tuple[str, dict]]) -> Inventory:
+    """The nodes of a caller's placement group, one rank per bundle (`bundles`: each bundle's node
+    id and resources, in bundle order); GPU bundles make GPU ranks. Rank order is the usual (by
+    node), and within a node the bundles' order."""
+    alive = {n["NodeID"]: n for n in ray_nodes if n.get("Alive")}
+    per_node: dict[str, list[dict]] = {}
+    for node_id, resources in bundles:
+        per_node.setdefault(node_id, []).append(resources)
+    nodes = []
+    for node_id, held in per_node.items():
+        n = alive.get(node_id)
+        if n is None:
+            raise UsageError(f"the placement group has a bundle on node {node_id}, which is not alive")
+        gpus = sum(1 for r in held if r.get("GPU", 0) >= 1)
+        if gpus and gpus != len(held):
+            raise UsageError(f"the placement group mixes GPU and CPU bundles on node {n['NodeManagerAddress']}: "
+                             "give every bundle a GPU, or none")
+        resources = n.get("Resources", {})
+        accelerator = next((k.split(":", 1)[1] for k in resources if k.startswith("accelerator_type:")), None)
+        nodes.append(Node(node_id, n["NodeManagerAddress"], n.get("NodeManagerHostname", ""), gpus, len(held),
+                          accelerator, int(resources.get("memory", 0))))
+    return Inventory(order_nodes(nodes))
+

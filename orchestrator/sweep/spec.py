@@ -81,6 +81,13 @@ class SweepSpec:
         True, ("--concurrent",), "run the disjoint groups of a round at the same time", "bool"
     )
     ranks_per_node: int = _opt(2, ("--ranks-per-node",), "ranks on each node without GPUs (CPU ranks)", "int")
+    nodes: tuple[str, ...] = _opt(
+        (), ("--nodes",), "measure only these nodes, comma-separated: IP address, host name or Ray node id "
+        "(default: every node that can hold a rank)", "list",
+    )
+    exclude: tuple[str, ...] = _opt(
+        (), ("--exclude",), "leave these nodes out, comma-separated: IP address, host name or Ray node id", "list",
+    )
     group_timeout_s: float = _opt(
         300.0, ("--group-timeout",),
         "seconds a group may take to form, to leave, and for each case on top of its bytes' time (--deadline-rate)",
@@ -149,6 +156,13 @@ class SweepSpec:
             _check_pattern(pattern)
         for item in self.env:
             _check_env(item)
+        for name in ("nodes", "exclude"):
+            for node in getattr(self, name):
+                if not _printable(node) or len(node) > MAX_NAME_BYTES or "," in node:
+                    raise UsageError(f"{_flag(name)} {node[:80]!r}: not a node (an IP address, host name or node id)")
+        both = sorted(set(self.nodes) & set(self.exclude))
+        if both:
+            raise UsageError(f"--exclude {both[0]}: also in --nodes; name a node in one of them")
         if self.backend != "auto":
             message = unsupported_pair(self.backend, [d for d in self.dtypes if d != ALL])
             if message:

@@ -1,0 +1,157 @@
+"""collbench from Python: the same sweeps, qualifications, reports and comparisons as the command
+line, for Ray users' own drivers and notebooks (README: "Python API").
+
+    import ray
+    from orchestrator import api
+
+    ray.init(address="auto")                        # or let collbench start an embedded instance
+    result = api.run(collectives=["all_reduce"], max_bytes="64M", patterns=["intra", "inter"])
+    result.rows()                                    # the rows, a pandas DataFrame
+    rep = api.report(result)                         # tables and flags
+    rep.frame("intra_vs_inter")
+    bad = api.preflight(my_placement_group).exclude  # nodes to leave out before trainer.fit()
+
+Options are the sweep options' names with underscores, as in a `--config` YAML file (`max_bytes`
+for --max-bytes), with the same values and the same checks: a bad value raises `UsageError` with
+the one line the command prints. In a process whose Ray is initialised already, that session is
+used as it is: collbench neither calls ray.init again nor shuts it down. By default nothing is
+printed (`verbose=True` prints what the command prints).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.analysis.report import Report
+from orchestrator.commands.compare import Comparison, comparison
+from orchestrator.errors import UsageError
+from orchestrator.execution.jobs import RunResult
+from orchestrator.execution.qualifying import Qualification
+from orchestrator.results.location import check_writable, resolve_output
+from orchestrator.sweep.spec import SweepSpec, from_mapping
+
+__all__ = ["Comparison", "Preflight", "Qualification", "Report", "RunResult", "UsageError", "compare", "preflight",
+           "qualify", "report", "run", "spec"]
+
+# qualify's and preflight's defaults where they differ from a sweep's (commands/qualify.py)
+QUALIFY_DEFAULTS = {"collectives": ("all_reduce",), "min_bytes": 1 << 20, "max_bytes": 16 << 20, "iters": 5,
+                    "warmup": 1, "group_timeout_s": 60.0}
+
+
+def spec(base: SweepSpec | None = None, **options: Any) -> SweepSpec:
+    """A validated sweep: `base` (or the defaults) with `options` over it, each converted and checked
+    as a --config key is (`max_bytes="64M"`, `dtypes=["bfloat16"]`, `env={"NCCL_ALGO": "Ring"}`)."""
+    values = from_mapping(options, source="collbench.api")
+    made = dataclasses.replace(base, **values) if base is not None else SweepSpec(**values)
+    return dataclasses.replace(made, output=resolve_output(made.output))
+
+
+def run(sweep: SweepSpec | None = None, /, *, nodes: Sequence[str] | None = None, placement_group=None,
+        verbose: bool = False, **options: Any) -> RunResult:
+    """Measure a sweep; returns its RunResult (rows, manifest, how it ended). `nodes`: only these
+    (IP, host name or Ray node id); `placement_group`: a placement group the caller holds, one rank
+    per bundle, on its bundles' nodes."""
+    from orchestrator.execution import console, jobs
+
+    chosen = _spec(sweep, nodes, options)
+    check_writable(chosen.output)
+    return jobs.sweep(chosen, say=jobs.stderr_say if verbose else None, placement_group=placement_group,
+                      console_for=(lambda groups: console.Console(groups)) if verbose else None)
+
+
+def qualify(sweep: SweepSpec | None = None, /, *, nodes: Sequence[str] | None = None, placement_group=None,
+            threshold: float = 0.10, min_fraction: float = 0.8, seed: int = 0, expected: str | None = None,
+            verbose: bool = False, **options: Any) -> Qualification:
+    """Name the slow, hanging, failing and lost nodes: a Qualification with a verdict and its
+    evidence per node (`.failing`: those that did not pass). Options as `collbench qualify`'s."""
+    from orchestrator.commands.options import check_threshold
+    from orchestrator.execution.jobs import stderr_say
+    from orchestrator.execution.qualifying import qualification
+
+    check_threshold(threshold)
+    if not 0 < min_fraction <= 1:
+        raise UsageError(f"min_fraction {min_fraction:g}: must be above 0 and at most 1 (0.8: 80% of expected)")
+    chosen = _spec(sweep, nodes, {**{k: v for k, v in QUALIFY_DEFAULTS.items() if k not in options}, **options})
+    for name, values in (("collectives", chosen.collectives), ("dtypes", chosen.dtypes)):
+        if len(values) != 1 or "all" in values:
+            raise UsageError(f"{name} {','.join(values)}: qualify measures one (the verdicts compare like with like)")
+    check_writable(chosen.output)
+    entries = _expected(expected)
+    return qualification(chosen, threshold=threshold, min_fraction=min_fraction, seed=seed, user_entries=entries,
+                         say=stderr_say if verbose else None, log=sys.stdout if verbose else None,
+                         placement_group=placement_group)
+
+
+@dataclass
+class Preflight:
+    """A quick qualification of exactly the nodes a job was given: which to leave out, and why."""
+
+    qualification: Qualification
+
+    @property
+    def exclude(self) -> list[str]:
+        """IP addresses of the nodes that did not pass (empty: go)."""
+        return [v["node"] for v in self.qualification.failing]
+
+    @property
+    def ok(self) -> bool:
+        return self.qualification.state == "finished" and not self.exclude
+
+
+def preflight(target=None, /, *, timeout_s: float = 60.0, verbose: bool = False, **options: Any) -> Preflight:
+    """Qualify exactly a job's nodes before its first step: `target` is a placement group the caller
+    holds (its bundles' nodes, one rank per bundle) or a list of nodes (IP, host name or node id);
+    None: every node. `timeout_s` bounds each probe group (forming it and each size). Returns the
+    nodes to exclude (`.exclude`) with the evidence (`.qualification`)."""
+    if isinstance(target, (list, tuple)):
+        found = qualify(nodes=target, verbose=verbose, group_timeout_s=timeout_s, **options)
+    else:
+        found = qualify(placement_group=target, verbose=verbose, group_timeout_s=timeout_s, **options)
+    return Preflight(found)
+
+
+def report(source: str | RunResult, *, run_id: str | None = None, threshold: float = 0.10, unit: str = "GBps",
+           collective: str | None = None, expected: str | None = None, min_fraction: float = 0.8) -> Report:
+    """The report of a run: `source` is a RunResult or a results dataset (its latest run, or
+    `run_id`). Tables as `.tables` (lists of dicts) or `.frame(name)` (DataFrames); flags as `.flags`."""
+    from orchestrator.commands.options import UNITS, check_threshold
+    from orchestrator.commands.report import read_report, run_frame
+
+    check_threshold(threshold)
+    if unit not in UNITS:
+        raise UsageError(f"unit {unit!r}: one of {', '.join(UNITS)}")
+    if isinstance(source, RunResult):
+        source, run_id = source.output, source.run_id
+    frame = run_frame(source, run_id, collective)
+    return read_report(source, frame, threshold, unit, collective, _expected(expected), min_fraction)
+
+
+def compare(baseline: str, new: str | None = None, *, baseline_runs: Sequence[str] | None = None,
+            new_run: str | None = None, threshold: float = 0.05, by: str = "link") -> Comparison:
+    """Compare a new run with baseline runs of the same sweep, as `collbench compare` does; the
+    flagged drops are `.flagged` (a DataFrame: empty when nothing regressed)."""
+    from orchestrator.commands.options import check_threshold
+
+    check_threshold(threshold)
+    if by not in ("link", "shape"):
+        raise UsageError(f"by {by!r}: link or shape")
+    return comparison(baseline, new or baseline, ",".join(baseline_runs) if baseline_runs else None, new_run,
+                      threshold, by)
+
+
+def _spec(sweep: SweepSpec | None, nodes: Sequence[str] | None, options: dict) -> SweepSpec:
+    if nodes is not None:
+        if isinstance(nodes, str):
+            raise UsageError(f"nodes {nodes!r}: a list of nodes, not one string")
+        options = {**options, "nodes": list(nodes)}
+    return spec(sweep, **options)
+
+
+def _expected(path: str | None) -> list:
+    from orchestrator.analysis import expected
+
+    return expected.load(path, "user") if path else []

@@ -1,0 +1,174 @@
+"""A sweep from start to end, the one body that `collbench run`, the Python API (orchestrator.api)
+and `collbench watch` call: join the cluster, check it, start the workers, measure the plan, and
+close the run so that nothing is lost whatever ends it (finished; Ctrl-C or SIGTERM: interrupted,
+with the command that resumes it; a full disk: interrupted, in one line; a lost lock: stopped
+without writing more; any other error: the manifest marked failed before the error goes on).
+
+The caller decides what is printed: the console (progress, rows) is one of the observers it
+passes, and `say` receives the lines a run speaks on stderr (None: silent)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from orchestrator.commands import resume
+from orchestrator.errors import UsageError
+from orchestrator.execution.events import RunObserver
+from orchestrator.execution.outcome import Outcome
+from orchestrator.sweep.spec import SweepSpec
+
+Say = Callable[[str], None]
+
+
+def stderr_say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+@dataclass
+class RunResult:
+    """What a sweep did: its run id and where its rows are, how it ended, and its tally."""
+
+    run_id: str
+    output: str  # the results dataset (--output), a folder or a URI
+    state: str  # finished | interrupted | stopped | failed
+    exit_code: int  # the command's: 0 ok, 1 failures or wrong results, 130 Ctrl-C, 143 SIGTERM
+    outcome: Outcome = field(default_factory=Outcome)
+    manifest: dict = field(default_factory=dict)
+    startup: str = ""  # where the start went, one line
+    message: str | None = None  # the line that said why it ended early
+    rows_at: str = ""  # the run's own folder (or URI) of rows
+
+    def rows(self):
+        """The run's rows as a pandas DataFrame (read back from the dataset)."""
+        from orchestrator.results import dataset
+
+        return dataset.load(self.output, self.run_id)
+
+
+def new_run_id(now: dt.datetime) -> str:
+    return f"{now:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
+
+
+def sweep(spec: SweepSpec, *, run_id: str | None = None, saved: resume.SavedRun | None = None,
+          retry_failed: bool = False, observers: Sequence[RunObserver] = (), say: Say | None = stderr_say,
+          console_for: Callable[[int], RunObserver | None] | None = None, placement_group=None,
+          partition: str | None = None) -> RunResult:
+    """Measure `spec`'s plan on the cluster; a resumed run (`saved`, its manifest's run) measures
+    the groups it lacks. `console_for(groups_to_measure)` makes the console, once that number is
+    known. Raises UsageError for what makes the sweep impossible (before anything is measured)."""
+    from orchestrator.execution.pool import PlacementError
+    from orchestrator.execution.session import Session, exit_code, is_disk_full, print_late_interrupt
+    from orchestrator.sweep.planner import check_plan, make_plan
+
+    say = say or (lambda line: None)
+    now = dt.datetime.now(dt.timezone.utc)
+    resuming = saved is not None
+    run_id = run_id or new_run_id(now)
+    resume_with = resume.resume_command(run_id, spec.output, spec.address)
+    session = None
+    result = RunResult(run_id, spec.output, "failed", 1)
+    try:
+        with Session(spec, run_id, now, placement_group=placement_group, partition=partition) as session:
+            inv, backend = session.cluster()
+            change = resume.cluster_change(saved.nodes, inv) if saved else None
+            if change:
+                raise UsageError(f"--resume {run_id}: the cluster is not the one the run started on ({change}), "
+                                 "so its groups would not be the same; start a new run")
+            plan = make_plan(session.spec, inv)  # as the backend runs it (`-d all` expanded)
+            check_plan(session.spec, plan)
+            session.check_devices({len(g.ranks) for g in plan.groups})
+            store = session.store
+            skip = store.finished_groups(retry_failed) if resuming else set()
+            say(f"collbench: run {run_id} on {session.where}: {len(inv.nodes)} node(s), {inv.world_size} rank(s), "
+                f"backend {backend}, {len(plan)} group(s) in {len(plan.rounds)} round(s); results -> {store.location}")
+            if resuming:
+                again = " (failed, timed-out and skipped ones are measured again)" if retry_failed else ""
+                say(f"collbench: resuming: {len(skip)} group(s) already on disk are skipped{again}")
+            console = console_for(len(plan) - len(skip)) if console_for else None
+            runner, outcome = session.start(len(plan), [*([console] if console else []), *observers],
+                                            skipped=len(skip))
+            result.outcome = outcome
+            try:
+                runner.run(plan, skip)
+                session.finish(outcome)
+            except KeyboardInterrupt as e:  # while measuring, or while compacting the rows
+                session.interrupted()
+                result.state, result.exit_code = "interrupted", exit_code(e)
+                result.message = (f"collbench: interrupted; finished groups are saved in {store.location}. "
+                                  f"Resume with:\n  {resume_with}")
+                say("\n" + result.message)
+                return _closed(result, session)
+            except (UsageError, PlacementError):
+                raise
+            except BaseException:  # a defect or the unexpected: the manifest says so before it goes on
+                session.failed()
+                raise
+    except OSError as e:  # a full disk, where the workers were started, measured or released
+        if session is None or not is_disk_full(e):
+            raise
+        said = session.stopped_by_full_disk(e)
+        resume_hint = f"; resume once there is room: {resume_with}" if session.manifest else ""
+        result.state, result.exit_code = "interrupted", 1
+        result.message = f"collbench: error: {said}{resume_hint}"
+        say(result.message)
+        return _closed(result, session)
+    except KeyboardInterrupt as e:  # before the workers started, or while they were being released
+        print_late_interrupt(session, "group")
+        result.state, result.exit_code = session.manifest.get("state", "interrupted") if session else "interrupted", \
+            exit_code(e)
+        return _closed(result, session)
+    except PlacementError as e:
+        result.message = f"collbench: error: {e}"
+        say(result.message)
+        return _closed(result, session)
+    result.state, result.exit_code = "finished", closing_code(spec, outcome, say)
+    return _closed(result, session)
+
+
+def _closed(result: RunResult, session) -> RunResult:
+    if session is not None:
+        result.manifest = dict(session.manifest)
+        result.startup = session.startup.line()
+        result.output = session.spec.output
+        result.rows_at = session.store.run_dir
+    return result
+
+
+def closing_code(spec: SweepSpec, outcome: Outcome, say: Say) -> int:
+    """1 when a group failed (unless --allow-failures) or a check found wrong elements; said."""
+    from orchestrator.execution import console
+
+    code = 0
+    if outcome.failures:
+        say("collbench: failures:")
+        for line in console.failure_summary(outcome.failures):
+            say("  " + line)
+        if not spec.allow_failures:
+            code = 1
+    if outcome.n_wrong:
+        say(f"collbench: {outcome.n_wrong} wrong element(s) in the checks")
+        code = 1
+    return code
+
+
+def closing_lines(result: RunResult, t_start: float) -> list[str]:
+    """The run's last lines on stdout: where the time went, and what was written where."""
+    outcome = result.outcome
+    wall = time.monotonic() - t_start
+    first = f"{outcome.first_row_at - t_start:.1f}s" if outcome.first_row_at else "-"
+    return [
+        f"collbench: wall {wall:.1f}s, measuring {outcome.measured_s:.1f}s ({outcome.measured_s / wall:.0%}), "
+        f"first row after {first}, {result.startup}, group set-up median {_median(outcome.setup_s):.2f}s, "
+        f"tear-down median {_median(outcome.teardown_s):.2f}s",
+        f"collbench: {outcome.rows} row(s) in {outcome.groups_ok} ok, {outcome.groups_failed} failed and "
+        f"{outcome.groups_skipped} skipped group(s) written to {result.rows_at}",
+    ]
+
+
+def _median(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2] if values else 0.0

@@ -1,0 +1,255 @@
+"""A qualification on Ray from start to end, the one body that `collbench qualify`, the Python API
+(orchestrator.api: qualify, preflight) and `collbench watch` call: `sweep.qualify.Qualifier`
+decides each round's probes (groups of whole nodes), each round runs on Ray as a sweep's round
+does (its rows, with their `phase`, go to the same dataset as a run's), and what each probe
+reached goes back to the qualifier. The run ends as a sweep does (execution.jobs): interrupted,
+on a full disk or failed, its manifest says so."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import statistics
+import time
+from dataclasses import dataclass, field
+
+from orchestrator.errors import UsageError
+from orchestrator.execution.events import GroupEnded, GroupFailure, GroupStarted, RunObserver
+from orchestrator.execution.jobs import Say, new_run_id, stderr_say
+from orchestrator.sweep.inventory import Inventory
+from orchestrator.sweep.qualify import ALL_PAIRS_NODES, Deadlines, Outcome, Probe, Qualifier, Reference, Result
+from orchestrator.sweep.sizes import format_bytes
+from orchestrator.sweep.spec import SweepSpec
+from workloads.messages import Status
+
+
+@dataclass
+class Qualification:
+    """Verdicts per node (node, host, node_id, verdict, evidence), and how the qualification went."""
+
+    run_id: str
+    state: str  # finished | interrupted | failed
+    exit_code: int  # 0: every node passes; 1: one does not (or the run could not finish); 130/143
+    nodes: list[dict] = field(default_factory=list)
+    rounds: int = 0
+    probes: int = 0
+    speed_judged: bool = True
+    unjudged: str | None = None  # why a speed could not be judged, where it could not
+    wall_s: float = 0.0
+    startup: str = ""
+    rows_at: str = ""
+    message: str | None = None
+
+    @property
+    def failing(self) -> list[dict]:
+        """The nodes that did not pass: what to exclude."""
+        return [v for v in self.nodes if v["verdict"] != Outcome.PASS.value]
+
+
+def qualification(spec: SweepSpec, *, threshold: float = 0.10, min_fraction: float = 0.8, seed: int = 0,
+                  user_entries: list | None = None, say: Say | None = stderr_say, log=None,
+                  placement_group=None) -> Qualification:
+    """Qualify the cluster's nodes (or `spec.nodes`, less `spec.exclude`; or a caller's placement
+    group's); `log`: where the console prints failed probes (its progress goes to stderr; None:
+    no console)."""
+    from orchestrator.analysis import report
+    from orchestrator.execution import console
+    from orchestrator.execution.pool import PlacementError
+    from orchestrator.execution.session import Session, exit_code, is_disk_full, print_late_interrupt
+    from orchestrator.sweep.planner import Group, Plan
+
+    say = say or (lambda line: None)
+    t_start = time.monotonic()
+    now = dt.datetime.now(dt.timezone.utc)
+    run_id = new_run_id(now)
+    result = Qualification(run_id, "failed", 1)
+    session = None
+    groups = 0
+    try:
+        with Session(spec, run_id, now, placement_group=placement_group) as session:
+            inv, backend = session.cluster()
+            rpn = max(n.ranks for n in inv.nodes)
+            if len(inv.nodes) < 2 and rpn < 2:
+                raise UsageError("qualify needs two nodes, or nodes with more than one rank (--ranks-per-node)")
+            session.check_devices({rpn, 2 * rpn, inv.world_size})
+            q = Qualifier(len(inv.nodes), rpn, threshold, seed=seed, min_fraction=min_fraction)
+            collector = _Collector(q, inv, Deadlines(spec.group_timeout_s))
+            shown = [console.Console(None, log, rows=False)] if log is not None else []
+            runner, outcome = session.start(0, [*shown, collector], command="qualify")
+            q.reference = _reference(report.entries(session.manifest, user_entries or []), session, spec)
+            say(f"collbench: qualify {run_id} on {session.where}: {len(inv.nodes)} node(s), {inv.world_size} "
+                f"rank(s), backend {backend}, {spec.collectives[0]} {spec.dtypes[0]} up to "
+                f"{format_bytes(spec.max_bytes)}; reference {_describe(q.reference, len(inv.nodes))}; "
+                f"results -> {session.store.location}")
+            try:
+                while probes := q.next_round():
+                    rnd = q.rounds - 1
+                    plan = Plan((tuple(Group(f"q{rnd}-g{i}", "qualify", rnd, _ranks(inv, p), phase=p.phase.value)
+                                       for i, p in enumerate(probes)),))
+                    collector.expect(plan, probes)
+                    runner.spec = dataclasses.replace(runner.spec, group_timeout_s=collector.limit_s(probes))
+                    runner.run(plan)
+                    judged = q.record(collector.results())
+                    groups += len(probes)
+                    say(_round_line(rnd, probes, judged, runner.spec.group_timeout_s, q))
+                session.manifest["groups_total"] = groups
+                session.finish(outcome)
+            except KeyboardInterrupt as e:  # while measuring, or while compacting the rows
+                session.interrupted()
+                result.state, result.exit_code = "interrupted", exit_code(e)
+                result.message = f"collbench: interrupted; the probes so far are in {session.store.location}"
+                say("\n" + result.message)
+                return _closed(result, session, t_start, groups)
+            except (UsageError, PlacementError):
+                raise
+            except BaseException:  # a defect or the unexpected: the manifest says so before it goes on
+                session.failed()
+                raise
+    except OSError as e:  # a full disk
+        if session is None or not is_disk_full(e):
+            raise
+        result.state, result.message = "interrupted", f"collbench: error: {session.stopped_by_full_disk(e)}"
+        say(result.message)
+        return _closed(result, session, t_start, groups)
+    except KeyboardInterrupt as e:  # before the workers started, or while they were being released
+        print_late_interrupt(session, "probe")
+        result.state, result.exit_code = "interrupted", exit_code(e)
+        return _closed(result, session, t_start, groups)
+    except PlacementError as e:
+        result.message = f"collbench: error: {e}"
+        say(result.message)
+        return _closed(result, session, t_start, groups)
+    result.nodes = _verdicts(q, inv)
+    result.state, result.rounds = "finished", q.rounds
+    result.speed_judged, result.unjudged = not q.unjudged, q.unjudged_note()
+    result.exit_code = 1 if result.failing else 0
+    return _closed(result, session, t_start, groups)
+
+
+def _closed(result: Qualification, session, t_start: float, probes: int) -> Qualification:
+    result.wall_s, result.probes = time.monotonic() - t_start, probes
+    if session is not None:
+        result.startup, result.rows_at = session.startup.line(), session.store.run_dir
+    return result
+
+
+def _ranks(inv: Inventory, probe: Probe) -> tuple[int, ...]:
+    first = inv.first_rank()
+    return tuple(first[i] + j for i in probe.nodes for j in range(inv.nodes[i].ranks))
+
+
+def _reference(entries: list, session, spec: SweepSpec) -> Reference:
+    """Expected busbw for each kind of probe where an entry applies to every node's platform."""
+    from orchestrator.analysis import expected
+
+    inv = session.inv
+    tags = set.intersection(*(set(session.platforms[n.node_id].tags) if n.node_id in session.platforms else set()
+                              for n in inv.nodes))
+    rpn = max(n.ranks for n in inv.nodes)
+    size = max(spec.sizes())
+
+    def value(topology: str, world: int) -> float | None:
+        entry = expected.find(entries, tags, spec.collectives[0], topology, size, world)
+        return entry.busbw_gbps if entry else None
+
+    across = "inter" if rpn == 1 else "mixed"
+    return Reference(intra=value("intra", rpn) if rpn > 1 else None, pair=value(across, 2 * rpn),
+                     gate=value(across, inv.world_size))
+
+
+def _describe(ref: Reference, n_nodes: int) -> str:
+    known = [f"{k} {v:g} GB/s" for k, v in dataclasses.asdict(ref).items() if v]
+    if known:
+        return "expected " + ", ".join(known)
+    if n_nodes in ALL_PAIRS_NODES:
+        return f"no expected value applies: every pair of the {n_nodes} nodes, against the median of their best pairs"
+    unjudged = " (2 nodes: their speed cannot be judged without --expected)" if n_nodes < min(ALL_PAIRS_NODES) else ""
+    return "no expected value applies: the median of each round" + unjudged
+
+
+class _Collector(RunObserver):
+    """The runner's observer for qualify: each probe's group ends as a qualify Result (its busbw at
+    the largest size; who hung, died or left), and how long it took sets the next deadlines."""
+
+    def __init__(self, q: Qualifier, inv: Inventory, deadlines: Deadlines) -> None:
+        self.q, self.inv, self.deadlines = q, inv, deadlines
+        self._probes: dict[str, Probe] = {}
+        self._t0: dict[str, float] = {}
+        self._results: list[Result] = []
+        self._node = [i for i, n in enumerate(inv.nodes) for _ in range(n.ranks)]  # global rank -> node
+
+    def expect(self, plan, probes: list[Probe]) -> None:
+        self._probes = {g.group_id: p for g, p in zip(plan.groups, probes)}
+        self._results = []
+
+    def limit_s(self, probes: list[Probe]) -> float:
+        return max(self.deadlines.limit_s(p.phase) for p in probes)
+
+    def results(self) -> list[Result]:
+        return self._results
+
+    def group_started(self, event: GroupStarted) -> None:
+        self._t0[event.group.group_id] = time.monotonic()
+
+    def group_ended(self, event: GroupEnded) -> None:
+        group, status, rows = event.group, event.status, event.rows
+        probe = self._probes[group.group_id]
+        wall = time.monotonic() - self._t0[group.group_id]
+        if status is Status.OK:
+            top = [r for r in rows if r["msg_bytes"] == max(x["msg_bytes"] for x in rows)]
+            wrong = sum(r["n_wrong"] for r in rows)
+            if wrong:
+                result = Result(probe, Outcome.FAILED, None, (), f"{wrong} wrong element(s) in the checks")
+            else:
+                self.deadlines.took(probe.phase, wall)
+                result = Result(probe, Outcome.PASS, statistics.median(r["busbw_gbps"] for r in top))
+        else:
+            result = self._failed(probe, status, event.failure)
+        self._results.append(dataclasses.replace(result, group_id=group.group_id))
+
+    def _failed(self, probe: Probe, status: Status, failure: GroupFailure) -> Result:
+        """Culprits: nodes that left; else the nodes of ranks that did not answer a ping or died
+        (none when every rank answered: the qualifier retests the members)."""
+        nodes = sorted({self._node[r] for r in failure.ranks})
+        gone = _gone(self.inv, nodes)
+        if gone:
+            return Result(probe, Outcome.LOST, None, gone, failure.error)
+        if status is Status.SKIPPED:  # no worker could be placed there
+            return Result(probe, Outcome.FAILED, None, tuple(nodes), failure.error)
+        culprits = tuple(nodes) if failure.culprits else ()
+        return Result(probe, Outcome.of_run(status), None, culprits, failure.error)
+
+
+def _gone(inv: Inventory, nodes: list[int]) -> tuple[int, ...]:
+    """Those of these nodes that have left the Ray cluster."""
+    if not nodes:
+        return ()
+    import ray
+
+    alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+    return tuple(i for i in nodes if inv.nodes[i].node_id not in alive)
+
+
+def _round_line(rnd: int, probes: list[Probe], judged: list[Result], limit_s: float, q: Qualifier) -> str:
+    counts: dict[str, int] = {}
+    for r in judged:
+        counts[r.status.value] = counts.get(r.status.value, 0) + 1
+    named = sum(1 for v in q.verdicts.values() if v is not Outcome.PASS)
+    if q.all_pairs_pending:
+        found = "measured, judged with the last pair round"
+    else:
+        found = ("every pair: " if len(judged) > len(probes) else "") + ", ".join(
+            f"{k} {v}" for k, v in sorted(counts.items()))
+    return (f"collbench: round {rnd + 1} ({probes[0].phase.value}): {len(probes)} probe(s) [{found}], "
+            f"deadline {limit_s:.0f}s; {named} node(s) named so far")
+
+
+def _verdicts(q: Qualifier, inv: Inventory) -> list[dict]:
+    """The qualifier's summary with nodes as operators know them (IP, host, Ray node id)."""
+    out = []
+    for item in q.summary():
+        node = inv.nodes[item["node"]]
+        evidence = [{**e, "nodes": [inv.nodes[i].ip for i in e["nodes"]]} for e in item["evidence"]]
+        out.append({"node": node.ip, "host": node.hostname, "node_id": node.node_id, "verdict": item["verdict"],
+                    "evidence": evidence})
+    return out
