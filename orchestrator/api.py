@@ -59,7 +59,7 @@ def run(sweep: SweepSpec | None = None, /, *, nodes: Sequence[str] | None = None
 
     chosen = _spec(sweep, nodes, options)
     check_writable(chosen.output)
-    return jobs.sweep(chosen, say=jobs.stderr_say if verbose else None, placement_group=placement_group,
+    return jobs.sweep(chosen, voice=jobs.COMMAND_LINE if verbose else jobs.QUIET, placement_group=placement_group,
                       console_for=(lambda groups: console.Console(groups)) if verbose else None)
 
 
@@ -69,7 +69,7 @@ def qualify(sweep: SweepSpec | None = None, /, *, nodes: Sequence[str] | None = 
     """Name the slow, hanging, failing and lost nodes: a Qualification with a verdict and its
     evidence per node (`.failing`: those that did not pass). Options as `collbench qualify`'s."""
     from orchestrator.commands.options import check_threshold
-    from orchestrator.execution.jobs import stderr_say
+    from orchestrator.execution.jobs import COMMAND_LINE, QUIET
     from orchestrator.execution.qualifying import qualification
 
     check_threshold(threshold)
@@ -82,7 +82,7 @@ def qualify(sweep: SweepSpec | None = None, /, *, nodes: Sequence[str] | None = 
     check_writable(chosen.output)
     entries = _expected(expected)
     return qualification(chosen, threshold=threshold, min_fraction=min_fraction, seed=seed, user_entries=entries,
-                         say=stderr_say if verbose else None, log=sys.stdout if verbose else None,
+                         voice=COMMAND_LINE if verbose else QUIET, log=sys.stdout if verbose else None,
                          placement_group=placement_group)
 
 

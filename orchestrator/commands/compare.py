@@ -27,7 +27,7 @@ from orchestrator.results import dataset
 TABLE_NAMES = ("summary", "matched", "only_in_baseline", "only_in_new")
 # Spec fields that say where and how patiently a sweep ran, not what it measured: two runs that
 # differ only in these are runs of the same sweep.
-_NOT_THE_SWEEP = ("output", "address", "group_timeout_s", "deadline_rate_gbps", "allow_failures")
+_NOT_THE_SWEEP = ("output", "address", "group_timeout_s", "deadline_rate_gbps", "allow_failures", "nodes", "exclude")
 
 
 def add_parser(sub) -> None:

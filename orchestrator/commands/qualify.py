@@ -60,14 +60,12 @@ def main(args: argparse.Namespace) -> int:
     check_writable(spec.output)
     from orchestrator.execution.qualifying import qualification
 
+    from orchestrator.execution.jobs import COMMAND_LINE, Voice
+
     log = sys.stderr if args.format == "json" else sys.stdout  # stdout: the JSON alone
-
-    def say(line: str) -> None:
-        print(line, file=log if not line.startswith(("\ncollbench: interrupted", "collbench: error:")) else sys.stderr,
-              flush=True)
-
+    voice = Voice(lambda line: print(line, file=log, flush=True), COMMAND_LINE.problem)
     result = qualification(spec, threshold=args.threshold, min_fraction=args.min_fraction, seed=args.seed,
-                           user_entries=user, say=say, log=log)
+                           user_entries=user, voice=voice, log=log)
     if result.state != "finished":
         return result.exit_code
     if args.format == "json":

@@ -5,7 +5,7 @@ with the command that resumes it; a full disk: interrupted, in one line; a lost 
 without writing more; any other error: the manifest marked failed before the error goes on).
 
 The caller decides what is printed: the console (progress, rows) is one of the observers it
-passes, and `say` receives the lines a run speaks on stderr (None: silent)."""
+passes, and its `Voice` receives the run's own lines (what it does; what went wrong)."""
 
 from __future__ import annotations
 
@@ -25,8 +25,29 @@ from orchestrator.sweep.spec import SweepSpec
 Say = Callable[[str], None]
 
 
-def stderr_say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+@dataclass(frozen=True)
+class Voice:
+    """Where a run's own lines go: `info` (what it is doing: the command line's stdout) and
+    `problem` (what went wrong or was cut short: stderr); None says nothing."""
+
+    info: Say | None = None
+    problem: Say | None = None
+
+    def say(self, line: str) -> None:
+        if self.info:
+            self.info(line)
+
+    def warn(self, line: str) -> None:
+        if self.problem:
+            self.problem(line)
+
+
+def _print_to(stream_name: str) -> Say:
+    return lambda line: print(line, file=getattr(sys, stream_name), flush=True)  # the stream at call time
+
+
+COMMAND_LINE = Voice(_print_to("stdout"), _print_to("stderr"))
+QUIET = Voice()
 
 
 @dataclass
@@ -55,9 +76,9 @@ def new_run_id(now: dt.datetime) -> str:
 
 
 def sweep(spec: SweepSpec, *, run_id: str | None = None, saved: resume.SavedRun | None = None,
-          retry_failed: bool = False, observers: Sequence[RunObserver] = (), say: Say | None = stderr_say,
+          retry_failed: bool = False, observers: Sequence[RunObserver] = (), voice: Voice = COMMAND_LINE,
           console_for: Callable[[int], RunObserver | None] | None = None, placement_group=None,
-          partition: str | None = None) -> RunResult:
+          partition: str | None = None, cpus_per_rank: float = 0.0, command: str = "run") -> RunResult:
     """Measure `spec`'s plan on the cluster; a resumed run (`saved`, its manifest's run) measures
     the groups it lacks. `console_for(groups_to_measure)` makes the console, once that number is
     known. Raises UsageError for what makes the sweep impossible (before anything is measured)."""
@@ -65,7 +86,6 @@ def sweep(spec: SweepSpec, *, run_id: str | None = None, saved: resume.SavedRun 
     from orchestrator.execution.session import Session, exit_code, is_disk_full, print_late_interrupt
     from orchestrator.sweep.planner import check_plan, make_plan
 
-    say = say or (lambda line: None)
     now = dt.datetime.now(dt.timezone.utc)
     resuming = saved is not None
     run_id = run_id or new_run_id(now)
@@ -73,7 +93,8 @@ def sweep(spec: SweepSpec, *, run_id: str | None = None, saved: resume.SavedRun 
     session = None
     result = RunResult(run_id, spec.output, "failed", 1)
     try:
-        with Session(spec, run_id, now, placement_group=placement_group, partition=partition) as session:
+        with Session(spec, run_id, now, placement_group=placement_group, partition=partition,
+                     cpus_per_rank=cpus_per_rank) as session:
             inv, backend = session.cluster()
             change = resume.cluster_change(saved.nodes, inv) if saved else None
             if change:
@@ -84,14 +105,14 @@ def sweep(spec: SweepSpec, *, run_id: str | None = None, saved: resume.SavedRun 
             session.check_devices({len(g.ranks) for g in plan.groups})
             store = session.store
             skip = store.finished_groups(retry_failed) if resuming else set()
-            say(f"collbench: run {run_id} on {session.where}: {len(inv.nodes)} node(s), {inv.world_size} rank(s), "
+            voice.say(f"collbench: run {run_id} on {session.where}: {len(inv.nodes)} node(s), {inv.world_size} rank(s), "
                 f"backend {backend}, {len(plan)} group(s) in {len(plan.rounds)} round(s); results -> {store.location}")
             if resuming:
                 again = " (failed, timed-out and skipped ones are measured again)" if retry_failed else ""
-                say(f"collbench: resuming: {len(skip)} group(s) already on disk are skipped{again}")
+                voice.say(f"collbench: resuming: {len(skip)} group(s) already on disk are skipped{again}")
             console = console_for(len(plan) - len(skip)) if console_for else None
             runner, outcome = session.start(len(plan), [*([console] if console else []), *observers],
-                                            skipped=len(skip))
+                                            command=command, skipped=len(skip))
             result.outcome = outcome
             try:
                 runner.run(plan, skip)
@@ -101,7 +122,7 @@ def sweep(spec: SweepSpec, *, run_id: str | None = None, saved: resume.SavedRun 
                 result.state, result.exit_code = "interrupted", exit_code(e)
                 result.message = (f"collbench: interrupted; finished groups are saved in {store.location}. "
                                   f"Resume with:\n  {resume_with}")
-                say("\n" + result.message)
+                voice.warn("\n" + result.message)
                 return _closed(result, session)
             except (UsageError, PlacementError):
                 raise
@@ -115,7 +136,7 @@ def sweep(spec: SweepSpec, *, run_id: str | None = None, saved: resume.SavedRun 
         resume_hint = f"; resume once there is room: {resume_with}" if session.manifest else ""
         result.state, result.exit_code = "interrupted", 1
         result.message = f"collbench: error: {said}{resume_hint}"
-        say(result.message)
+        voice.warn(result.message)
         return _closed(result, session)
     except KeyboardInterrupt as e:  # before the workers started, or while they were being released
         print_late_interrupt(session, "group")
@@ -124,9 +145,9 @@ def sweep(spec: SweepSpec, *, run_id: str | None = None, saved: resume.SavedRun 
         return _closed(result, session)
     except PlacementError as e:
         result.message = f"collbench: error: {e}"
-        say(result.message)
+        voice.warn(result.message)
         return _closed(result, session)
-    result.state, result.exit_code = "finished", closing_code(spec, outcome, say)
+    result.state, result.exit_code = "finished", closing_code(spec, outcome, voice)
     return _closed(result, session)
 
 
@@ -139,19 +160,19 @@ def _closed(result: RunResult, session) -> RunResult:
     return result
 
 
-def closing_code(spec: SweepSpec, outcome: Outcome, say: Say) -> int:
+def closing_code(spec: SweepSpec, outcome: Outcome, voice: Voice) -> int:
     """1 when a group failed (unless --allow-failures) or a check found wrong elements; said."""
     from orchestrator.execution import console
 
     code = 0
     if outcome.failures:
-        say("collbench: failures:")
+        voice.warn("collbench: failures:")
         for line in console.failure_summary(outcome.failures):
-            say("  " + line)
+            voice.warn("  " + line)
         if not spec.allow_failures:
             code = 1
     if outcome.n_wrong:
-        say(f"collbench: {outcome.n_wrong} wrong element(s) in the checks")
+        voice.warn(f"collbench: {outcome.n_wrong} wrong element(s) in the checks")
         code = 1
     return code
 

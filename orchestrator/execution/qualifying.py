@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from orchestrator.errors import UsageError
 from orchestrator.execution.events import GroupEnded, GroupFailure, GroupStarted, RunObserver
-from orchestrator.execution.jobs import Say, new_run_id, stderr_say
+from orchestrator.execution.jobs import COMMAND_LINE, Voice, new_run_id
 from orchestrator.sweep.inventory import Inventory
 from orchestrator.sweep.qualify import ALL_PAIRS_NODES, Deadlines, Outcome, Probe, Qualifier, Reference, Result
 from orchestrator.sweep.sizes import format_bytes
@@ -47,8 +47,8 @@ class Qualification:
 
 
 def qualification(spec: SweepSpec, *, threshold: float = 0.10, min_fraction: float = 0.8, seed: int = 0,
-                  user_entries: list | None = None, say: Say | None = stderr_say, log=None,
-                  placement_group=None) -> Qualification:
+                  user_entries: list | None = None, voice: Voice = COMMAND_LINE, log=None,
+                  placement_group=None, cpus_per_rank: float = 0.0, partition: str | None = None) -> Qualification:
     """Qualify the cluster's nodes (or `spec.nodes`, less `spec.exclude`; or a caller's placement
     group's); `log`: where the console prints failed probes (its progress goes to stderr; None:
     no console)."""
@@ -58,7 +58,6 @@ def qualification(spec: SweepSpec, *, threshold: float = 0.10, min_fraction: flo
     from orchestrator.execution.session import Session, exit_code, is_disk_full, print_late_interrupt
     from orchestrator.sweep.planner import Group, Plan
 
-    say = say or (lambda line: None)
     t_start = time.monotonic()
     now = dt.datetime.now(dt.timezone.utc)
     run_id = new_run_id(now)
@@ -66,7 +65,8 @@ def qualification(spec: SweepSpec, *, threshold: float = 0.10, min_fraction: flo
     session = None
     groups = 0
     try:
-        with Session(spec, run_id, now, placement_group=placement_group) as session:
+        with Session(spec, run_id, now, placement_group=placement_group, cpus_per_rank=cpus_per_rank,
+                     partition=partition) as session:
             inv, backend = session.cluster()
             rpn = max(n.ranks for n in inv.nodes)
             if len(inv.nodes) < 2 and rpn < 2:
@@ -77,7 +77,7 @@ def qualification(spec: SweepSpec, *, threshold: float = 0.10, min_fraction: flo
             shown = [console.Console(None, log, rows=False)] if log is not None else []
             runner, outcome = session.start(0, [*shown, collector], command="qualify")
             q.reference = _reference(report.entries(session.manifest, user_entries or []), session, spec)
-            say(f"collbench: qualify {run_id} on {session.where}: {len(inv.nodes)} node(s), {inv.world_size} "
+            voice.say(f"collbench: qualify {run_id} on {session.where}: {len(inv.nodes)} node(s), {inv.world_size} "
                 f"rank(s), backend {backend}, {spec.collectives[0]} {spec.dtypes[0]} up to "
                 f"{format_bytes(spec.max_bytes)}; reference {_describe(q.reference, len(inv.nodes))}; "
                 f"results -> {session.store.location}")
@@ -91,14 +91,14 @@ def qualification(spec: SweepSpec, *, threshold: float = 0.10, min_fraction: flo
                     runner.run(plan)
                     judged = q.record(collector.results())
                     groups += len(probes)
-                    say(_round_line(rnd, probes, judged, runner.spec.group_timeout_s, q))
+                    voice.say(_round_line(rnd, probes, judged, runner.spec.group_timeout_s, q))
                 session.manifest["groups_total"] = groups
                 session.finish(outcome)
             except KeyboardInterrupt as e:  # while measuring, or while compacting the rows
                 session.interrupted()
                 result.state, result.exit_code = "interrupted", exit_code(e)
                 result.message = f"collbench: interrupted; the probes so far are in {session.store.location}"
-                say("\n" + result.message)
+                voice.warn("\n" + result.message)
                 return _closed(result, session, t_start, groups)
             except (UsageError, PlacementError):
                 raise
@@ -109,7 +109,7 @@ def qualification(spec: SweepSpec, *, threshold: float = 0.10, min_fraction: flo
         if session is None or not is_disk_full(e):
             raise
         result.state, result.message = "interrupted", f"collbench: error: {session.stopped_by_full_disk(e)}"
-        say(result.message)
+        voice.warn(result.message)
         return _closed(result, session, t_start, groups)
     except KeyboardInterrupt as e:  # before the workers started, or while they were being released
         print_late_interrupt(session, "probe")
@@ -117,7 +117,7 @@ def qualification(spec: SweepSpec, *, threshold: float = 0.10, min_fraction: flo
         return _closed(result, session, t_start, groups)
     except PlacementError as e:
         result.message = f"collbench: error: {e}"
-        say(result.message)
+        voice.warn(result.message)
         return _closed(result, session, t_start, groups)
     result.nodes = _verdicts(q, inv)
     result.state, result.rounds = "finished", q.rounds

@@ -192,11 +192,21 @@ def _build_network(st: LabState) -> None:
         _ip("-n", ns, "addr", "add", f"{st.node_ip(i)}/{prefix}", "dev", node_end)
         _ip("-n", ns, "link", "set", node_end, "up")
         _ip("-n", ns, "link", "set", "lo", "up")
-        # tbf needs a bucket of at least one timer tick's worth of bytes to reach its rate.
-        burst = max(128 * 1024, int(link_rate_bps(st.link_of(i)) / 8 / 100))
-        tbf = ["root", "tbf", "rate", st.link_of(i), "burst", str(burst), "latency", "50ms"]
-        _run(["tc", "qdisc", "add", "dev", host_end, *tbf])
-        _run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", node_end, *tbf])
+        _shape(st, i, st.link_of(i), "add")
+
+
+def shape_link(st: LabState, i: int, rate: str) -> None:
+    """Shape node i's link anew at `rate`, both ends (its veth on the bridge and its peer in the
+    namespace), as `up` shaped them: a fault planted, or lifted, while the lab runs."""
+    _shape(st, i, rate, "change")
+
+
+def _shape(st: LabState, i: int, rate: str, verb: str) -> None:
+    # tbf needs a bucket of at least one timer tick's worth of bytes to reach its rate.
+    burst = max(128 * 1024, int(link_rate_bps(rate) / 8 / 100))
+    tbf = ["root", "tbf", "rate", rate, "burst", str(burst), "latency", "50ms"]
+    _run(["tc", "qdisc", verb, "dev", f"cb{st.name}{i}h", *tbf])
+    _run(["ip", "netns", "exec", st.namespaces[i], "tc", "qdisc", verb, "dev", f"cb{st.name}{i}n", *tbf])
 
 
 def _start_ray(st: LabState, timeout_s: float) -> None:

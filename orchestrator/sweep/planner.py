@@ -98,6 +98,13 @@ def doubling(limit: int) -> list[int]:
     return out
 
 
+def nodes_needed(pattern: str) -> int:
+    """The fewest nodes a pattern forms a group on (auto: 1)."""
+    if pattern == "auto" or pattern.startswith("intra"):
+        return 1
+    return int(pattern.split(":")[1]) if pattern.startswith("kbatch:") else 2
+
+
 def resolve_patterns(patterns: tuple[str, ...], n_nodes: int) -> list[str]:
     """Expand `auto`; refuse patterns that need more nodes than the cluster has."""
     out = []
@@ -105,7 +112,7 @@ def resolve_patterns(patterns: tuple[str, ...], n_nodes: int) -> list[str]:
         if p == "auto":
             out += ["intra"] + (["inter", "mixed"] if n_nodes > 1 else [])
             continue
-        need = int(p.split(":")[1]) if p.startswith("kbatch:") else (1 if p.startswith("intra") else 2)
+        need = nodes_needed(p)
         if n_nodes < need:
             raise UsageError(f"--patterns {p}: needs at least {need} nodes, the cluster has {n_nodes}")
         out.append(p)

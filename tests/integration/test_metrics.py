@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from orchestrator.execution.metrics import MEASUREMENT_TAGS, NAMES
+from orchestrator.execution.watch import METRICS as WATCH_METRICS
 from tests.faults import LiveRun
 
 SERIES = re.compile(r'^(ray_collbench_\w+)\{(.*)\} (\S+)$')
@@ -99,5 +100,6 @@ def test_the_grafana_dashboard_shows_the_series_the_run_exports():
     used = set(re.findall(r"ray_collbench_\w+", " ".join(exprs)))
     exported = {f"ray_{n}" for n in NAMES if n not in ("collbench_groups", "collbench_rows")}
     exported |= {"ray_collbench_groups_total", "ray_collbench_rows_total"}
+    exported |= {f"ray_{n}" + ("_total" if n == "collbench_alerts" else "") for n in WATCH_METRICS}  # watch's
     assert used == exported  # every panel queries a real series, and every series has a panel
     assert any(v["name"] == "run_id" for v in board["templating"]["list"])

@@ -5,7 +5,6 @@ flags that node's pairs and no other. One lab serves the three runs."""
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 
@@ -30,15 +29,7 @@ def plain4():
 
 
 def _shape(lab, node: int, rate: str) -> None:
-    """Re-shape both ends of the node's link (its veth on the bridge and its peer inside the
-    namespace) to `rate`, as `lab up` shaped them."""
-    st = labmod.load(lab.name)
-    burst = str(max(128 * 1024, int(labmod.link_rate_bps(rate) / 8 / 100)))
-    tbf = ["root", "tbf", "rate", rate, "burst", burst, "latency", "50ms"]
-    for cmd in (["tc", "qdisc", "change", "dev", f"cb{st.name}{node}h", *tbf],
-                ["ip", "netns", "exec", st.namespaces[node], "tc", "qdisc", "change", "dev", f"cb{st.name}{node}n",
-                 *tbf]):
-        subprocess.run(cmd, check=True, capture_output=True, timeout=30)
+    labmod.shape_link(labmod.load(lab.name), node, rate)
 
 
 def _run(lab, out) -> None:

@@ -1,0 +1,441 @@
+"""`collbench watch`: keep a fleet qualified between jobs. Every cycle:
+
+1. takes only idle capacity: a node whose GPUs (or, on CPUs, the CPUs its ranks ask for) another
+   job holds is left out of the cycle and said so, never preempted; the cycle's workers ask Ray for
+   what they use like any job and are released when it ends;
+2. runs a short canary sweep (execution.jobs, like `run`) on the idle nodes, its rows under the
+   output's `date=YYYY-MM-DD/` folder;
+3. compares every link with its own rolling baseline, the last clean cycles of the same sweep
+   (noise-aware, as `compare`), and reads the report's flags (peers, expected values, failures);
+4. on a drift beyond noise, a flag or a failure, qualifies the suspects and a few good partners at
+   once (execution.qualifying), and raises an alert per node it names, with the evidence;
+5. says the cycle (a line, or one JSON object with --format jsonl), exports metrics
+   (`ray_collbench_alerts_total{node,kind}`, the last cycle's duration and time, nodes checked and
+   busy) and drops partitions older than the retention.
+
+It survives what a long job meets: a node that leaves or joins (each cycle reads the cluster
+anew), a cycle that hangs (the runner's deadlines), the Ray head restarting (it joins again within
+--reconnect-timeout, or ends in one line), and SIGTERM or Ctrl-C (it ends after writing what it
+has, exit 0)."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from orchestrator.errors import UsageError, first_line
+from orchestrator.sweep.inventory import Inventory, Node
+from orchestrator.sweep.planner import nodes_needed
+from orchestrator.sweep.spec import SweepSpec
+
+PARTITION = "date={:%Y-%m-%d}"
+# exported as ray_<name> (counters with _total): docs/prometheus/collbench-alerts.yml, the Grafana board
+METRICS = ("collbench_alerts", "collbench_watch_last_cycle_seconds", "collbench_watch_last_cycle_timestamp_seconds",
+           "collbench_watch_nodes_checked", "collbench_watch_nodes_busy")
+
+
+@dataclass(frozen=True)
+class Alert:
+    node: str  # the node's IP
+    kind: str  # a qualify verdict (slow, hang, failed, lost), or drift (a drop qualify could not judge)
+    value: float | None  # what was measured (busbw GB/s), where a number says it
+    reference: float | None  # what it was compared with
+    message: str
+
+
+@dataclass
+class Cycle:
+    cycle: int
+    started_at: dt.datetime
+    nodes_checked: list[str] = field(default_factory=list)
+    nodes_busy: list[str] = field(default_factory=list)
+    alerts: list[Alert] = field(default_factory=list)
+    run_id: str | None = None
+    qualify_run_id: str | None = None
+    wall_s: float = 0.0
+    note: str | None = None  # why nothing was measured, or what was cut short
+
+    def to_json(self) -> dict:
+        return {"cycle": self.cycle, "started_at": self.started_at.isoformat(), "nodes_checked": self.nodes_checked,
+                "nodes_busy": self.nodes_busy, "alerts": [dataclasses.asdict(a) for a in self.alerts],
+                "run_id": self.run_id, "qualify_run_id": self.qualify_run_id, "wall_s": round(self.wall_s, 3),
+                "note": self.note}
+
+
+# -- what a cycle decides (pure) ------------------------------------------------------------
+def busy_nodes(inv: Inventory, available: dict[str, dict[str, float]], cpus_per_rank: float) -> list[Node]:
+    """Nodes another job holds part of: fewer GPUs free than the node has (GPU nodes), or fewer CPUs
+    than its ranks ask for (CPU ranks asking `cpus_per_rank` each). A node Ray reports nothing
+    free for is busy."""
+    out = []
+    for node in inv.nodes:
+        free = available.get(node.node_id, {})
+        if node.gpus:
+            if free.get("GPU", 0.0) < node.ranks:
+                out.append(node)
+        elif free.get("CPU", 0.0) < cpus_per_rank * node.ranks:
+            out.append(node)
+    return out
+
+
+def suspects(drops, flags) -> set[str]:
+    """Node IPs a cycle has reason to doubt: every node of a link that dropped beyond noise, and of
+    a report flag (a slow pair, node or rail among its peers, below an expected value, a failed
+    group)."""
+    found: set[str] = set()
+    for link in drops:
+        found.update(part.split(":")[0] for part in link.split(","))
+    for flag in flags:
+        found.update(flag.nodes)
+    return found
+
+
+def with_partners(checked: list[str], doubted: set[str], at_least: int = 3) -> list[str]:
+    """The suspects and enough good partners to tell them apart: as many partners as suspects, and
+    at least `at_least` nodes in all (three let qualify judge speed without an expected value); all
+    checked nodes when fewer are left. In the cluster's order."""
+    good = [ip for ip in checked if ip not in doubted]
+    want = max(len(doubted), at_least - len(doubted), 0)
+    chosen = set(doubted) | set(good[:want])
+    return [ip for ip in checked if ip in chosen]
+
+
+def alerts_from(nodes: list[dict], evidence: dict[str, tuple[float | None, float | None, str]]) -> list[Alert]:
+    """An alert per node a qualification did not pass, with the canary's evidence for it where there
+    is some (`evidence[ip]`: value, reference, what the canary saw)."""
+    out = []
+    for v in nodes:
+        if v["verdict"] == "pass":
+            continue
+        value, reference, seen = evidence.get(v["node"], (None, None, ""))
+        last = next((e for e in reversed(v["evidence"]) if e["status"] == v["verdict"]), {})
+        value = last.get("busbw_gbps", value) if last else value
+        reference = last.get("reference_gbps", reference) if last else reference
+        detail = last.get("detail") or ""
+        message = f"{v['node']} ({v['host']}) {v['verdict']}" + (f": {detail}" if detail else "") + \
+            (f"; canary: {seen}" if seen else "")
+        out.append(Alert(v["node"], v["verdict"], value, reference, message))
+    return out
+
+
+def expired(partitions: list[str], today: dt.date, keep_days: int) -> list[str]:
+    """The `date=YYYY-MM-DD` partitions older than `keep_days` days before `today`."""
+    out = []
+    for name in partitions:
+        try:
+            day = dt.date.fromisoformat(name.removeprefix("date="))
+        except ValueError:
+            continue
+        if name.startswith("date=") and (today - day).days > keep_days:
+            out.append(name)
+    return out
+
+
+def parse_duration(text: str, flag: str) -> float:
+    """Seconds of `30s`, `5m`, `2h`, `7d` or a plain number of seconds; refused otherwise."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    body, unit = (text[:-1], text[-1]) if text and text[-1] in units else (text, "s")
+    try:
+        value = float(body) * units[unit]
+    except ValueError:
+        raise UsageError(f"{flag} {text[:40]!r}: expected a duration such as 30s, 5m, 2h or 7d") from None
+    if not value == value or value <= 0 or value > 366 * 86400:
+        raise UsageError(f"{flag} {text[:40]!r}: must be above 0 and at most a year")
+    return value
+
+
+# -- the loop ---------------------------------------------------------------------------------
+class Watch:
+    """Cycles until `cycles` have run (0: forever), SIGTERM or Ctrl-C. `emit(cycle)` says each one."""
+
+    def __init__(self, spec: SweepSpec, *, every_s: float, cycles: int, threshold: float, min_fraction: float,
+                 user_entries: list, baseline_cycles: int, retention_days: int | None, reconnect_s: float,
+                 emit: Callable[[Cycle], None], say: Callable[[str], None]) -> None:
+        self.spec, self.every_s, self.cycles = spec, every_s, cycles
+        self.threshold, self.min_fraction, self.user_entries = threshold, min_fraction, user_entries
+        self.baseline_cycles, self.retention_days, self.reconnect_s = baseline_cycles, retention_days, reconnect_s
+        self.emit, self.say = emit, say
+        self.clean_runs: list[str] = []  # runs of cycles that raised no alert: the rolling baseline
+        self.connection = None
+        self.stopping = False
+        self._metrics = None
+
+    # the process ends after writing what it has: a signal between cycles ends the wait at once,
+    # one in a cycle ends the cycle's sweep as Ctrl-C ends a run (its rows kept)
+    def _stop(self, signum, frame) -> None:
+        self.stopping = True
+        raise KeyboardInterrupt
+
+    def run(self) -> int:
+        from orchestrator.execution import connect
+
+        previous = signal.signal(signal.SIGTERM, self._stop) if _main_thread() else None
+        try:
+            self.connection = connect.connect(self.spec.address)
+            self.say(f"collbench: watch on {self.connection.where}: a cycle every {self.every_s:g}s, rows -> "
+                     f"{self.spec.output}")
+            self.clean_runs = self._earlier_runs()
+            n = 0
+            while not self.stopping and (self.cycles == 0 or n < self.cycles):
+                n += 1
+                t0 = time.monotonic()
+                cycle = self._cycle(n)
+                self.emit(cycle)
+                if self.stopping or (self.cycles and n >= self.cycles):
+                    break
+                self._sleep(max(0.0, self.every_s - (time.monotonic() - t0)))
+        except KeyboardInterrupt:
+            self.stopping = True
+        except _Lost as e:
+            self.say(f"collbench: error: {e}")
+            return 1
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+            connect.disconnect(self.connection)
+        self.say("collbench: watch ended" + (" (signal)" if self.stopping else ""))
+        return 0
+
+    def _sleep(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while not self.stopping and time.monotonic() < deadline:
+            time.sleep(min(1.0, deadline - time.monotonic()))
+
+    def _cycle(self, n: int) -> Cycle:
+        started = dt.datetime.now(dt.timezone.utc)
+        cycle = Cycle(n, started)
+        t0 = time.monotonic()
+        try:
+            self._measure(cycle, started)
+        except KeyboardInterrupt:  # SIGTERM or Ctrl-C after the sweep: what it wrote stays, the cycle is said
+            self.stopping = True
+            cycle.note = "stopped by a signal: the rows measured so far are kept"
+        except UsageError as e:  # nothing to measure this cycle (every node busy, one node left, ...)
+            cycle.note = str(e)
+        except Exception as e:  # the cluster went away under the cycle: join again, or end
+            if not self._cluster_lost(e):
+                raise
+            cycle.note = f"the Ray cluster stopped answering ({first_line(e)}); joined it again"
+        cycle.wall_s = time.monotonic() - t0
+        self._export(cycle)
+        if self.retention_days is not None:
+            self._drop_expired(started.date())
+        return cycle
+
+    def _measure(self, cycle: Cycle, started: dt.datetime) -> None:
+        import ray
+        from ray._private import state
+
+        from orchestrator.execution import jobs
+        from orchestrator.sweep import inventory
+
+        inv = inventory.select(inventory.from_ray_nodes(ray.nodes(), self.spec.ranks_per_node), self.spec.nodes,
+                               self.spec.exclude)
+        busy = busy_nodes(inv, state.available_resources_per_node(), CPUS_PER_RANK)
+        cycle.nodes_busy = [n.ip for n in busy]
+        idle = [n for n in inv.nodes if n not in busy]
+        cycle.nodes_checked = [n.ip for n in idle]
+        if not idle:
+            raise UsageError("every node is busy: nothing measured this cycle")
+        # the patterns this cycle's nodes can form (a cycle of one idle node has no pairs)
+        patterns = tuple(p for p in self.spec.patterns if nodes_needed(p) <= len(idle))
+        if not patterns:
+            raise UsageError(f"{len(idle)} idle node(s): no group of --patterns {','.join(self.spec.patterns)} to run")
+        spec = dataclasses.replace(self.spec, nodes=tuple(n.node_id for n in idle), exclude=(), patterns=patterns)
+        partition = PARTITION.format(started)
+        result = jobs.sweep(spec, voice=jobs.QUIET, partition=partition, cpus_per_rank=CPUS_PER_RANK, command="watch")
+        cycle.run_id = result.run_id
+        if result.state != "finished" and result.exit_code in (130, 143):
+            self.stopping = True
+            cycle.note = "stopped by a signal: the rows measured so far are kept"
+            return
+        if result.message and result.state != "finished":
+            cycle.note = result.message.removeprefix("collbench: error: ")
+            if not result.outcome.rows:
+                return
+        drops, evidence = self._drift(result.run_id)
+        flags = self._flags(result.run_id)
+        doubted = suspects(drops, flags)
+        if doubted:
+            cycle.qualify_run_id, cycle.alerts = self._qualify(idle, doubted, drops, evidence, partition)
+        if not cycle.alerts and result.state == "finished":
+            self.clean_runs = (self.clean_runs + [result.run_id])[-self.baseline_cycles:]
+
+    def _drift(self, run_id: str) -> tuple[list[str], dict]:
+        """Links that dropped beyond noise against the rolling baseline, and per node its worst drop."""
+        from orchestrator.analysis.compare import COLUMNS, compare
+        from orchestrator.results import dataset
+
+        if not self.clean_runs:
+            return [], {}
+        import pyarrow as pa
+
+        base = pa.concat_tables([dataset.load_table(self.spec.output, r, columns=COLUMNS) for r in self.clean_runs])
+        new = dataset.load_table(self.spec.output, run_id, columns=COLUMNS)
+        matched, _, _ = compare(base, new, self.threshold, "link")
+        flagged = matched[matched.flag] if len(matched) else matched
+        evidence: dict[str, tuple[float | None, float | None, str]] = {}
+        for _, r in flagged.sort_values("busbw_change").iterrows():
+            for ip in {part.split(":")[0] for part in r.link.split(",")}:
+                evidence.setdefault(ip, (float(r.busbw_gbps_new), float(r.busbw_gbps_base),
+                                         f"{r.collective} {int(r.msg_bytes)} B on {r.link}: {r.busbw_change:+.0%} "
+                                         f"against its baseline (noise floor {r.noise_floor:.0%}, {r.noise_source})"))
+        return sorted(set(flagged.link)) if len(flagged) else [], evidence
+
+    def _flags(self, run_id: str) -> list:
+        """The report's flags of the cycle: its peers (slow pairs, nodes, rails), expected values,
+        and its failed groups (failed_group, with their nodes)."""
+        from orchestrator.commands.report import read_report, run_frame
+
+        frame = run_frame(self.spec.output, run_id)
+        return read_report(self.spec.output, frame, self.threshold, "GBps", None, self.user_entries,
+                           self.min_fraction).flags
+
+    def _qualify(self, idle: list[Node], doubted: set[str], drops: list[str], evidence: dict, partition: str):
+        from orchestrator.execution.jobs import QUIET
+        from orchestrator.execution.qualifying import qualification
+
+        checked = [n.ip for n in idle]
+        chosen = with_partners(checked, doubted)
+        ids = {n.ip: n.node_id for n in idle}
+        spec = dataclasses.replace(self.spec, nodes=tuple(ids[ip] for ip in chosen), exclude=(),
+                                   collectives=self.spec.collectives[:1], dtypes=self.spec.dtypes[:1],
+                                   min_bytes=self.spec.max_bytes)
+        found = qualification(spec, threshold=self.threshold, min_fraction=self.min_fraction,
+                              user_entries=self.user_entries, voice=QUIET, cpus_per_rank=CPUS_PER_RANK,
+                              partition=partition)
+        if found.state != "finished":
+            return found.run_id, []
+        alerts = alerts_from(found.nodes, evidence)
+        if not found.speed_judged:  # too few nodes to judge speed: the drop itself is the evidence
+            named = {a.node for a in alerts}
+            alerts += [Alert(ip, "drift", *evidence[ip][:2], f"{ip}: {evidence[ip][2]} (qualify could not judge "
+                             "its speed: too few nodes without an expected value)")
+                       for ip in sorted(evidence) if ip not in named and ip in chosen]
+        return found.run_id, alerts
+
+    # -- what a long job meets ------------------------------------------------------------
+    def _cluster_lost(self, error: Exception) -> bool:
+        """Whether `error` says the cluster went away; if so, join it again or raise _Lost."""
+        import ray
+
+        from orchestrator.execution import connect
+
+        try:
+            ray.nodes()
+            return False  # the cluster answers: the error was something else
+        except Exception:
+            pass
+        if self.spec.address is None and not _env_address():
+            raise _Lost("the embedded Ray instance stopped")
+        deadline = time.monotonic() + self.reconnect_s
+        while time.monotonic() < deadline and not self.stopping:
+            ray.shutdown()
+            try:
+                self.connection = connect.connect(self.spec.address)
+                return True
+            except (UsageError, ConnectionError, RuntimeError):
+                time.sleep(min(5.0, max(0.0, deadline - time.monotonic())))
+        raise _Lost(f"lost the Ray cluster at {self.spec.address or _env_address()} and could not join it again "
+                    f"within {self.reconnect_s:g} s ({first_line(error)})")
+
+    def _earlier_runs(self) -> list[str]:
+        """Watch cycles already in the output, of this sweep, newest last: the baseline to start from."""
+        from orchestrator.commands.compare import _NOT_THE_SWEEP, _sweep
+        from orchestrator.results import dataset
+
+        try:
+            known = dataset.runs(self.spec.output)
+        except UsageError:  # no rows yet
+            return []
+        mine = json.dumps({k: v for k, v in self.spec.to_json().items() if k not in _NOT_THE_SWEEP}, sort_keys=True)
+        same = [r for r in known if _sweep(self.spec.output, r) == ("watch", mine)]
+        return same[-self.baseline_cycles:]
+
+    def _export(self, cycle: Cycle) -> None:
+        from ray.util.metrics import Counter, Gauge
+
+        if self._metrics is None:
+            names = dict(zip(("alerts", "seconds", "at", "checked", "busy"), METRICS))
+            self._metrics = {
+                "alerts": Counter(names["alerts"], "alerts raised by collbench watch, by node and kind",
+                                  ("node", "kind")),
+                "seconds": Gauge(names["seconds"], "duration of the last watch cycle, s"),
+                "at": Gauge(names["at"], "when the last watch cycle ended (unix)"),
+                "checked": Gauge(names["checked"], "nodes the last watch cycle measured"),
+                "busy": Gauge(names["busy"], "nodes the last watch cycle skipped as busy"),
+            }
+        m = self._metrics
+        for a in cycle.alerts:
+            m["alerts"].inc(1, tags={"node": a.node, "kind": a.kind})
+        m["seconds"].set(cycle.wall_s)
+        m["at"].set(time.time())
+        m["checked"].set(len(cycle.nodes_checked))
+        m["busy"].set(len(cycle.nodes_busy))
+
+    def _drop_expired(self, today: dt.date) -> None:
+        import pyarrow.fs as pafs
+
+        from orchestrator.results.location import MANIFEST_DIR, resolve
+
+        fs, root = resolve(self.spec.output)
+        entries = fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
+        names = [e.base_name for e in entries if e.type == pafs.FileType.Directory]
+        for name in expired(names, today, self.retention_days):
+            folder = f"{root}/{name}"
+            runs = [e.base_name for e in fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
+                    if e.type == pafs.FileType.Directory]
+            fs.delete_dir(folder)
+            for run_id in runs:
+                try:
+                    fs.delete_file(f"{root}/{MANIFEST_DIR}/{run_id}.json")
+                except (FileNotFoundError, OSError):
+                    pass
+            self.say(f"collbench: watch: dropped {folder} ({len(runs)} run(s), older than {self.retention_days} days)")
+
+
+# Each CPU rank of a cycle asks Ray for one CPU (a benchmark run asks none): a node whose CPUs
+# another job holds is then seen as busy, and is never shared with it.
+CPUS_PER_RANK = 1.0
+
+
+class _Lost(Exception):
+    """The Ray cluster is gone and could not be joined again."""
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def _env_address() -> str | None:
+    import os
+
+    return os.environ.get("RAY_ADDRESS")
+
+
+def line(cycle: Cycle) -> str:
+    """A cycle as one line of text (--format table)."""
+    alerts = "; ".join(a.message for a in cycle.alerts) or "no alert"
+    busy = f", busy: {','.join(cycle.nodes_busy)}" if cycle.nodes_busy else ""
+    note = f" ({cycle.note})" if cycle.note else ""
+    return (f"collbench: watch cycle {cycle.cycle} at {cycle.started_at:%Y-%m-%dT%H:%M:%SZ}: "
+            f"{len(cycle.nodes_checked)} node(s) checked{busy}; {alerts}; {cycle.wall_s:.1f}s{note}")
+
+
+def stdout_jsonl(cycle: Cycle) -> None:
+    print(json.dumps(cycle.to_json()), flush=True)
+
+
+def stdout_line(cycle: Cycle) -> None:
+    print(line(cycle), flush=True)
+
+
+def stderr(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)

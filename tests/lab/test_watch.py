@@ -1,0 +1,136 @@
+"""`collbench watch` on a real plain cluster (a 4-node lab that declares no rate), one lab for the
+three cases the issue names: a node whose link is slowed between cycles is named by an alert
+within two cycles; a node whose CPUs another job holds is skipped, and that job is not preempted;
+SIGTERM in the middle of a cycle ends the watch (exit 0) and leaves readable rows."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pandas as pd
+import pytest
+
+from orchestrator.lab import cluster as labmod
+from orchestrator.results import dataset
+from tests.faults import LiveRun
+
+pytestmark = pytest.mark.lab
+LINK, SLOW_LINK = "400mbit", "100mbit"
+SLOW_NODE = 2
+CANARY = ["--ranks-per-node", "1", "-b", "1M", "-e", "4M", "-f", "4", "-n", "3", "-w", "1", "--group-timeout", "60",
+          "--every", "1s", "--format", "jsonl"]
+
+
+@pytest.fixture(scope="module")
+def plain4():
+    from tests.lab.conftest import Lab, require_lab
+
+    require_lab()
+    lab = Lab(nodes=4, ranks_per_node=1, link=LINK, declared=False)
+    yield lab
+    lab.down()
+
+
+def _cycles(run: LiveRun) -> list[dict]:
+    return [json.loads(line) for line in run.stdout if line.startswith("{")]
+
+
+def _wait_cycles(run: LiveRun, n: int, timeout_s: float) -> list[dict]:
+    deadline = time.monotonic() + timeout_s
+    while len(_cycles(run)) < n and time.monotonic() < deadline and run.proc.poll() is None:
+        time.sleep(0.5)
+    return _cycles(run)
+
+
+def test_a_link_slowed_between_cycles_is_named_within_two_cycles(plain4, tmp_path):
+    out = tmp_path / "results"
+    st = labmod.load(plain4.name)
+    run = LiveRun(["watch", "--address", plain4.address, *CANARY, "--cycles", "3", "--output", str(out)],
+                  env=plain4.env())
+    try:
+        first = _wait_cycles(run, 1, 300)
+        assert first and first[0]["alerts"] == [] and sorted(first[0]["nodes_checked"]) == sorted(plain4.node_ips), \
+            "".join(run.stderr)[-3000:]
+        labmod.shape_link(st, SLOW_NODE, SLOW_LINK)  # between cycles 1 and 2
+        rc = run.finish(timeout=600)
+    finally:
+        labmod.shape_link(st, SLOW_NODE, LINK)
+        run.kill()
+    cycles = _cycles(run)
+    assert rc == 0 and len(cycles) == 3, "".join(run.stderr)[-3000:]
+    slow_ip = plain4.node_ips[SLOW_NODE]
+    named = [c["cycle"] for c in cycles if any(a["node"] == slow_ip and a["kind"] == "slow" for a in c["alerts"])]
+    assert named and named[0] <= 3, cycles  # cycle 2 or 3: within two cycles of the change
+    assert all(a["node"] == slow_ip for c in cycles for a in c["alerts"]), cycles  # no other node alerted
+    alert = next(a for c in cycles for a in c["alerts"])
+    assert alert["value"] < 0.5 * alert["reference"] and slow_ip in alert["message"]
+    # every cycle's rows under its date partition, read by the same readers as runs
+    df = pd.read_parquet(out)
+    assert {p.name.split("=")[0] for p in out.iterdir() if not p.name.startswith("_")} == {"date"}
+    assert set(df.run_id) >= {c["run_id"] for c in cycles}
+    assert dataset.manifest(str(out), cycles[0]["run_id"])["command"] == "watch"
+
+
+HOLDER = textwrap.dedent("""
+    import sys, ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    ray.init(address=sys.argv[1], logging_level="ERROR")
+    node = next(n["NodeID"] for n in ray.nodes() if n["NodeManagerAddress"] == sys.argv[2] and n["Alive"])
+
+    @ray.remote(num_cpus=1)
+    class Training:
+        def step(self):
+            return "alive"
+
+    job = Training.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote()
+    print(ray.get(job.step.remote(), timeout=120), flush=True)
+    sys.stdin.readline()  # hold the node's CPU until told
+    print(ray.get(job.step.remote(), timeout=60), flush=True)
+""")
+
+
+def test_a_node_another_job_holds_is_skipped_and_not_preempted(plain4, tmp_path):
+    busy_ip = plain4.node_ips[1]
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, plain4.address, busy_ip], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=plain4.env())
+    try:
+        assert holder.stdout.readline().strip() == "alive", holder.stderr.read()[-2000:]
+        run = LiveRun(["watch", "--address", plain4.address, *CANARY, "--cycles", "1",
+                       "--output", str(tmp_path / "results")], env=plain4.env())
+        rc = run.finish(timeout=300)
+        (cycle,) = _cycles(run)
+        assert rc == 0 and cycle["nodes_busy"] == [busy_ip], "".join(run.stderr)[-3000:]
+        assert sorted(cycle["nodes_checked"]) == sorted(ip for ip in plain4.node_ips if ip != busy_ip)
+        rows = pd.read_parquet(tmp_path / "results")
+        assert busy_ip not in {ip for ips in rows.node_ips for ip in ips} and (rows.status == "ok").all()
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        assert holder.stdout.readline().strip() == "alive"  # the job's actor kept its CPU throughout
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+
+
+def test_sigterm_in_a_cycle_ends_the_watch_and_leaves_readable_rows(plain4, tmp_path):
+    out = tmp_path / "results"
+    run = LiveRun(["watch", "--address", plain4.address, *CANARY, "--output", str(out)], env=plain4.env())
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not list(out.glob("date=*/*/r*-g*.parquet")):
+            time.sleep(0.2)  # the first group of the first cycle is on disk: the cycle goes on
+        assert list(out.glob("date=*/*/r*-g*.parquet")), "".join(run.stderr)[-3000:]
+        run.proc.send_signal(signal.SIGTERM)
+        rc = run.finish(timeout=120)
+    finally:
+        run.kill()
+    assert rc == 0, "".join(run.stderr)[-3000:]
+    cycles = _cycles(run)
+    assert len(cycles) == 1 and "stopped by a signal" in cycles[0]["note"]
+    df = pd.read_parquet(out)
+    assert len(df) and (df.status == "ok").all() and df.run_id.nunique() == 1
+    assert dataset.manifest(str(out), df.run_id.iloc[0])["state"] == "interrupted"

@@ -1,0 +1,85 @@
+"""What a watch cycle decides, without Ray: busy nodes from what Ray has free, the suspects of a
+cycle and the partners that tell them apart, alerts from a qualification, the partitions a
+retention drops, durations, the JSON line of a cycle, and the Prometheus rules' series."""
+
+import datetime as dt
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestrator.analysis.diagnosis import Flag
+from orchestrator.errors import UsageError
+from orchestrator.execution import watch
+from orchestrator.sweep.inventory import from_ray_nodes
+
+RULES = Path(__file__).resolve().parents[2] / "docs" / "prometheus" / "collbench-alerts.yml"
+
+
+def _node(i: int, gpus: int = 0) -> dict:
+    return {"NodeID": f"id{i}", "NodeManagerAddress": f"10.0.0.{i}", "NodeManagerHostname": f"h{i}", "Alive": True,
+            "Resources": {"CPU": 2.0, **({"GPU": float(gpus)} if gpus else {})}}
+
+
+def test_a_node_another_job_holds_part_of_is_busy():
+    cpu = from_ray_nodes([_node(1), _node(2), _node(3)], 2)
+    free = {"id1": {"CPU": 2.0}, "id2": {"CPU": 1.0}}  # id2: a job holds one CPU; id3: Ray reports nothing free
+    assert [n.ip for n in watch.busy_nodes(cpu, free, 1.0)] == ["10.0.0.2", "10.0.0.3"]
+    assert watch.busy_nodes(cpu, free, 0.0) == []  # ranks that ask for nothing fit anywhere
+    gpu = from_ray_nodes([_node(1, 8), _node(2, 8)], 2)
+    assert [n.ip for n in watch.busy_nodes(gpu, {"id1": {"GPU": 8.0}, "id2": {"GPU": 7.0, "CPU": 2.0}}, 1.0)] == \
+        ["10.0.0.2"]  # one GPU held: the node's ranks cannot all run
+
+
+def test_suspects_and_the_partners_that_tell_them_apart():
+    flag = Flag("slow_pair", ["10.0.0.5", "10.0.0.6"], [], "all_reduce", 1 << 20, 0.1, 0.4, "slow")
+    assert watch.suspects(["10.0.0.1:0,10.0.0.2:0"], [flag]) == {"10.0.0.1", "10.0.0.2", "10.0.0.5", "10.0.0.6"}
+    checked = [f"10.0.0.{i}" for i in range(1, 9)]
+    assert watch.with_partners(checked, {"10.0.0.3"}) == ["10.0.0.1", "10.0.0.2", "10.0.0.3"]  # three to judge
+    assert watch.with_partners(checked, {"10.0.0.2", "10.0.0.7"}) == ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.7"]
+    assert watch.with_partners(checked[:3], set(checked[:3])) == checked[:3]  # nobody left to partner: all
+
+
+def test_alerts_name_what_qualify_did_not_pass_with_the_evidence():
+    nodes = [
+        {"node": "10.0.0.1", "host": "a", "verdict": "pass", "evidence": []},
+        {"node": "10.0.0.2", "host": "b", "verdict": "slow", "evidence": [
+            {"phase": "pairs", "status": "slow", "busbw_gbps": 0.011, "reference_gbps": 0.045, "detail": "4x below"}]},
+        {"node": "10.0.0.3", "host": "c", "verdict": "hang", "evidence": [{"phase": "pairs", "status": "hang"}]},
+    ]
+    alerts = watch.alerts_from(nodes, {"10.0.0.2": (0.012, 0.046, "all_reduce 4194304 B: -74% against its baseline")})
+    assert [(a.node, a.kind, a.value, a.reference) for a in alerts] == [("10.0.0.2", "slow", 0.011, 0.045),
+                                                                       ("10.0.0.3", "hang", None, None)]
+    assert alerts[0].message == "10.0.0.2 (b) slow: 4x below; canary: all_reduce 4194304 B: -74% against its baseline"
+
+
+def test_retention_drops_only_date_partitions_older_than_it():
+    names = ["date=2026-11-01", "date=2026-11-24", "date=2026-11-25", "date=2026-12-01", "date=nope", "20261201T1-x",
+             "_runs"]
+    assert watch.expired(names, dt.date(2026, 12, 1), 6) == ["date=2026-11-01", "date=2026-11-24"]
+
+
+def test_durations():
+    assert [watch.parse_duration(t, "--every") for t in ("30s", "5m", "2h", "7d", "90")] == [30, 300, 7200, 604800, 90]
+    for bad in ("", "0", "-5m", "5x", "nan", "1e9d"):
+        with pytest.raises(UsageError, match="--every"):
+            watch.parse_duration(bad, "--every")
+
+
+def test_a_cycle_is_one_json_object_with_the_issues_fields():
+    cycle = watch.Cycle(3, dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.timezone.utc), ["10.0.0.1"], ["10.0.0.2"],
+                        [watch.Alert("10.0.0.1", "slow", 0.01, 0.04, "slow")], "r1", "q1", 12.5)
+    out = cycle.to_json()
+    assert list(out)[:5] == ["cycle", "started_at", "nodes_checked", "nodes_busy", "alerts"]
+    assert out["alerts"] == [{"node": "10.0.0.1", "kind": "slow", "value": 0.01, "reference": 0.04, "message": "slow"}]
+    assert watch.line(cycle).startswith("collbench: watch cycle 3 at 2026-12-01T12:00:00Z: 1 node(s) checked, busy: ")
+
+
+def test_the_alerting_rules_query_what_watch_exports():
+    rules = yaml.safe_load(RULES.read_text())["groups"][0]["rules"]
+    exported = {f"ray_{n}" + ("_total" if n == "collbench_alerts" else "") for n in watch.METRICS}
+    used = {name for r in rules for name in re.findall(r"ray_collbench_\w+", r["expr"])}
+    assert used and used <= exported
+    assert {r["alert"] for r in rules} == {"CollbenchNodeDegraded", "CollbenchWatchStalled", "CollbenchNothingChecked"}
+    assert all({"summary", "description"} <= set(r["annotations"]) for r in rules)
