@@ -154,7 +154,7 @@ def test_object_store_lock_is_a_lease(s3_output, monkeypatch):
 
 
 def test_object_store_holder_keeps_its_lease_and_learns_when_it_lost_it(s3_output, monkeypatch):
-    monkeypatch.setattr(lock, "LEASE_S", 2.0)  # a heartbeat every 0.5 s
+    monkeypatch.setattr(lock, "LEASE_S", 4.0)  # a heartbeat every second: room for a loaded host
     first = ResultStore(s3_output, "run-a")
     first.acquire()
     since = first.lock._read().heartbeat
