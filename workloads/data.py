@@ -24,6 +24,7 @@ from collections.abc import Sequence
 
 import torch
 
+from workloads.memory import CHECK_CHUNK
 from workloads.registry import ALL, Span
 
 TORCH_DTYPES: dict[str, torch.dtype] = {
@@ -50,9 +51,6 @@ _EXACT_INT = {
 # Value written into output buffers before a check, so an untouched output never passes.
 SENTINEL = 77
 
-# Elements compared at a time: the check's temporary (a mask) stays under `check_scratch_bytes`
-# whatever the message size.
-CHECK_CHUNK = 1 << 22
 
 _PERIOD = {"sum": 55, "prod": 6}
 _DEFAULT_PERIOD = 97
@@ -148,11 +146,6 @@ def count_wrong(buf: torch.Tensor, spans: Sequence[Span], n: int, it: int, op: s
 
 
 _FLOAT8 = (torch.float8_e4m3fn, torch.float8_e5m2)
-
-
-def check_scratch_bytes() -> int:
-    """Peak temporary bytes of `count_wrong`: a mask byte per compared element."""
-    return CHECK_CHUNK
 
 
 def _mismatches(out: torch.Tensor, expected: torch.Tensor) -> int:

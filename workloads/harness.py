@@ -28,8 +28,9 @@ import torch
 import torch.distributed as dist
 
 from workloads import registry
-from workloads.data import CHECK_CHUNK, SENTINEL, TORCH_DTYPES, check_scratch_bytes, count_wrong, write
+from workloads.data import SENTINEL, TORCH_DTYPES, count_wrong, write
 from workloads.dtypes import ELEMENT_BYTES, NO_OP
+from workloads.memory import headroom_bytes_for, peak_bytes
 from workloads.messages import Case, Sample
 from workloads.registry import OVERLAP, Collective, Ctx
 
@@ -42,10 +43,6 @@ _OPS = {
 
 Timed = tuple[list[float], float]  # per-iteration microseconds, and the batch's per-iteration mean
 
-# What NCCL may still allocate on a GPU after the free memory is read: connections it makes on the
-# first use of an algorithm or peer (NCCL_RUNTIME_CONNECT, the default from 2.22). NVLink SHARP
-# buffers, possible from Hopper (9.0) on NVSwitch systems, took 1.6 GB in a published H800 log.
-NCCL_HEADROOM_BYTES = {(9, 0): 2 << 30, (0, 0): 512 << 20}  # by the lowest compute capability it applies to
 FLOOR_ITERS = 1000  # the empty loop is timed over this many calls: per call, a fraction of a microsecond
 
 
@@ -107,17 +104,6 @@ def reduce_op(op: str) -> dist.ReduceOp | None:
     return _OPS[op] if op != NO_OP else None
 
 
-def peak_bytes(coll: Collective, c: Ctx, backend: str, check: bool) -> int:
-    """One rank's peak for one size: its buffers, what the backend allocates for the call, and the
-    check's temporaries (tests/integration/test_memory.py measures it on CPU)."""
-    need = (coll.buffer_numel(c) + coll.backend_numel(c, backend)) * ELEMENT_BYTES[c.dtype]
-    if not check:
-        return need
-    # the check compares the output at most CHECK_CHUNK elements at a time
-    chunks = check_scratch_bytes()
-    return need + chunks * min(coll.recv_numel(c), CHECK_CHUNK) // CHECK_CHUNK
-
-
 def prepare(coll: Collective, c: Ctx, device: torch.device, check: bool = True, extra_bytes: int = 0
             ) -> tuple[torch.Tensor, torch.Tensor, Callable[[], None]]:
     """Buffers filled with iteration 0's inputs, and the call on them; CountSkipped on every rank
@@ -168,10 +154,6 @@ def free_bytes(device: torch.device) -> int | None:
 def nccl_headroom_bytes(device: torch.device) -> int:
     return headroom_bytes_for(torch.cuda.get_device_capability(device) if device.type == "cuda" else (0, 0))
 
-
-def headroom_bytes_for(cc: tuple[int, int]) -> int:
-    """NCCL_HEADROOM_BYTES for GPUs of compute capability `cc` (the driver's check uses it too)."""
-    return next(v for floor, v in sorted(NCCL_HEADROOM_BYTES.items(), reverse=True) if cc >= floor)
 
 
 def _out_of_memory(e: BaseException) -> bool:

@@ -135,7 +135,7 @@ class Sample:
     batch_us: float | None = None  # the same iterations timed as one batch (nccl-tests' way), per iteration
     error: str | None = None
     # GPU only: the most torch allocated for this count beyond what it held before, and the run's
-    # estimate of it (harness.peak_bytes, what the memory checks use)
+    # estimate of it (memory.peak_bytes, what the memory checks use)
     mem_peak_bytes: int | None = None
     mem_estimate_bytes: int | None = None
     # overlap only: the matmul alone and both together, per iteration

@@ -106,16 +106,42 @@ def with_torch(caps: DeviceCaps, report: str) -> DeviceCaps:
 
 def probe_nodes(inv: Inventory, with_nccl: bool, timeout_s: float = 120.0) -> dict[str, NodeProbe]:
     """What every node of the inventory is, read on all of them at once."""
+    return gather(inv, submit(inv, with_nccl), timeout_s)
+
+
+def submit(inv: Inventory, with_nccl: bool) -> dict[str, ray.ObjectRef]:
+    """Start the probe task on every node; `gather` collects them."""
     task = ray.remote(num_cpus=0)(_read_node)
-    refs = {
+    return {
         node.node_id: task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False))
         .remote(with_nccl, node.gpus > 0)
         for node in inv.nodes
     }
+
+
+def submit_in(inv: Inventory, actors: dict[str, object], with_nccl: bool) -> dict[str, ray.ObjectRef]:
+    """The probe run in a worker already on each node (`actors`: node id -> one of its workers),
+    through Ray's __ray_call__: a CPU-only run starts no process of its own for it (16 of them cost
+    a 2-core host 6-8 s before the workers, and slowed the workers beside them)."""
+    return {node_id: actor.__ray_call__.remote(_read_node_in, with_nccl, False) for node_id, actor in actors.items()}
+
+
+def _read_node_in(worker, with_nccl: bool, gpus: bool) -> NodeProbe:
+    return _read_node(with_nccl, gpus)
+
+
+def gather(inv: Inventory, refs: dict[str, ray.ObjectRef], timeout_s: float = 120.0) -> dict[str, NodeProbe]:
+    """Every node's probe, waited for together within `timeout_s`; a node whose task failed or did
+    not answer is `unknown`, with the reason where its devices matter."""
+    ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout_s)
+    done = set(ready)
     out = {}
-    for node, ref in zip(inv.nodes, refs.values()):
+    for node in inv.nodes:
+        ref = refs[node.node_id]
         try:
-            out[node.node_id] = ray.get(ref, timeout=timeout_s)
+            if ref not in done:
+                raise TimeoutError(f"no answer within {timeout_s:.0f}s")
+            out[node.node_id] = ray.get(ref, timeout=0)
         except Exception as e:
             problem = f"probe task: {first_line(e)}"
             out[node.node_id] = NodeProbe(DeviceCaps(problem=problem) if node.gpus else None, Platform(("unknown",)))

@@ -17,12 +17,11 @@ import time
 import ray
 
 from orchestrator.errors import UsageError
-from orchestrator.execution import connect, provenance
+from orchestrator.execution import connect, probe, provenance
 from orchestrator.execution.events import GroupEnded, GroupJoined, RunObserver
 from orchestrator.execution.metrics import RunMetrics
 from orchestrator.execution.outcome import Outcome
 from orchestrator.execution.pool import ActorPool, placement_bundles
-from orchestrator.execution.probe import probe_nodes
 from orchestrator.execution.rows import RunRef
 from orchestrator.execution.runner import Runner
 from orchestrator.results.store import ResultStore
@@ -57,6 +56,7 @@ class Session:
         self.platforms: dict = {}  # check_devices(): node id -> platform (tags, key)
         self.startup = StartupTimes()
         self._checked = False
+        self._probe_in_workers = False  # a CPU-only run probes its nodes in its workers, once started
         self._float8_from_all = False
         self._sigterm = None
 
@@ -111,16 +111,26 @@ class Session:
         """What every node is (probe task), and whether the sweep fits and can run there."""
         if self.inv is None or self.backend is None:
             raise SessionOrder("Session.check_devices() needs cluster() first")
+        if not self.inv.use_gpus:
+            # CPU ranks: no check waits on the probe (host memory comes from Ray's inventory), so it
+            # runs in the workers once they have started (start()), in no process of its own
+            self._probe_in_workers = True
+            check_memory(self.spec, self.backend, self.inv, group_sizes, self.caps)
+            self._checked = True
+            return
         with self.startup.timing("probe_s"):
-            probes = probe_nodes(self.inv, with_nccl=bool(FLOAT8 & set(self.spec.dtypes)))
-        self.caps = {node_id: p.caps for node_id, p in probes.items() if p.caps is not None}
-        self.platforms = {node_id: p.platform for node_id, p in probes.items()}
+            self._read_probes(probe.submit(self.inv, with_nccl=bool(FLOAT8 & set(self.spec.dtypes))))
         check_driver(self.backend, self.inv, self.caps)  # before float8 and memory: their facts need a working torch
         self.spec, note = float8_for_cluster(self.spec, self.backend, self.inv, self.caps, self._float8_from_all)
         if note:
             print(f"collbench: {note}", file=sys.stderr, flush=True)
         check_memory(self.spec, self.backend, self.inv, group_sizes, self.caps)
         self._checked = True
+
+    def _read_probes(self, refs: dict) -> None:
+        probes = probe.gather(self.inv, refs)
+        self.caps = {node_id: p.caps for node_id, p in probes.items() if p.caps is not None}
+        self.platforms = {node_id: p.platform for node_id, p in probes.items()}
 
     def start(self, groups_total: int, observers: list, command: str = "run", skipped: int = 0
               ) -> tuple[Runner, Outcome]:
@@ -133,6 +143,11 @@ class Session:
                               cpus_per_rank=self.cpus_per_rank)
         with self.startup.timing("workers_s"):
             self.pool.start()
+        if self._probe_in_workers:  # a CPU-only run: the probe in each node's first worker
+            first = self.inv.first_rank()
+            with self.startup.timing("probe_s"):
+                self._read_probes(probe.submit_in(self.inv, {n.node_id: self.pool.actor(r)
+                                                             for n, r in zip(self.inv.nodes, first)}, False))
         self.store.create()
         self.manifest = provenance.manifest(self.spec, self.inv, self.pool.infos(), self.backend, groups_total)
         drivers = sorted({c.driver_version for c in self.caps.values() if c.driver_version})
@@ -208,7 +223,8 @@ class SessionOrder(RuntimeError):
 
 class StartupTimes(RunObserver):
     """Where the start of a run goes, in seconds: joining Ray (`connect_s`), the probe task on
-    every node (`probe_s`), starting one worker per rank (`workers_s`), and the first group's
+    every node (`probe_s`; on CPU-only clusters run in each node's first worker, once started),
+    starting one worker per rank (`workers_s`), and the first group's
     rendezvous, from its round's start to the group formed (`first_join_s`). The closing line and
     the manifest carry them."""
 

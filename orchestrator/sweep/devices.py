@@ -3,11 +3,11 @@ capabilities come from `execution.probe` (or a test), the checks only compare.
 
 Memory: a rank holds one size at a time: its send and receive buffers (one buffer in place), what
 the backend allocates for the call (gloo's all_gather and reduce_scatter: one more) and, while
-checking, at most `check_scratch_bytes` of temporaries (workloads.data); the estimate is
-that peak (`harness.peak_bytes`; tests/integration/test_memory.py measures it on CPU). GPUs also
+checking, at most `check_scratch_bytes` of temporaries (workloads.memory); the estimate is
+that peak (`memory.peak_bytes`; tests/integration/test_memory.py measures it on CPU). GPUs also
 need room for the CUDA context and NCCL's own buffers: here the reserve is a context and NCCL's
 buffers (GPU_CONTEXT_BYTES) plus the headroom the harness keeps per GPU generation for what NCCL
-connects on first use (workloads.harness.NCCL_HEADROOM_BYTES: 2 GiB from Hopper, NVLS buffers), so
+connects on first use (workloads.memory.NCCL_HEADROOM_BYTES: 2 GiB from Hopper, NVLS buffers), so
 a sweep that cannot fit at all is refused before it starts; on the device the harness checks each
 size against the memory it measures free, less the same headroom, and fails just that size.
 float8: NCCL reduces float8 only from 2.24 on, in a torch built against it, on compute
@@ -30,7 +30,7 @@ from orchestrator.sweep.planner import build_cases
 from orchestrator.sweep.sizes import format_bytes
 from orchestrator.sweep.spec import SweepSpec
 from workloads import registry
-from workloads.harness import headroom_bytes_for, peak_bytes
+from workloads.memory import headroom_bytes_for, peak_bytes
 from workloads.messages import Case
 from workloads.registry import Ctx
 

@@ -14,7 +14,7 @@ from orchestrator.sweep.devices import (
 )
 from orchestrator.sweep.inventory import from_description
 from orchestrator.sweep.spec import SweepSpec
-from workloads.data import CHECK_CHUNK
+from workloads.memory import CHECK_CHUNK
 
 H100_SMI = "\n".join(["NVIDIA H100 80GB HBM3, 81559, 9.0, 550.54.15"] * 8) + "\n"
 MIXED_SMI = "NVIDIA A100-SXM4-80GB, 81920, 8.0, 535.104.05\nNVIDIA A100-SXM4-40GB, 40960, 8.0, 535.104.05\n"

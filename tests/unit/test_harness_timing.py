@@ -10,7 +10,7 @@ import torch.distributed as dist
 
 from orchestrator.errors import UsageError
 from orchestrator.sweep.spec import SweepSpec, for_backend
-from workloads import harness, registry
+from workloads import harness, memory, registry
 from workloads.messages import Case
 from workloads.registry import Ctx
 
@@ -110,7 +110,7 @@ def test_a_size_that_does_not_fit_fails_with_the_numbers_and_the_group_goes_on(o
     small, big = 256, 64_000  # elements of float32: 1 KiB fits, 256 KB does not
     samples = harness.run_case(_case((small, big)), 0, 1, cpu)
     assert samples[0].error is None and samples[0].n_wrong == 0 and len(samples[0].iter_time_us) == 3
-    need = harness.peak_bytes(registry.get("all_reduce"), Ctx(0, 1, big, "float32", "sum", 0, True), "gloo", True)
+    need = memory.peak_bytes(registry.get("all_reduce"), Ctx(0, 1, big, "float32", "sum", 0, True), "gloo", True)
     assert need == big * 4 + big  # the buffer, and a mask byte per element compared
     assert samples[1].iter_time_us == () and samples[1].error == (
         f"needs {need} bytes of buffers and check on cpu, 50000 bytes free there after the CUDA context and "
