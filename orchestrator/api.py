@@ -51,21 +51,22 @@ def spec(base: SweepSpec | None = None, **options: Any) -> SweepSpec:
 
 
 def run(sweep: SweepSpec | None = None, /, *, nodes: Sequence[str] | None = None, placement_group=None,
-        verbose: bool = False, **options: Any) -> RunResult:
+        doctor: bool = True, verbose: bool = False, **options: Any) -> RunResult:
     """Measure a sweep; returns its RunResult (rows, manifest, how it ended). `nodes`: only these
     (IP, host name or Ray node id); `placement_group`: a placement group the caller holds, one rank
-    per bundle, on its bundles' nodes."""
+    per bundle, on its bundles' nodes; `doctor`: the quick checks before the first group (a failed
+    one raises UsageError naming the node)."""
     from orchestrator.execution import console, jobs
 
     chosen = _spec(sweep, nodes, options)
     check_writable(chosen.output)
     return jobs.sweep(chosen, voice=jobs.COMMAND_LINE if verbose else jobs.QUIET, placement_group=placement_group,
-                      console_for=(lambda groups: console.Console(groups)) if verbose else None)
+                      console_for=(lambda groups: console.Console(groups)) if verbose else None, doctor=doctor)
 
 
 def qualify(sweep: SweepSpec | None = None, /, *, nodes: Sequence[str] | None = None, placement_group=None,
             threshold: float = 0.10, min_fraction: float = 0.8, seed: int = 0, expected: str | None = None,
-            verbose: bool = False, **options: Any) -> Qualification:
+            doctor: bool = True, verbose: bool = False, **options: Any) -> Qualification:
     """Name the slow, hanging, failing and lost nodes: a Qualification with a verdict and its
     evidence per node (`.failing`: those that did not pass). Options as `collbench qualify`'s."""
     from orchestrator.commands.options import check_threshold
@@ -83,7 +84,7 @@ def qualify(sweep: SweepSpec | None = None, /, *, nodes: Sequence[str] | None = 
     entries = _expected(expected)
     return qualification(chosen, threshold=threshold, min_fraction=min_fraction, seed=seed, user_entries=entries,
                          voice=COMMAND_LINE if verbose else QUIET, log=sys.stdout if verbose else None,
-                         placement_group=placement_group)
+                         placement_group=placement_group, doctor=doctor)
 
 
 @dataclass

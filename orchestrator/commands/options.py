@@ -103,3 +103,11 @@ def check_threshold(threshold: float) -> None:
     if threshold >= 1:
         hint = f"; did you mean {threshold / 100:g} ({threshold:g}%)?" if threshold < 100 else ""
         raise UsageError(f"--threshold {threshold:g}: must be a fraction below 1, such as 0.05 for 5%{hint}")
+
+
+def add_doctor_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-doctor", action="store_true",
+                   help="skip the quick checks (collbench doctor's: the same software everywhere, every node "
+                   "reachable on ephemeral ports, the same MTU, /dev/shm, memlock, GPUs in Ray) made in the workers "
+                   "before the first group; a failed one refuses the run in one line naming the node")
+

@@ -13,7 +13,13 @@ import dataclasses
 import json
 import sys
 
-from orchestrator.commands.options import add_expected_options, add_spec_options, check_threshold, expected_from_args
+from orchestrator.commands.options import (
+    add_doctor_option,
+    add_expected_options,
+    add_spec_options,
+    check_threshold,
+    expected_from_args,
+)
 from orchestrator.commands.render import render_tables
 from orchestrator.errors import UsageError
 from orchestrator.results.location import check_writable, resolve_output
@@ -50,6 +56,7 @@ def add_parser(sub) -> None:
     p.add_argument("--format", choices=("table", "json"), default="table",
                    help="verdicts as a table, or as JSON with fields node, verdict, evidence (default: table)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random pairing (default: 0)")
+    add_doctor_option(p)
     p.set_defaults(handler=main)
 
 
@@ -65,7 +72,7 @@ def main(args: argparse.Namespace) -> int:
     log = sys.stderr if args.format == "json" else sys.stdout  # stdout: the JSON alone
     voice = Voice(lambda line: print(line, file=log, flush=True), COMMAND_LINE.problem)
     result = qualification(spec, threshold=args.threshold, min_fraction=args.min_fraction, seed=args.seed,
-                           user_entries=user, voice=voice, log=log)
+                           user_entries=user, voice=voice, log=log, doctor=not args.no_doctor)
     if result.state != "finished":
         return result.exit_code
     if args.format == "json":

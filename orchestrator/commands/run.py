@@ -8,7 +8,7 @@ import time
 
 from orchestrator import yamlfile
 from orchestrator.commands import resume
-from orchestrator.commands.options import add_spec_options, spec_from_args
+from orchestrator.commands.options import add_doctor_option, add_spec_options, spec_from_args
 from orchestrator.errors import UsageError
 from orchestrator.results.location import check_writable, resolve_output
 
@@ -24,6 +24,7 @@ def add_parser(sub) -> None:
     p.add_argument("--resume", metavar="RUN_ID", help="finish run RUN_ID in --output: measure only the groups it lacks")
     p.add_argument("--retry-failed", action="store_true",
                    help="with --resume: also measure again the groups that failed, timed out or were skipped")
+    add_doctor_option(p)
     p.set_defaults(handler=main)
 
 
@@ -45,7 +46,7 @@ def main(args: argparse.Namespace) -> int:
     from orchestrator.execution import console, jobs
 
     result = jobs.sweep(spec, run_id=args.resume, saved=saved, retry_failed=args.retry_failed,
-                        console_for=lambda groups: console.Console(groups))
+                        console_for=lambda groups: console.Console(groups), doctor=not args.no_doctor)
     if result.state == "finished":
         for line in jobs.closing_lines(result, t_start):
             print(line, flush=True)

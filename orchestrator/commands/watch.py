@@ -7,7 +7,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from orchestrator.commands.options import add_expected_options, add_spec_options, check_threshold, expected_from_args
+from orchestrator.commands.options import (
+    add_doctor_option,
+    add_expected_options,
+    add_spec_options,
+    check_threshold,
+    expected_from_args,
+)
 from orchestrator.errors import UsageError
 from orchestrator.results.location import check_writable, resolve_output
 
@@ -43,6 +49,7 @@ def add_parser(sub) -> None:
     p.add_argument("--threshold", type=float, default=0.10,
                    help="a drop this fraction below its baseline, beyond the noise, is a drift (default: 0.1)")
     add_expected_options(p, "with an expected value, a node is slow")
+    add_doctor_option(p)
     p.add_argument("--format", choices=("table", "jsonl"), default="table",
                    help="a line per cycle, or one JSON object per cycle: cycle, started_at, nodes_checked, "
                    "nodes_busy, alerts [node, kind, value, reference, message] (default: table)")
@@ -73,4 +80,5 @@ def main(args: argparse.Namespace) -> int:
     emit = watch.stdout_jsonl if args.format == "jsonl" else watch.stdout_line
     return watch.Watch(spec, every_s=every_s, cycles=args.cycles, threshold=args.threshold,
                        min_fraction=args.min_fraction, user_entries=user, baseline_cycles=args.baseline_cycles,
-                       retention_days=retention, reconnect_s=reconnect_s, emit=emit, say=watch.stderr).run()
+                       retention_days=retention, reconnect_s=reconnect_s, emit=emit, say=watch.stderr,
+                       doctor=not args.no_doctor).run()

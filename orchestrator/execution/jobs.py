@@ -78,7 +78,8 @@ def new_run_id(now: dt.datetime) -> str:
 def sweep(spec: SweepSpec, *, run_id: str | None = None, saved: resume.SavedRun | None = None,
           retry_failed: bool = False, observers: Sequence[RunObserver] = (), voice: Voice = COMMAND_LINE,
           console_for: Callable[[int], RunObserver | None] | None = None, placement_group=None,
-          partition: str | None = None, cpus_per_rank: float = 0.0, command: str = "run") -> RunResult:
+          partition: str | None = None, cpus_per_rank: float = 0.0, command: str = "run",
+          doctor: bool = True) -> RunResult:
     """Measure `spec`'s plan on the cluster; a resumed run (`saved`, its manifest's run) measures
     the groups it lacks. `console_for(groups_to_measure)` makes the console, once that number is
     known. Raises UsageError for what makes the sweep impossible (before anything is measured)."""
@@ -94,7 +95,7 @@ def sweep(spec: SweepSpec, *, run_id: str | None = None, saved: resume.SavedRun 
     result = RunResult(run_id, spec.output, "failed", 1)
     try:
         with Session(spec, run_id, now, placement_group=placement_group, partition=partition,
-                     cpus_per_rank=cpus_per_rank) as session:
+                     cpus_per_rank=cpus_per_rank, doctor=doctor) as session:
             inv, backend = session.cluster()
             change = resume.cluster_change(saved.nodes, inv) if saved else None
             if change:
@@ -113,6 +114,7 @@ def sweep(spec: SweepSpec, *, run_id: str | None = None, saved: resume.SavedRun 
             console = console_for(len(plan) - len(skip)) if console_for else None
             runner, outcome = session.start(len(plan), [*([console] if console else []), *observers],
                                             command=command, skipped=len(skip))
+            say_warnings(session.diagnosis, voice)
             result.outcome = outcome
             try:
                 runner.run(plan, skip)
@@ -149,6 +151,15 @@ def sweep(spec: SweepSpec, *, run_id: str | None = None, saved: resume.SavedRun 
         return _closed(result, session)
     result.state, result.exit_code = "finished", closing_code(spec, outcome, voice)
     return _closed(result, session)
+
+
+def say_warnings(diagnosis, voice: Voice) -> None:
+    """The quick doctor's warnings (a run goes on with them): one line each."""
+    if diagnosis is None:
+        return
+    for node, host, check in [(n["node"], n["host"], c) for n in diagnosis.nodes for c in n["checks"]
+                              if c.status == "warn"]:
+        voice.warn(f"collbench: doctor: node {node} ({host}): {check.name}: {check.detail}; {check.hint}")
 
 
 def _closed(result: RunResult, session) -> RunResult:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from orchestrator.errors import UsageError
 from orchestrator.execution.events import GroupEnded, GroupFailure, GroupStarted, RunObserver
-from orchestrator.execution.jobs import COMMAND_LINE, Voice, new_run_id
+from orchestrator.execution.jobs import COMMAND_LINE, Voice, new_run_id, say_warnings
 from orchestrator.sweep.inventory import Inventory
 from orchestrator.sweep.qualify import ALL_PAIRS_NODES, Deadlines, Outcome, Probe, Qualifier, Reference, Result
 from orchestrator.sweep.sizes import format_bytes
@@ -48,7 +48,8 @@ class Qualification:
 
 def qualification(spec: SweepSpec, *, threshold: float = 0.10, min_fraction: float = 0.8, seed: int = 0,
                   user_entries: list | None = None, voice: Voice = COMMAND_LINE, log=None,
-                  placement_group=None, cpus_per_rank: float = 0.0, partition: str | None = None) -> Qualification:
+                  placement_group=None, cpus_per_rank: float = 0.0, partition: str | None = None,
+                  doctor: bool = True) -> Qualification:
     """Qualify the cluster's nodes (or `spec.nodes`, less `spec.exclude`; or a caller's placement
     group's); `log`: where the console prints failed probes (its progress goes to stderr; None:
     no console)."""
@@ -66,7 +67,7 @@ def qualification(spec: SweepSpec, *, threshold: float = 0.10, min_fraction: flo
     groups = 0
     try:
         with Session(spec, run_id, now, placement_group=placement_group, cpus_per_rank=cpus_per_rank,
-                     partition=partition) as session:
+                     partition=partition, doctor=doctor) as session:
             inv, backend = session.cluster()
             rpn = max(n.ranks for n in inv.nodes)
             if len(inv.nodes) < 2 and rpn < 2:
@@ -76,6 +77,7 @@ def qualification(spec: SweepSpec, *, threshold: float = 0.10, min_fraction: flo
             collector = _Collector(q, inv, Deadlines(spec.group_timeout_s))
             shown = [console.Console(None, log, rows=False)] if log is not None else []
             runner, outcome = session.start(0, [*shown, collector], command="qualify")
+            say_warnings(session.diagnosis, voice)
             q.reference = _reference(report.entries(session.manifest, user_entries or []), session, spec)
             voice.say(f"collbench: qualify {run_id} on {session.where}: {len(inv.nodes)} node(s), {inv.world_size} "
                 f"rank(s), backend {backend}, {spec.collectives[0]} {spec.dtypes[0]} up to "

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import errno
+import json
 import os
 import shutil
 import signal
@@ -17,7 +18,7 @@ import time
 import ray
 
 from orchestrator.errors import UsageError
-from orchestrator.execution import connect, probe, provenance
+from orchestrator.execution import connect, doctor, probe, provenance
 from orchestrator.execution.events import GroupEnded, GroupJoined, RunObserver
 from orchestrator.execution.metrics import RunMetrics
 from orchestrator.execution.outcome import Outcome
@@ -38,11 +39,12 @@ class Session:
     `interrupted()`; a step called before the one it needs says which (SessionOrder)."""
 
     def __init__(self, spec: SweepSpec, run_id: str, started: dt.datetime, placement_group=None,
-                 partition: str | None = None, cpus_per_rank: float = 0.0) -> None:
+                 partition: str | None = None, cpus_per_rank: float = 0.0, doctor: bool = True) -> None:
         """`placement_group`: a caller's Ray placement group whose bundles hold the ranks (its nodes
         only, one rank per bundle); `partition`: a folder of the output the run's rows go under
         (`watch`: date=YYYY-MM-DD); `cpus_per_rank`: what each CPU rank asks Ray for (0: none, as a
-        benchmark that may share nodes; `watch` asks, to take only idle capacity)."""
+        benchmark that may share nodes; `watch` asks, to take only idle capacity); `doctor`: the
+        quick checks (execution.doctor) in the workers before anything is written (--no-doctor)."""
         self.spec, self.run_id, self.started = spec, run_id, started
         self.placement_group, self.cpus_per_rank = placement_group, cpus_per_rank
         self.store = ResultStore(spec.output, run_id, partition=partition)
@@ -55,6 +57,8 @@ class Session:
         self.caps: dict = {}  # check_devices(): node id -> the probe's device capabilities
         self.platforms: dict = {}  # check_devices(): node id -> platform (tags, key)
         self.startup = StartupTimes()
+        self.doctor = doctor
+        self.diagnosis = None  # the quick doctor's, once the workers started
         self._checked = False
         self._probe_in_workers = False  # a CPU-only run probes its nodes in its workers, once started
         self._float8_from_all = False
@@ -143,16 +147,22 @@ class Session:
                               cpus_per_rank=self.cpus_per_rank)
         with self.startup.timing("workers_s"):
             self.pool.start()
+        first = {n.node_id: self.pool.actor(r) for n, r in zip(self.inv.nodes, self.inv.first_rank())}
         if self._probe_in_workers:  # a CPU-only run: the probe in each node's first worker
-            first = self.inv.first_rank()
             with self.startup.timing("probe_s"):
-                self._read_probes(probe.submit_in(self.inv, {n.node_id: self.pool.actor(r)
-                                                             for n, r in zip(self.inv.nodes, first)}, False))
+                self._read_probes(probe.submit_in(self.inv, first, False))
+        if self.doctor:  # before anything is written: a run refused here leaves no folder
+            with self.startup.timing("doctor_s"):
+                self.diagnosis = doctor.diagnose(self.inv, agents=first, quick=True)
+            said = doctor.refusal(self.diagnosis)
+            if said:
+                raise doctor.DoctorRefusal(said, self.diagnosis)
         self.store.create()
         self.manifest = provenance.manifest(self.spec, self.inv, self.pool.infos(), self.backend, groups_total)
         drivers = sorted({c.driver_version for c in self.caps.values() if c.driver_version})
         self.manifest.update(provenance.platforms(self.inv, self.platforms), gpu_driver=",".join(drivers) or None,
-                             started_at=self.started, command=command, groups_done=skipped)
+                             started_at=self.started, command=command, groups_done=skipped,
+                             doctor=json.dumps(self.diagnosis.facts_json()) if self.diagnosis else None)
         self.store.write_manifest(self.manifest)
         outcome = Outcome()
         # the manifest counts a group before anyone is told of it: a progress line it printed is
@@ -224,11 +234,11 @@ class SessionOrder(RuntimeError):
 class StartupTimes(RunObserver):
     """Where the start of a run goes, in seconds: joining Ray (`connect_s`), the probe task on
     every node (`probe_s`; on CPU-only clusters run in each node's first worker, once started),
-    starting one worker per rank (`workers_s`), and the first group's
+    starting one worker per rank (`workers_s`), the quick doctor in them (`doctor_s`), and the first group's
     rendezvous, from its round's start to the group formed (`first_join_s`). The closing line and
     the manifest carry them."""
 
-    PARTS = ("connect_s", "probe_s", "workers_s", "first_join_s")
+    PARTS = ("connect_s", "probe_s", "workers_s", "doctor_s", "first_join_s")
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}

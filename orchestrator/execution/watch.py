@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import re
 import signal
 import sys
 import threading
@@ -44,7 +45,8 @@ METRICS = ("collbench_alerts", "collbench_watch_last_cycle_seconds", "collbench_
 @dataclass(frozen=True)
 class Alert:
     node: str  # the node's IP
-    kind: str  # a qualify verdict (slow, hang, failed, lost), or drift (a drop qualify could not judge)
+    kind: str  # a qualify verdict (slow, hang, failed, lost); drift (a drop qualify could not judge); doctor
+    # (a quick check failed: unreachable, another software version, another MTU, ...)
     value: float | None  # what was measured (busbw GB/s), where a number says it
     reference: float | None  # what it was compared with
     message: str
@@ -141,11 +143,10 @@ def expired(partitions: list[str], today: dt.date, keep_days: int) -> list[str]:
 def parse_duration(text: str, flag: str) -> float:
     """Seconds of `30s`, `5m`, `2h`, `7d` or a plain number of seconds; refused otherwise."""
     units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-    body, unit = (text[:-1], text[-1]) if text and text[-1] in units else (text, "s")
-    try:
-        value = float(body) * units[unit]
-    except ValueError:
-        raise UsageError(f"{flag} {text[:40]!r}: expected a duration such as 30s, 5m, 2h or 7d") from None
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([smhd]?)", text)
+    if not m:
+        raise UsageError(f"{flag} {text[:40]!r}: expected a duration such as 30s, 5m, 2h or 7d")
+    value = float(m.group(1)) * units[m.group(2) or "s"]
     if not value == value or value <= 0 or value > 366 * 86400:
         raise UsageError(f"{flag} {text[:40]!r}: must be above 0 and at most a year")
     return value
@@ -157,11 +158,11 @@ class Watch:
 
     def __init__(self, spec: SweepSpec, *, every_s: float, cycles: int, threshold: float, min_fraction: float,
                  user_entries: list, baseline_cycles: int, retention_days: int | None, reconnect_s: float,
-                 emit: Callable[[Cycle], None], say: Callable[[str], None]) -> None:
+                 emit: Callable[[Cycle], None], say: Callable[[str], None], doctor: bool = True) -> None:
         self.spec, self.every_s, self.cycles = spec, every_s, cycles
         self.threshold, self.min_fraction, self.user_entries = threshold, min_fraction, user_entries
         self.baseline_cycles, self.retention_days, self.reconnect_s = baseline_cycles, retention_days, reconnect_s
-        self.emit, self.say = emit, say
+        self.emit, self.say, self.doctor = emit, say, doctor
         self.clean_runs: list[str] = []  # runs of cycles that raised no alert: the rolling baseline
         self.connection = None
         self.stopping = False
@@ -234,6 +235,7 @@ class Watch:
         from ray._private import state
 
         from orchestrator.execution import jobs
+        from orchestrator.execution.doctor import QUICK, DoctorRefusal
         from orchestrator.sweep import inventory
 
         inv = inventory.select(inventory.from_ray_nodes(ray.nodes(), self.spec.ranks_per_node), self.spec.nodes,
@@ -250,7 +252,14 @@ class Watch:
             raise UsageError(f"{len(idle)} idle node(s): no group of --patterns {','.join(self.spec.patterns)} to run")
         spec = dataclasses.replace(self.spec, nodes=tuple(n.node_id for n in idle), exclude=(), patterns=patterns)
         partition = PARTITION.format(started)
-        result = jobs.sweep(spec, voice=jobs.QUIET, partition=partition, cpus_per_rank=CPUS_PER_RANK, command="watch")
+        try:
+            result = jobs.sweep(spec, voice=jobs.QUIET, partition=partition, cpus_per_rank=CPUS_PER_RANK,
+                                command="watch", doctor=self.doctor)
+        except DoctorRefusal as e:  # a node that would hang or fail the canary: an alert, not a silence
+            cycle.alerts = [Alert(node, "doctor", None, None, f"{node} ({host}): {c.name}: {c.detail}; {c.hint}")
+                            for node, host, c in e.diagnosis.failures(QUICK)]
+            cycle.note = "the quick checks failed: nothing measured this cycle"
+            return
         cycle.run_id = result.run_id
         if result.state != "finished" and result.exit_code in (130, 143):
             self.stopping = True
@@ -310,7 +319,7 @@ class Watch:
                                    min_bytes=self.spec.max_bytes)
         found = qualification(spec, threshold=self.threshold, min_fraction=self.min_fraction,
                               user_entries=self.user_entries, voice=QUIET, cpus_per_rank=CPUS_PER_RANK,
-                              partition=partition)
+                              partition=partition, doctor=False)
         if found.state != "finished":
             return found.run_id, []
         alerts = alerts_from(found.nodes, evidence)

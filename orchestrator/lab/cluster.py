@@ -58,6 +58,7 @@ class LabState:
     sessions: list[int] = field(default_factory=list)
     node_links: dict[str, str] = field(default_factory=dict)  # node index -> its own rate (a planted slow link)
     declared: bool = True  # False: no platform tag, no expected rate (a plain cluster, as most on-prem fabrics)
+    node_env: dict[str, dict[str, str]] = field(default_factory=dict)  # node index -> variables its Ray gets
 
     def link_of(self, i: int) -> str:
         return self.node_links.get(str(i), self.link)
@@ -153,13 +154,15 @@ def check_host(name: str, nodes: int, ranks_per_node: int, link: str, subnet: st
 
 
 def up(name: str, nodes: int, ranks_per_node: int, link: str, subnet: str, timeout_s: float = 120.0,
-       node_links: dict[str, str] | None = None, declared: bool = True, start_ray: bool = True) -> LabState:
+       node_links: dict[str, str] | None = None, declared: bool = True, start_ray: bool = True,
+       node_env: dict[str, dict[str, str]] | None = None) -> LabState:
     """The lab: its network and, unless `start_ray` is False, a Ray node in every namespace (without
     Ray, the namespaces are bare hosts for something else to start Ray on, such as `ray up`)."""
     check_host(name, nodes, ranks_per_node, link, subnet)
     os.makedirs(state_dir(name), exist_ok=True)
     st = LabState(name, nodes, ranks_per_node, link, subnet, state_dir(name), f"/tmp/cbl-{name}",
-                  node_links=dict(node_links or {}), declared=declared)
+                  node_links=dict(node_links or {}), declared=declared,
+                  node_env={str(k): dict(v) for k, v in (node_env or {}).items()})
     st.save()
     if declared:
         _declare(st)
@@ -193,6 +196,30 @@ def _build_network(st: LabState) -> None:
         _ip("-n", ns, "link", "set", node_end, "up")
         _ip("-n", ns, "link", "set", "lo", "up")
         _shape(st, i, st.link_of(i), "add")
+
+
+def set_mtu(st: LabState, i: int, mtu: int) -> None:
+    """Node i's interface at MTU `mtu` (a planted misconfiguration: doctor names the node)."""
+    _run(["ip", "-n", st.namespaces[i], "link", "set", "dev", f"cb{st.name}{i}n", "mtu", str(mtu)])
+
+
+def block_inbound(st: LabState, i: int) -> None:
+    """A firewall on node i that drops new inbound TCP connections to its ephemeral ports, where
+    gloo's and NCCL's sockets listen, as a security group or host firewall would; the node's Ray
+    keeps working (its listeners at the time and every established connection stay allowed)."""
+    ns = st.namespaces[i]
+    listening = subprocess.run(["ip", "netns", "exec", ns, "ss", "-ltnH"], capture_output=True, text=True,
+                               check=True).stdout
+    ports = sorted({int(m.group(1)) for m in re.finditer(r":(\d+)\s", listening)})
+    rules = [["-A", "INPUT", "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"],
+             *(["-A", "INPUT", "-p", "tcp", "--dport", str(p), "-j", "ACCEPT"] for p in ports),
+             ["-A", "INPUT", "-p", "tcp", "--dport", "32768:60999", "-j", "DROP"]]
+    for rule in rules:
+        _run(["ip", "netns", "exec", ns, "iptables", *rule])
+
+
+def unblock(st: LabState, i: int) -> None:
+    _run(["ip", "netns", "exec", st.namespaces[i], "iptables", "-F", "INPUT"])
 
 
 def shape_link(st: LabState, i: int, rate: str) -> None:
@@ -232,7 +259,7 @@ def _start_ray(st: LabState, timeout_s: float) -> None:
                 [f"--address={st.address}", f"--node-ip-address={st.node_ip(i)}", f"--num-cpus={st.ranks_per_node}",
                  "--object-store-memory=100000000"],
                 os.path.join(st.state_dir, f"node{i}.log"), netns=ns,
-                env={**st.auth_env(), **_platform_env(st)},
+                env={**st.auth_env(), **_platform_env(st), **st.node_env.get(str(i), {})},
             )
         )
         st.save()

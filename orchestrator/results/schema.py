@@ -118,6 +118,8 @@ MANIFEST_SCHEMA = pa.schema(
         ("startup_probe_s", pa.float64()),
         ("startup_workers_s", pa.float64()),
         ("startup_first_join_s", pa.float64()),
+        ("startup_doctor_s", pa.float64()),
+        ("doctor", pa.string()),  # JSON: node IP -> the facts the quick doctor read there (doctor.facts)
     ]
 )
 

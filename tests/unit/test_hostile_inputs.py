@@ -122,6 +122,21 @@ def _cases() -> list[tuple[str, list[str]]]:
         ["--dtype", "nope"], ["--dp", "10000000000"], ["--tp", "3"], ["--pp", "64"], ["--pp", "3"], [],
         ["--format", "xml"])]
     cases += [(f"predict {a!r}", ["predict", *a]) for a in (["{good}"], ["--params", "1"])]
+    watch_options = ("--collectives", "--dtypes", "--min-bytes", "--max-bytes", "--patterns", "--group-timeout",
+                     "--output", "--address", "--env", "--nodes", "--exclude", "--config")
+    for opt in watch_options:
+        cases += [(f"watch {opt}={v!r}", ["watch", f"{opt}={v}"]) for v in SPEC_OPTIONS.get(opt, BAD_TEXT)
+                  if v not in ("", " ", "\t")]
+    cases += [(f"watch {a!r}", ["watch", *a]) for a in (
+        *(["--every", v] for v in ("", "0", "-5m", "5x", "nan", "inf", "1e9d", "\x00", "5 m")),
+        *(["--cycles", v] for v in ("x", "-1", "1.5", "1e30", "9" * 40)), ["--baseline-cycles", "0"],
+        *(["--retention", v] for v in ("5", "0d", "xd", "-1d", "nand", "1e9d", "12h")),
+        *(["--reconnect-timeout", v] for v in ("0", "x", "-1s")), ["--threshold", "nan"], ["--threshold", "5"],
+        ["--format", "csv"], ["--min-fraction", "0"], ["--expected", "{bin}"])]
+    cases += [(f"doctor {a!r}", ["doctor", *a]) for a in (
+        ["--format", "xml"], ["--ranks-per-node", "0"], ["--address", ""], ["--address", "host:99999"],
+        ["--address", "http://h:8265"], ["--nodes", "a\x00b"], ["--exclude", "x" * 300],
+        ["--nodes", "10.0.0.1", "--exclude", "10.0.0.1"], ["--config", "{bin}"], ["nope"])]
     cases += [(f"lab {a!r}", ["lab", *a]) for a in (
         [], ["nope"], *(["up", f"--nodes={v}"] for v in BAD_INT + ["0", "201", "100000000"]),
         *(["up", f"--ranks-per-node={v}"] for v in ("", "0", "-1", "x", "nan", "9" * 40)),
@@ -266,7 +281,7 @@ def test_every_hostile_input_exits_2_in_one_line(files, tmp_path, monkeypatch):
     failures = []
     for name, argv in CASES:
         argv = [_fill(a, files) for a in argv]
-        if argv[0] in ("run", "qualify") and not any(a.startswith("--output") for a in argv):
+        if argv[0] in ("run", "qualify", "watch") and not any(a.startswith("--output") for a in argv):
             argv.append(f"--output={tmp_path}/out")
         try:
             code, out, err = call(argv)

@@ -165,9 +165,13 @@ def test_object_store_holder_keeps_its_lease_and_learns_when_it_lost_it(s3_outpu
     with pytest.raises(UsageError, match=f"pid {os.getpid()} since"):
         ResultStore(s3_output, "run-a").acquire()
     intruder = lock.Holder("elsewhere", 1, since, dt.datetime.now(dt.timezone.utc), "i" * 32)
-    _put_holder(first, intruder)
+    # a taker writes its record and reads it back (lock.ObjectLock._try); a heartbeat between the
+    # holder's read and its write can overwrite it once, so the taker writes again, as a retrying
+    # acquirer does, until the holder has seen it
+    deadline = time.monotonic() + 30
     while first.lock.lost is None and time.monotonic() < deadline:
-        time.sleep(0.05)
+        _put_holder(first, intruder)
+        time.sleep(0.3)
     assert first.lock.lost == intruder
     with pytest.raises(RunStopped, match="its lock was taken over by host elsewhere pid 1 since") as stopped:
         first.write_group("r0-g0", [_row(0)])  # it writes nothing more

@@ -1,0 +1,61 @@
+"""`collbench doctor`: every node checked at once for what makes collectives fail, hang or lie
+before anything is measured (execution.doctor). Exit 0 when nothing fails, 1 when something
+does, 2 for bad input."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from orchestrator.commands.options import add_spec_options, spec_from_args
+from orchestrator.commands.render import render_tables
+
+OPTIONS = ("address", "ranks_per_node", "nodes", "exclude")
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "doctor",
+        help="check every node for the classic misconfigurations (versions, ports, MTU, /dev/shm, GPUs, NICs)",
+        description="One short agent per node, all at once, no GPU work and no collective: the same Python, "
+        "torch, NCCL (the library torch loads), driver, collbench and Ray everywhere; NCCL_*, FI_*, UCX_* alike; "
+        "every node reachable on ephemeral ports as NCCL's and gloo's sockets need; the MTU of the collectives' "
+        "interface alike and the interface NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME name present; /dev/shm, "
+        "ulimit -l, /dev/infiniband; and where present the GPUs (count in Ray, MIG, persistence, ECC, row remaps, "
+        "clocks held down, NVLink links, PCIe width and speed), the RDMA NICs (port state, rate, PCIe link), "
+        "GPU-NIC affinity and GPUDirect RDMA. Exit 0 when nothing fails, 1 when something does, 2 for bad input.",
+    )
+    add_spec_options(p, only=OPTIONS)
+    p.add_argument("--format", choices=("table", "json"), default="table",
+                   help='checks as tables, or JSON: {"cluster": [checks], "nodes": [{"node", "host", "checks": '
+                   '[{"name", "status", "detail", "hint"}]}]} (default: table)')
+    p.add_argument("--all", action="store_true", help="list every check, the ones that passed too (default: "
+                   "what did not pass, and the cluster's checks)")
+    p.set_defaults(handler=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    spec = spec_from_args(args)
+    import ray
+
+    from orchestrator.execution import connect
+    from orchestrator.execution.doctor import diagnose
+    from orchestrator.sweep import inventory
+
+    joined = connect.connect(spec.address)
+    try:
+        inv = inventory.select(inventory.from_ray_nodes(ray.nodes(), spec.ranks_per_node), spec.nodes, spec.exclude)
+        found = diagnose(inv)
+    finally:
+        connect.disconnect(joined)
+    if args.format == "json":
+        print(json.dumps(found.to_json(), indent=1))
+    else:
+        print(render_tables([("cluster", [c.to_json() for c in found.cluster])], "table"))
+        rows = [{"node": n["node"], "host": n["host"], **c.to_json()} for n in found.nodes for c in n["checks"]
+                if args.all or c.status != "ok"]
+        print(render_tables([("nodes" if args.all else "nodes: what did not pass", rows)], "table"))
+    status = found.status
+    print(f"collbench: doctor: {len(found.nodes)} node(s) in {found.wall_s:.1f}s: {status}", file=sys.stderr)
+    return 1 if status == "fail" else 0

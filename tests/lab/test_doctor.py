@@ -1,0 +1,92 @@
+"""`collbench doctor` on a real 4-node lab with real planted faults: node 1's interface at MTU 1280
+among 1500s, a firewall on node 2 that drops inbound connections to its ephemeral ports (where
+gloo's and NCCL's sockets listen), and NCCL_ALGO set on node 3 alone. doctor names each node with
+its check in seconds; `run` refuses in one line before its first group (where each group with
+node 2 would hang until its deadline), nothing written; `--exclude` of the two measures the rest."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+
+import pandas as pd
+import pytest
+
+from orchestrator.lab import cluster as labmod
+from tests.helpers import run_cli
+
+pytestmark = pytest.mark.lab
+MTU_NODE, FIREWALL_NODE, VARIABLE_NODE = 1, 2, 3
+
+
+@pytest.fixture(scope="module")
+def faulty():
+    from tests.lab.conftest import require_lab
+
+    require_lab()
+    name = "d" + secrets.token_hex(2)
+    st = labmod.up(name, 4, 1, "1gbit", f"10.216.{secrets.randbelow(200) + 20}.0/24", declared=False,
+                   node_env={VARIABLE_NODE: {"NCCL_ALGO": "Tree"}})
+    try:
+        labmod.set_mtu(st, MTU_NODE, 1280)
+        labmod.block_inbound(st, FIREWALL_NODE)
+        yield st
+    finally:
+        labmod.down(st)
+
+
+def _env(st) -> dict:
+    import os
+
+    return {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, **st.auth_env()}
+
+
+def test_doctor_names_each_planted_fault_in_seconds(faulty):
+    st = faulty
+    t0 = time.monotonic()
+    proc = run_cli(["doctor", "--address", st.address, "--format", "json"], env=_env(st), timeout=120)
+    elapsed = time.monotonic() - t0
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    found = json.loads(proc.stdout)
+    by_node = {n["node"]: {c["name"]: c for c in n["checks"]} for n in found["nodes"]}
+    ips = [st.node_ip(i) for i in range(4)]
+    assert set(by_node) == set(ips)
+    mtu = by_node[ips[MTU_NODE]]["same MTU"]
+    assert mtu["status"] == "fail" and mtu["detail"].startswith("MTU 1280 on ") and "where the others have 1500" in \
+        mtu["detail"]
+    blocked = by_node[ips[FIREWALL_NODE]]["reachable"]
+    assert blocked["status"] == "fail" and blocked["detail"].startswith("no peer could connect to it (3 tried")
+    variable = by_node[ips[VARIABLE_NODE]]["same variables"]
+    assert variable["status"] == "warn" and variable["detail"] == "NCCL_ALGO=Tree where the others have (unset)"
+    # only the planted faults: no other node fails a check, and the cluster's lines say the same
+    for i, ip in enumerate(ips):
+        failing = {name for name, c in by_node[ip].items() if c["status"] == "fail"}
+        assert failing == ({"same MTU"} if i == MTU_NODE else {"reachable"} if i == FIREWALL_NODE else set()), \
+            (ip, failing)
+    cluster = {c["name"]: c for c in found["cluster"]}
+    assert cluster["reachable"]["status"] == "fail" and f"blocked node(s): {ips[FIREWALL_NODE]}" in \
+        cluster["reachable"]["detail"]
+    assert elapsed < 60, elapsed  # the doctor itself bounds every wait
+
+
+def test_run_refuses_before_its_first_group_and_runs_without_the_faulty_nodes(faulty, tmp_path):
+    st = faulty
+    out = tmp_path / "results"
+    sweep = ["--address", st.address, "--ranks-per-node", "1", "--patterns", "pairwise", "--collectives",
+             "all_reduce", "-b", "64K", "-e", "64K", "-n", "3", "--output", str(out)]
+    t0 = time.monotonic()
+    proc = run_cli(["run", *sweep], env=_env(st), timeout=300)
+    elapsed = time.monotonic() - t0
+    line = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 2 and line.startswith("collbench: error: node "), proc.stderr[-2000:]
+    assert ("same MTU" in line or "reachable" in line) and "--exclude" in line and "--no-doctor" in line
+    assert not out.exists()  # nothing written
+    assert elapsed < 120, elapsed  # no group waited for its deadline
+    bad = f"{st.node_ip(MTU_NODE)},{st.node_ip(FIREWALL_NODE)}"
+    proc = run_cli(["run", *sweep, "--exclude", bad], env=_env(st), timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "doctor: node" in proc.stderr and "NCCL_ALGO=Tree" in proc.stderr  # the warning is said, not refused
+    rows = pd.read_parquet(out)
+    assert len(rows) == 1 and (rows.status == "ok").all()  # the one pair of the two nodes left
+    assert set(rows.node_ips.iloc[0]) == {st.node_ip(0), st.node_ip(VARIABLE_NODE)}

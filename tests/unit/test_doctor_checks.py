@@ -1,0 +1,112 @@
+"""doctor's checks on facts (pure): the node that differs is named, not the cluster; reachability
+names the node no peer can reach; NCCL_SOCKET_IFNAME's matching rules; limits by what the node has.
+The parsers of real machines' outputs are tested in test_doctor_facts.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.doctor import checks as ck
+from orchestrator.doctor import reach
+from orchestrator.doctor.facts import Gpu, NodeFacts, Port, Rdma
+
+IPS = [f"10.0.0.{i}" for i in range(1, 6)]
+
+
+def _node(ip: str, **changes) -> NodeFacts:
+    base = dict(ip=ip, hostname=f"h{ip[-1]}", python="3.11.7", collbench="0.1.0", ray="2.60.0", torch="2.13.0",
+                nccl=None, driver=None, env={"NCCL_DEBUG": "WARN"}, interface="eth0", mtu=1500,
+                interfaces=("eth0", "lo"), shm_bytes=64 << 30, memlock_bytes=None, dev_infiniband=False)
+    return NodeFacts(**{**base, **changes})
+
+
+def test_the_node_that_differs_is_named_with_the_others_value():
+    nodes = [_node(ip) for ip in IPS]
+    nodes[2] = _node(IPS[2], torch="2.12.0", env={"NCCL_DEBUG": "WARN", "NCCL_ALGO": "Tree"})
+    nodes[4] = _node(IPS[4], mtu=1280)
+    cluster, per_node = ck.same_everywhere(nodes)
+    torch = next(c for c in cluster if c.name == "same torch")
+    assert torch.status == "fail" and torch.detail == "torch 2.13.0 on 4 node(s); 2.12.0 on 10.0.0.3"
+    assert [c.detail for c in per_node[IPS[2]]] == ["torch 2.12.0 where the others have 2.13.0",
+                                                    "NCCL_ALGO=Tree where the others have (unset)"]
+    assert not per_node[IPS[0]] and not per_node[IPS[4]]
+    assert next(c for c in cluster if c.name == "same variables").detail == "differ between nodes: NCCL_ALGO"
+    mtu, mtu_nodes = ck.same_mtu(nodes)
+    assert mtu[0].status == "fail" and mtu[0].detail == "MTU 1500 on 4 node(s); 1280 on 10.0.0.5"
+    assert mtu_nodes[IPS[4]][0].detail == "MTU 1280 on eth0 where the others have 1500"
+    assert "ip link set dev eth0 mtu 1500" in mtu_nodes[IPS[4]][0].hint
+    assert ck.same_mtu([_node(ip) for ip in IPS])[0][0].status == "ok"
+
+
+@pytest.mark.parametrize("n", [2, 5, 16, 17, 100])
+def test_the_plan_tries_every_pair_at_small_n_and_each_node_from_several_peers_at_large_n(n):
+    pairs = reach.plan(n)
+    assert len(set(pairs)) == len(pairs) and all(a != b for a, b in pairs)
+    if n <= reach.ALL_PAIRS_UP_TO:
+        assert len(pairs) == n * (n - 1)
+    else:
+        inbound = [sum(1 for _, b in pairs if b == i) for i in range(n)]
+        assert min(inbound) >= 2 and len(pairs) <= n * (2 + reach.RANDOM_PEERS)
+
+
+def test_a_node_no_peer_can_reach_is_named_not_every_pair_it_is_in():
+    blocked = 3
+    attempts = {(a, b): ("no answer in 3s (dropped)" if b == blocked else None) for a, b in reach.plan(5)}
+    cluster, per_node = reach.verdicts(IPS, attempts)
+    assert cluster.status == "fail" and "blocked node(s): 10.0.0.4" in cluster.detail
+    (check,) = per_node[IPS[blocked]]
+    assert check.status == "fail" and check.detail.startswith("no peer could connect to it (4 tried: no answer in 3s")
+    assert "it connects to 4 of 4" in check.detail and "ephemeral ports" in check.hint
+    assert all(not per_node[ip] for i, ip in enumerate(IPS) if i != blocked)
+    # one blocked pair among healthy nodes: named as a pair, on both
+    attempts = {(a, b): ("refused" if {a, b} == {0, 1} else None) for a, b in reach.plan(5)}
+    cluster, per_node = reach.verdicts(IPS, attempts)
+    assert cluster.status == "warn" and "1 pair(s) blocked" in cluster.detail
+    assert [c.detail for c in per_node[IPS[0]]] == ["no connection with 10.0.0.2: refused"]
+    assert reach.verdicts(IPS, dict.fromkeys(reach.plan(5)))[0].status == "ok"
+
+
+def test_reachability_on_loopback_connects_and_is_refused():
+    import socket
+
+    class Holder:
+        pass
+
+    h = Holder()
+    port = reach.listen(h, "127.0.0.1")
+    spare = socket.socket()
+    spare.bind(("127.0.0.1", 0))
+    nobody = spare.getsockname()[1]
+    spare.close()  # a port where nothing listens
+    assert reach.connect_all(h, "127.0.0.1", [("127.0.0.1", port), ("127.0.0.1", nobody)], 1.0) == [None, "refused"]
+    reach.close(h)
+    assert reach.connect_all(h, "127.0.0.1", [("127.0.0.1", port)], 1.0) == ["refused"]  # closed with its holder
+
+
+@pytest.mark.parametrize("value, interfaces, ok", [
+    ("eth", ("eth0", "lo"), True), ("ens", ("eth0", "lo"), False), ("=eth0", ("eth0", "eth01"), True),
+    ("=eth", ("eth0",), False), ("^docker,lo", ("docker0", "eth0", "lo"), True), ("^eth", ("eth0", "lo"), False),
+    ("ib,eth", ("eth1", "lo"), True),
+])
+def test_socket_ifname_follows_ncclss_rules(value, interfaces, ok):
+    assert ck.socket_ifname_matches(value, interfaces) is ok
+
+
+def test_an_interface_variable_naming_no_interface_fails():
+    (check, *_) = ck.node_checks(_node(IPS[0], env={"NCCL_SOCKET_IFNAME": "ens5"}))
+    assert check.status == "fail" and check.detail == "NCCL_SOCKET_IFNAME=ens5 names no interface of the node (eth0, lo)"
+
+
+def test_limits_are_judged_by_what_the_node_has():
+    eight = tuple(Gpu(i, "NVIDIA H100 80GB HBM3", f"00000000:{i:02x}:00.0") for i in range(8))
+    nic = (Rdma("mlx5_0", "IB", (Port(1, "ACTIVE", 400.0, "InfiniBand"),)),)
+    small = _node(IPS[0], gpus=eight, shm_bytes=64 << 20, memlock_bytes=64 << 10, rdma=nic, dev_infiniband=False)
+    found = {c.name: c for c in ck.node_checks(small, ray_gpus=8)}
+    assert found["/dev/shm"].status == "fail" and "--shm-size" in found["/dev/shm"].hint
+    assert found["memlock"].status == "fail" and found["memlock"].detail == "ulimit -l is 64 KiB with 1 RDMA device(s)"
+    assert found["/dev/infiniband"].status == "fail"
+    assert found["GPUs in Ray"].status == "ok"
+    assert found["GPUDirect RDMA"].status == "warn"
+    cpu = {c.name: c for c in ck.node_checks(_node(IPS[0], shm_bytes=64 << 20))}  # gloo on CPUs: shm is no matter
+    assert cpu["/dev/shm"].status == "ok" and "memlock" not in cpu
+    assert {c.name: c for c in ck.node_checks(small, ray_gpus=7)}["GPUs in Ray"].status == "fail"
