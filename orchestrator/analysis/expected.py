@@ -17,6 +17,7 @@ import pandas as pd
 
 from orchestrator import yamlfile
 from orchestrator.analysis.diagnosis import Flag
+from orchestrator.analysis.explain import Reason, explain
 from orchestrator.analysis.frame import Frame
 from orchestrator.errors import UsageError
 from orchestrator.sweep.sizes import format_bytes, parse_bytes
@@ -130,10 +131,14 @@ class Evaluation:
     uncovered: list[str] = field(default_factory=list)  # platforms no entry applied to
 
 
-def evaluate(frame: Frame, entries: list[Entry], min_fraction: float) -> Evaluation:
+def evaluate(frame: Frame, entries: list[Entry], min_fraction: float, facts: dict[str, dict] | None = None
+             ) -> Evaluation:
     """Every ok row beside the entry that applies to it: the `expected` table (median busbw of
     each collective, topology, world size and size), and a below_expected flag for every group
-    whose busbw at its largest covered size is under min_fraction of the entry."""
+    whose busbw at its largest covered size is under min_fraction of the entry. A shape measured
+    only below the size an entry holds from gets one row at its largest size, beside that entry,
+    said latency-bound. Every row and flag carries the `reasons` for its gap (analysis.explain;
+    `facts`: the nodes' doctor facts, by IP)."""
     df = frame.df[frame.df.status == "ok"]
     if df.empty or "platform" not in df:
         return Evaluation()
@@ -141,24 +146,43 @@ def evaluate(frame: Frame, entries: list[Entry], min_fraction: float) -> Evaluat
         else pd.Series("", index=df.index)
     keys = ["platform", "collective", "topology", "world_size", "msg_bytes"]
     d = df.assign(transports=transports, platform=df.platform.fillna(""))
-    lookup = {tuple(key): find(entries, set(key.platform.split("+")) if key.platform else set(), key.collective,
-                               key.topology, int(key.msg_bytes), int(key.world_size), key.transports)
+
+    def lookup_for(key, size: int) -> Entry | None:
+        return find(entries, set(key.platform.split("+")) if key.platform else set(), key.collective, key.topology,
+                    size, int(key.world_size), key.transports)
+
+    lookup = {tuple(key): lookup_for(key, int(key.msg_bytes))
               for key in d[keys + ["transports"]].drop_duplicates().itertuples(index=False)}
     d = d.assign(entry=[lookup[k] for k in d[keys + ["transports"]].itertuples(index=False, name=None)])
     covered = d[d.entry.notna()]
-    out = Evaluation(uncovered=sorted(set(d.platform) - set(covered.platform)))
+    out = Evaluation()
+    shapes = ["platform", "collective", "topology", "world_size"]
     for (platform, coll, topo, world, size), g in covered.groupby(keys, sort=True):
         entry = g.entry.iloc[0]
-        busbw = float(g.busbw_gbps.median())
-        out.table.append({"platform": platform, "collective": coll, "topology": topo, "world_size": int(world),
-                          "msg_bytes": int(size), "size": format_bytes(int(size)), "busbw": busbw,
-                          "expected": entry.busbw_gbps, "pct_of_expected": 100 * busbw / entry.busbw_gbps,
-                          "meaning": entry.meaning, "origin": entry.origin, "source": entry.source})
+        out.table.append(_expected_row(frame, g, entry, min_fraction, facts,
+                                       bigger=covered[(covered.platform == platform) & (covered.collective == coll)
+                                                      & (covered.topology == topo) & (covered.world_size == world)
+                                                      & (covered.msg_bytes > size)]))
+    # shapes whose every size is below the size their entry holds from: the largest, latency-bound
+    uncovered = d[d.entry.isna()]
+    for _, g in uncovered.groupby(shapes, sort=True):
+        if covered[(covered[shapes] == g[shapes].iloc[0]).all(axis=1)].shape[0]:
+            continue
+        top = g[g.msg_bytes == g.msg_bytes.max()]
+        key = top[keys + ["transports"]].iloc[0]
+        entry = lookup_for(key, 1 << 62)
+        if entry is not None:
+            out.table.append(_expected_row(frame, top, entry, min_fraction, facts, below_from=entry.min_bytes))
+    covered_platforms = set(covered.platform) | {r["platform"] for r in out.table}
+    out.uncovered = sorted(set(d.platform) - covered_platforms)
     top = covered[covered.msg_bytes == covered.groupby("group_id").msg_bytes.transform("max")]
     for i, row in top.groupby("group_id", sort=False).head(1).iterrows():
         entry = row.entry
         if row.busbw_gbps < min_fraction * entry.busbw_gbps:
             nodes = frame.node_codes(i)
+            group = covered[covered.group_id == row.group_id]
+            why = explain(group[group.msg_bytes == row.msg_bytes], frame.ips(nodes), entry, facts,
+                          bigger=group[group.msg_bytes > row.msg_bytes])
             out.flags.append(Flag(
                 "below_expected", frame.ips(nodes), [], row.collective, int(row.msg_bytes), float(row.busbw_gbps),
                 entry.busbw_gbps,
@@ -166,8 +190,33 @@ def evaluate(frame: Frame, entries: list[Entry], min_fraction: float) -> Evaluat
                 f"{format_bytes(int(row.msg_bytes))} busbw {row.busbw_gbps:.4g} GB/s, "
                 f"{row.busbw_gbps / entry.busbw_gbps:.0%} of the expected {entry.busbw_gbps:g} ({entry.meaning}, "
                 f"{entry.origin}: {entry.source})", source=entry.source,
-                extra={"fraction": float(row.busbw_gbps / entry.busbw_gbps), "group_id": row.group_id}))
+                extra={"fraction": float(row.busbw_gbps / entry.busbw_gbps), "group_id": row.group_id,
+                       "reasons": [r.to_json() for r in why]}))
     return out
+
+
+def _expected_row(frame: Frame, g: pd.DataFrame, entry: Entry, min_fraction: float, facts: dict | None,
+                  bigger: pd.DataFrame | None = None, below_from: int | None = None) -> dict:
+    """One row of the `expected` table: the median busbw of `g` (one shape at one size) beside
+    `entry`, with the reasons for a gap (below_from: the size the entry holds from, when `g` is
+    below it)."""
+    busbw = float(g.busbw_gbps.median())
+    size = int(g.msg_bytes.iloc[0])
+    gap = busbw < min_fraction * entry.busbw_gbps
+    ips = sorted({frame.nodes[c] for c in pd.concat([g.node_first, g.node_last])})
+    why = explain(g, ips, entry, facts, bigger=bigger)
+    if below_from is not None:
+        why = [Reason("latency_bound", f"measured up to {format_bytes(size)}; the reference holds from "
+                      f"{format_bytes(below_from)}, where latency no longer dominates",
+                      f"{entry.source}; run to {format_bytes(below_from)} or more (-e)"),
+               *[r for r in why if r.kind not in ("unexplained", "latency_bound")]]
+    elif not gap:  # no gap: only what makes the number read differently (NVLS) is worth saying
+        why = [r for r in why if r.kind.startswith("nvls")]
+
+    return {"platform": g.platform.iloc[0], "collective": g.collective.iloc[0], "topology": g.topology.iloc[0],
+            "world_size": int(g.world_size.iloc[0]), "msg_bytes": size, "size": format_bytes(size), "busbw": busbw,
+            "expected": entry.busbw_gbps, "pct_of_expected": 100 * busbw / entry.busbw_gbps, "meaning": entry.meaning,
+            "origin": entry.origin, "source": entry.source, "reasons": [r.to_json() for r in why]}
 
 
 def intra_vs_inter(table: list[dict]) -> list[dict]:
@@ -194,5 +243,7 @@ def intra_vs_inter(table: list[dict]) -> list[dict]:
             "net_busbw": None if net is None else net.busbw, "net_expected": None if net is None else net.expected,
             "measured_ratio": intra.busbw / net.busbw if intra is not None and net is not None else None,
             "expected_ratio": intra.expected / net.expected if intra is not None and net is not None else None,
+            "reasons": [{**r, "message": f"{part}: {r['message']}"} for part, picked in (("intra", intra), ("net", net))
+                        if picked is not None for r in picked.reasons],
         })
     return out

@@ -135,11 +135,19 @@ def _intra(rows: pd.DataFrame, intras: list[str], tags: set[str], mine: list[dic
 
 
 def _nvls(rows: pd.DataFrame, intras: list[str], entry) -> list[Reason]:
-    if not any("NVLS" in t for t in intras) or (entry is not None and entry.transport == "NVLS"):
+    """NVLS (NVLink SHARP: the NVSwitch reduces) makes all_reduce's busbw count bytes no wire
+    carried (nccl-tests computes it with the ring's formula): on 8 Hopper GPUs ~480 where the
+    wire's bandwidth, a ring's busbw, is ~370. Said whenever NCCL used it, as the maintainers do."""
+    if not any("NVLS" in t for t in intras):
         return []
-    out = [Reason("nvls_not_comparable", "NCCL used NVLS (NVLink SHARP: the switch reduces): its busbw is not "
-                  "comparable with a ring figure", f"intra_transport {', '.join(intras)}; the reference "
-                  + (f"({entry.source}) is a ring figure" if entry is not None else "is its peers' figure"))]
+    if entry is not None and entry.transport == "NVLS":
+        out = [Reason("nvls_busbw", "NCCL used NVLS (NVLink SHARP: the switch reduces): busbw counts what the switch "
+                      "reduces, not the bandwidth on the wire, which a ring shows (NCCL_ALGO=Ring); the reference is "
+                      "NVLS's own", f"intra_transport {', '.join(intras)}; {entry.source}")]
+    else:
+        out = [Reason("nvls_not_comparable", "NCCL used NVLS (NVLink SHARP: the switch reduces): its busbw is not "
+                      "comparable with a ring figure", f"intra_transport {', '.join(intras)}; the reference "
+                      + (f"({entry.source}) is a ring figure" if entry is not None else "is its peers' figure"))]
     if (rows.get("n_nodes", pd.Series([1])) == 2).any():
         out.append(Reason("nvls_tree_two_nodes", "on two nodes NCCL may choose NVLSTree, whose busbw counts bytes the "
                           "switches reduce: higher than the network carries, and not comparable with other sizes of "

@@ -1,14 +1,20 @@
-"""PNG plots of a run: busbw and latency versus message size per collective (one line per
-topology, its world size in the legend), and a node-by-node heatmap of pairwise busbw at a fixed
-figure size whatever the node count. Needs matplotlib (the `plot` extra)."""
+"""Plots of a run: busbw and latency versus message size per collective (one line per topology,
+its world size in the legend), a node-by-node heatmap of pairwise busbw at a fixed figure size
+whatever the node count, and where measured the busbw of every GPU pair inside the nodes and of
+every rail across them. `figures` builds them; `write` saves them as PNG files (report --plots),
+`svg` renders one inline (report --format html). Needs matplotlib (the `plot` extra)."""
 
 from __future__ import annotations
 
+import io
 import os
+from collections.abc import Iterator
 
 import matplotlib
 
 matplotlib.use("Agg")
+matplotlib.rcParams["svg.fonttype"] = "path"  # glyphs as paths: an inline SVG needs no font
+matplotlib.rcParams["svg.hashsalt"] = "collbench"  # the same run draws the same SVG
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
@@ -20,10 +26,9 @@ HEATMAP_INCHES = 10  # the heatmap's size: more nodes make smaller cells, not a 
 LABELLED_NODES = 64  # above this many nodes the axes carry no node names
 
 
-def write(frame: Frame, out_dir: str, scale: float, unit: str) -> list[str]:
-    os.makedirs(out_dir, exist_ok=True)
+def figures(frame: Frame, scale: float, unit: str) -> Iterator[tuple[str, str, object]]:
+    """(file name, caption, matplotlib figure) of every plot the run's rows allow."""
     df, run_id = frame.df, frame.df.run_id.iloc[0]
-    paths = []
     for coll in dict.fromkeys(df.collective.dropna()):
         widest = diagnosis.ok_rows(df)[df.collective == coll].groupby("topology").world_size.max()
         for value, ylabel, name in (("busbw_gbps", f"busbw ({unit})", "busbw"), ("time_us", "time (us)", "latency")):
@@ -40,21 +45,50 @@ def write(frame: Frame, out_dir: str, scale: float, unit: str) -> list[str]:
             if value == "time_us":
                 ax.set_yscale("log")
             sizes = [r["msg_bytes"] for r in rows]
+            title = f"{coll}: {name} from {format_bytes(min(sizes))} to {format_bytes(max(sizes))}, run {run_id}"
             ax.set_xlabel("msg_bytes")
             ax.set_ylabel(ylabel)
-            ax.set_title(f"{coll}: {name} from {format_bytes(min(sizes))} to {format_bytes(max(sizes))}, run {run_id}",
-                         fontsize=9)
+            ax.set_title(title, fontsize=9)
             ax.legend()
             ax.grid(True, alpha=0.3)
-            paths.append(_save(fig, out_dir, f"{name}_{coll}.png"))
-    path = _heatmap(frame, out_dir, scale, unit)
-    return paths + ([path] if path else [])
+            yield f"{name}_{coll}.png", title, fig
+    for made in (_heatmap(frame, scale, unit), _gpu_pairs(frame, scale, unit), _rails(frame, scale, unit)):
+        if made is not None:
+            yield made
 
 
-def _heatmap(frame: Frame, out_dir: str, scale: float, unit: str) -> str | None:
+def write(frame: Frame, out_dir: str, scale: float, unit: str) -> list[str]:
+    os.makedirs(out_dir, exist_ok=True)
+    paths = []
+    for name, _, fig in figures(frame, scale, unit):
+        path = os.path.join(out_dir, name)
+        fig.savefig(path, dpi=100, bbox_inches="tight")
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def svg(fig) -> str:
+    """The figure as an inline <svg> element (no XML prolog, no external reference)."""
+    buf = io.StringIO()
+    # no RDF metadata block (creator, date): the page stays the same for the same run, and has no
+    # address in it beside the SVG namespace names (which are names, never fetched)
+    fig.savefig(buf, format="svg", bbox_inches="tight",
+                metadata={"Creator": None, "Date": None, "Format": None, "Type": None})
+    plt.close(fig)
+    text = buf.getvalue()
+    return text[text.index("<svg"):]
+
+
+def _pair_rows(frame: Frame):
     df = diagnosis.ok_rows(frame.df)
     coll = "all_reduce" if "all_reduce" in set(df.collective) else (df.collective.iloc[0] if len(df) else None)
-    pairs = df[(df.collective == coll) & ((df.pattern == "pairwise") | ((df.pattern == "inter") & (df.world_size == 2)))]
+    return df[df.collective == coll], coll
+
+
+def _heatmap(frame: Frame, scale: float, unit: str):
+    df, coll = _pair_rows(frame)
+    pairs = df[(df.pattern == "pairwise") | ((df.pattern == "inter") & (df.world_size == 2))]
     if pairs.empty:
         return None
     pairs = pairs[pairs.msg_bytes == pairs.msg_bytes.max()]
@@ -64,20 +98,51 @@ def _heatmap(frame: Frame, out_dir: str, scale: float, unit: str) -> str | None:
     agg = pairs.groupby(["node_first", "node_last"]).busbw_gbps.median()
     for (a, b), bw in agg.items():
         grid[index[a], index[b]] = grid[index[b], index[a]] = bw * scale
-    fig, ax = plt.subplots(figsize=(HEATMAP_INCHES, HEATMAP_INCHES))
+    labels = [frame.label(c) for c in nodes] if len(nodes) <= LABELLED_NODES else None
+    title = (f"{coll} {format_bytes(int(pairs.msg_bytes.iloc[0]))}: busbw of every node pair, run "
+             f"{frame.df.run_id.iloc[0]} ({len(nodes)} nodes)")
+    return "pairwise_heatmap.png", title, _matrix(grid, labels, title, f"busbw ({unit})", HEATMAP_INCHES)
+
+
+def _gpu_pairs(frame: Frame, scale: float, unit: str):
+    """Every GPU pair inside the nodes (intra-pairwise): the median over nodes of each (i, j)."""
+    df, coll = _pair_rows(frame)
+    pairs = df[(df.pattern == "intra-pairwise") & (df.local_first >= 0)]
+    if pairs.empty:
+        return None
+    pairs = pairs[pairs.msg_bytes == pairs.msg_bytes.max()]
+    n = int(max(pairs.local_first.max(), pairs.local_last.max())) + 1
+    grid = np.full((n, n), np.nan)
+    for (a, b), bw in pairs.groupby(["local_first", "local_last"]).busbw_gbps.median().items():
+        grid[int(a), int(b)] = grid[int(b), int(a)] = bw * scale
+    title = (f"{coll} {format_bytes(int(pairs.msg_bytes.iloc[0]))}: busbw of every GPU pair inside a node (median "
+             f"over {pairs.node_first.nunique()} nodes)")
+    return "gpu_pairs.png", title, _matrix(grid, [f"GPU {i}" for i in range(n)], title, f"busbw ({unit})", 6)
+
+
+def _rails(frame: Frame, scale: float, unit: str):
+    """Rails across nodes: the inter groups of several GPUs per node are one per local rank."""
+    df, coll = _pair_rows(frame)
+    inter = df[(df.topology == "inter") & (df.pattern == "inter") & (df.local_first >= 0)]
+    if inter.local_first.nunique() < 2:
+        return None
+    inter = inter[inter.msg_bytes == inter.msg_bytes.max()]
+    by_rail = inter.groupby("local_first").busbw_gbps.median() * scale
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    ax.bar([f"rail {int(r)}" for r in by_rail.index], by_rail.values)
+    ax.set_ylabel(f"busbw ({unit})")
+    title = f"{coll} {format_bytes(int(inter.msg_bytes.iloc[0]))}: busbw of each rail (GPU i of every node)"
+    ax.set_title(title, fontsize=9)
+    ax.grid(True, axis="y", alpha=0.3)
+    return "rails.png", title, fig
+
+
+def _matrix(grid: np.ndarray, labels: list[str] | None, title: str, label: str, inches: float):
+    fig, ax = plt.subplots(figsize=(inches, inches))
     im = ax.imshow(grid, cmap="viridis", interpolation="nearest")
-    if len(nodes) <= LABELLED_NODES:
-        labels = [frame.label(c) for c in nodes]
-        ax.set_xticks(range(len(nodes)), labels, rotation=90, fontsize=7)
-        ax.set_yticks(range(len(nodes)), labels, fontsize=7)
-    fig.colorbar(im, label=f"busbw ({unit})", shrink=0.8)
-    ax.set_title(f"{coll} {format_bytes(int(pairs.msg_bytes.iloc[0]))}: busbw of every node pair, run "
-                 f"{frame.df.run_id.iloc[0]} ({len(nodes)} nodes)", fontsize=9)
-    return _save(fig, out_dir, "pairwise_heatmap.png")
-
-
-def _save(fig, out_dir: str, name: str) -> str:
-    path = os.path.join(out_dir, name)
-    fig.savefig(path, dpi=100, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    if labels is not None:
+        ax.set_xticks(range(len(labels)), labels, rotation=90, fontsize=7)
+        ax.set_yticks(range(len(labels)), labels, fontsize=7)
+    fig.colorbar(im, label=label, shrink=0.8)
+    ax.set_title(title, fontsize=9)
+    return fig

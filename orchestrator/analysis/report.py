@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from orchestrator.analysis import diagnosis, expected, fits
 from orchestrator.analysis.diagnosis import Flag
+from orchestrator.analysis.explain import explain
 from orchestrator.analysis.frame import Frame
 
 # name -> (title, columns scaled by the bandwidth unit)
@@ -38,10 +39,11 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "fits": ("collective", "topology", "world_size", "sizes", "alpha_us", "bandwidth", "r2", "max_rel_err", "quality"),
     "failures": ("group_id", "status", "nodes", "failed_ranks", "rows", "error"),
     "expected": ("platform", "collective", "topology", "world_size", "msg_bytes", "size", "busbw", "expected",
-                 "pct_of_expected", "meaning", "origin", "source"),
+                 "pct_of_expected", "meaning", "origin", "source", "reasons"),
     "intra_vs_inter": ("collective", "intra_busbw", "intra_expected", "net_topology", "net_busbw", "net_expected",
-                       "measured_ratio", "expected_ratio"),
-    "flags": ("kind", "nodes", "ranks", "collective", "msg_bytes", "value", "reference", "message", "source"),
+                       "measured_ratio", "expected_ratio", "reasons"),
+    "flags": ("kind", "nodes", "ranks", "collective", "msg_bytes", "value", "reference", "message", "source",
+              "reasons"),
 }
 RUN_FIELDS = ("run_id", "state", "started_at", "finished_at", "collbench_version", "torch_version", "ray_version",
               "nccl_version", "gpu_driver", "python_version", "backend", "hostnames", "device_models", "command_line")
@@ -121,7 +123,9 @@ def build(frame: Frame, manifest: dict | None, threshold: float, unit: str, scal
     if collective:
         found = [f for f in found if f.collective in (collective, None)]
     tables["failures"] = diagnosis.failure_table(found)
-    judged = expected.evaluate(frame, entries(manifest, list(user_entries)), min_fraction)
+    facts = _doctor_facts(manifest)
+    judged = expected.evaluate(frame, entries(manifest, list(user_entries)), min_fraction, facts)
+    found = [explained(f, frame, facts) for f in found]
     tables["expected"] = [r for r in judged.table if r["collective"] in collectives]
     tables["intra_vs_inter"] = expected.intra_vs_inter(tables["expected"])
     found += [f for f in judged.flags if f.collective in collectives]
@@ -133,6 +137,29 @@ def build(frame: Frame, manifest: dict | None, threshold: float, unit: str, scal
         warnings.append(f"no expected value covers platform {platform or 'unknown'}: busbw is judged against "
                         "its peers only (add entries with --expected FILE)")
     return Report(run, unit, tables, found, warnings)
+
+
+def _doctor_facts(manifest: dict | None) -> dict[str, dict]:
+    """The nodes' facts the run's quick doctor read (by IP), where the manifest has them."""
+    try:
+        return json.loads(manifest["doctor"]) if manifest and manifest.get("doctor") else {}
+    except (TypeError, ValueError):
+        return {}
+
+
+def explained(flag: Flag, frame: Frame, facts: dict[str, dict]) -> Flag:
+    """A peer flag (slow pair, node, rail, GPU pair, group; straggler) with the reasons its rows
+    and the nodes' facts give; a failed group's flag is its error, and stays as it is."""
+    if flag.kind in ("failed_group",) or "reasons" in flag.extra:
+        return flag
+    ok = frame.df[frame.df.status == "ok"]
+    wanted = [i for i, ip in enumerate(frame.nodes) if ip in set(flag.nodes)]
+    same = ok[ok.collective == flag.collective] if flag.collective else ok.iloc[0:0]
+    on_nodes = same[same.node_first.isin(wanted) | same.node_last.isin(wanted)]
+    mine = on_nodes[on_nodes.msg_bytes == flag.msg_bytes] if flag.msg_bytes is not None else on_nodes
+    bigger = on_nodes[on_nodes.msg_bytes > (flag.msg_bytes or 0)]
+    why = explain(mine, flag.nodes, None, facts, bigger=bigger)
+    return Flag(**{**flag.__dict__, "extra": {**flag.extra, "reasons": [r.to_json() for r in why]}})
 
 
 def title(name: str, unit: str) -> str:

@@ -65,17 +65,19 @@ def _load_yaml(path: str) -> dict:
     return data
 
 
-def add_format(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--format", choices=FORMATS, default="table", help="output format (default: table)")
+def add_format(p: argparse.ArgumentParser, extra: tuple[str, ...] = (), help_extra: str = "") -> None:
+    p.add_argument("--format", choices=(*FORMATS, *extra), default="table",
+                   help=f"output format (default: table){help_extra}")
 
 
-def add_analysis_options(p: argparse.ArgumentParser, threshold: float) -> None:
-    """--threshold, --unit and --format, for report and compare."""
+def add_analysis_options(p: argparse.ArgumentParser, threshold: float, formats: tuple[str, ...] = (),
+                         formats_help: str = "") -> None:
+    """--threshold, --unit and --format, for report and compare (`formats`: the command's own)."""
     p.add_argument("--threshold", type=float, default=threshold,
                    help=f"flag values this fraction worse than the reference (default: {threshold:g})")
     p.add_argument("--unit", choices=list(UNITS), default="GBps",
                    help="bandwidth unit: GBps (1e9 bytes/s, as nccl-tests; default) or Gbps (1e9 bits/s, link speeds)")
-    add_format(p)
+    add_format(p, formats, formats_help)
 
 
 def add_expected_options(p: argparse.ArgumentParser, what: str) -> None:

@@ -13,6 +13,8 @@ def _cell(value, sep: str = ", ") -> str:
         return f"{value:.4g}" if abs(value) < 1e4 else f"{value:.0f}"
     if isinstance(value, (list, tuple)):
         return sep.join(_cell(v, sep) for v in value)
+    if isinstance(value, dict) and "kind" in value and "message" in value:  # a reason (analysis.explain)
+        return f"{value['kind']}: {value['message']}"
     return str(value)
 
 

@@ -47,7 +47,9 @@ def add_parser(sub) -> None:
                    help="write PNG plots to DIR (default: PATH/_plots/RUN_ID, which readers of PATH skip); "
                    "needs the plot extra: pip install 'collbench[plot]'")
     add_expected_options(p, "flag measurements")
-    add_analysis_options(p, threshold=0.10)
+    add_analysis_options(p, threshold=0.10, formats=("html",),
+                         formats_help="; html: one self-contained page to send (flags with their reasons first, "
+                         "intra vs inter, expected, plots inline; needs the plot extra), on stdout")
     p.set_defaults(handler=main)
 
 
@@ -61,13 +63,20 @@ def main(args: argparse.Namespace) -> int:
             raise UsageError(f"--csv-dir {args.csv_dir[:80]!r}: writes CSV files, only with --format csv")
         if not args.csv_dir or not args.csv_dir.isprintable():
             raise UsageError(f"--csv-dir {args.csv_dir[:80]!r}: not a folder name")
-    if args.plots is not None:
+    if args.format == "html" and (args.table or args.csv_dir):
+        raise UsageError("--format html: the whole report in one page; drop --table/--csv-dir")
+    if args.plots is not None or args.format == "html":
         _require_matplotlib()
     frame = run_frame(args.path, args.run, args.collective)
     run_id = frame.df.run_id.iloc[0]
     plots_dir = _plots_dir(args.path, args.plots, run_id) if args.plots is not None else None
     rep = read_report(args.path, frame, args.threshold, args.unit, args.collective, user, args.min_fraction)
-    _print(rep, args)
+    if args.format == "html":
+        from orchestrator.analysis import html
+
+        print(html.render(rep, frame, UNITS[args.unit]), end="")
+    else:
+        _print(rep, args)
     if plots_dir:
         from orchestrator.analysis import plots
 
@@ -116,7 +125,7 @@ def _print(rep: report.Report, args: argparse.Namespace) -> None:
         titles = [(report.title(n, rep.unit), rep.tables[n]) for n in report.TABLES if args.table in (None, n)]
         if args.table in (None, "flags"):
             titles.append(("flags", [{"kind": f["kind"], "nodes": f["nodes"], "ranks": f["ranks"],
-                                      "message": f["message"]} for f in flags]))
+                                      "message": f["message"], "reasons": f.get("reasons")} for f in flags]))
         print(_header(rep) + render_tables(titles, args.format))
 
 
@@ -166,4 +175,4 @@ def _require_matplotlib() -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise UsageError("--plots needs matplotlib: pip install 'collbench[plot]'") from None
+        raise UsageError("--plots and --format html need matplotlib: pip install 'collbench[plot]'") from None
