@@ -211,9 +211,7 @@ class Session:
         one line. The rows already written stay as they are."""
         where = os.fsdecode(e.filename) if e.filename else self.store.run_dir
         if os.path.basename(where).startswith(".") and where.endswith(".tmp"):  # the store's atomic-write temporary
-            with contextlib.suppress(OSError):
-                os.unlink(where)  # it may hold the room the manifest needs, and is litter either way
-            where = os.path.dirname(where)
+            where = os.path.dirname(where)  # (the store removed it: it held room the manifest needs)
         said = f"no space left on device writing {where} ({format_bytes(_free_bytes(where))} free)"
         if not self.manifest:  # the manifest was never written: the run holds nothing to resume
             return said + "; nothing was measured"

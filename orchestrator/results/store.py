@@ -22,6 +22,7 @@ replace its group's rows in part files.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import urllib.parse
@@ -127,8 +128,9 @@ class ResultStore:
             return
         directory, name = os.path.split(path)
         tmp = os.path.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
-        pq.write_table(table, tmp)
-        os.replace(tmp, path)
+        with _removed_on_failure(tmp):
+            pq.write_table(table, tmp)
+            os.replace(tmp, path)
 
     def _put(self, data: bytes, path: str) -> None:
         if not self.local:
@@ -137,9 +139,22 @@ class ResultStore:
             return
         directory, name = os.path.split(path)
         tmp = os.path.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
+        with _removed_on_failure(tmp):
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def _removed_on_failure(tmp: str):
+    """An atomic write's temporary goes when the write fails (a full disk, an interrupt): it holds
+    room the next write may need, and a half-written file is litter either way."""
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def _iso(value: object) -> str:

@@ -53,14 +53,25 @@ def test_a_full_disk_marks_the_manifest_interrupted_or_says_it_could_not(tmp_pat
     assert line.endswith("(its manifest could not be marked interrupted: no space for it either)")
 
 
-def test_a_failed_temporary_file_is_removed_and_its_folder_named(tmp_path):
+def test_a_failed_write_leaves_no_temporary_file_and_its_folder_is_named(tmp_path, monkeypatch):
     s = _session(tmp_path)
     s.store.create()
+    from orchestrator.results import store as store_mod
+    real_replace = store_mod.os.replace
+
+    def no_room(src, dst):
+        raise OSError(errno.ENOSPC, "No space left on device", src)
+
+    monkeypatch.setattr(store_mod.os, "replace", no_room)
+    with pytest.raises(OSError) as raised:  # the manifest and a group file: each written through a temporary
+        s.store.write_manifest({"run_id": "run-1", "state": "running", "groups_total": 3, "groups_done": 1})
+    with pytest.raises(OSError):
+        s.store.write_group("r0-g0", [{"run_id": "run-1", "group_id": "r0-g0", "status": "ok"}])
+    monkeypatch.setattr(store_mod.os, "replace", real_replace)
+    assert not list((tmp_path / "out").rglob(".*.tmp"))  # the room it took is given back
     s.manifest = {"state": "running", "groups_total": 3, "groups_done": 1}
-    tmp = tmp_path / "out" / "_runs" / ".run-1.json.0123abcd.tmp"
-    tmp.write_bytes(b"")  # what a manifest write that found no room leaves
-    line = s.stopped_by_full_disk(OSError(errno.ENOSPC, "No space left on device", str(tmp)))
-    assert line.startswith(f"no space left on device writing {tmp.parent} (") and not tmp.exists()
+    line = s.stopped_by_full_disk(raised.value)
+    assert line.startswith(f"no space left on device writing {tmp_path / 'out' / '_runs'} (")
 
 
 def test_only_a_want_of_space_is_a_full_disk():
