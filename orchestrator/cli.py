@@ -8,7 +8,7 @@ import select
 import sys
 
 from orchestrator import __version__
-from orchestrator.commands import compare, doctor, lab, plan, predict, qualify, report, run, watch
+from orchestrator.commands import compare, doctor, lab, plan, predict, qualify, replay, report, run, watch
 from orchestrator.errors import UsageError
 
 
@@ -32,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"collbench {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for module in (run, qualify, watch, doctor, plan, report, compare, predict, lab):
+    for module in (run, qualify, watch, doctor, replay, plan, report, compare, predict, lab):
         module.add_parser(sub)
     return parser
 

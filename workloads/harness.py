@@ -31,7 +31,7 @@ from workloads import registry
 from workloads.data import SENTINEL, TORCH_DTYPES, count_wrong, write
 from workloads.dtypes import ELEMENT_BYTES, NO_OP
 from workloads.memory import headroom_bytes_for, peak_bytes
-from workloads.messages import Case, Sample
+from workloads.messages import Case, ReplayProgram, ReplayTiming, Sample
 from workloads.registry import OVERLAP, Collective, Ctx
 
 _OPS = {
@@ -119,7 +119,8 @@ def prepare(coll: Collective, c: Ctx, device: torch.device, check: bool = True, 
             if not _out_of_memory(e):
                 raise
             send = recv = None
-            error = f"out of memory for {coll.buffer_numel(c) * ELEMENT_BYTES[c.dtype]} bytes of buffers ({str(e).strip().splitlines()[0][:120]})"
+            first = str(e).strip().splitlines()[0][:120]
+            error = f"out of memory for {coll.buffer_numel(c) * ELEMENT_BYTES[c.dtype]} bytes of buffers ({first})"
             if device.type == "cuda":
                 torch.cuda.empty_cache()
     everyone = torch.tensor([0 if error else 1], dtype=torch.int32, device=device)
@@ -313,9 +314,48 @@ def capture(call: Callable[[], None], iters: int, device: torch.device) -> torch
             for _ in range(iters):
                 call()
     except RuntimeError as e:
-        graph, error = None, f"--cuda-graph: the batch could not be captured in a CUDA graph ({str(e).strip().splitlines()[0][:160]})"
+        first = str(e).strip().splitlines()[0][:160]
+        graph, error = None, f"--cuda-graph: the batch could not be captured in a CUDA graph ({first})"
     everyone = torch.tensor([0 if error else 1], dtype=torch.int32, device=device)
     dist.all_reduce(everyone, op=dist.ReduceOp.MIN)
     if error or not int(everyone.item()):
         raise CountSkipped(error)
     return graph
+
+
+def run_replay(program: ReplayProgram, rank: int, device: torch.device) -> list[ReplayTiming]:
+    """A traced job's steps on this rank (workloads.replay): `warmup_steps` untimed, then every
+    step `repeat` times, each op timed alone (back to back, or at its traced offset from the
+    step's start with `gaps`); the group meets at a barrier before each step."""
+    from workloads import replay
+
+    groups = replay.Groups(program)
+    buffers: dict = {}
+    ops = program.ops[rank]
+    calls = [replay.bind(op, groups, device, buffers) for op in ops]
+    clock = clock_for(device)
+    out: list[ReplayTiming] = []
+    try:
+        for r in range(-program.warmup_steps, program.repeat):
+            for step in range(program.steps):
+                if r < 0 and step > 0:
+                    break  # a warm-up pass is one step: every size allocated, every group connected
+                idx = [i for i, op in enumerate(ops) if op.step == step]
+                starts, ends = clock.markers(len(idx)), clock.markers(len(idx))
+                _barrier(device)
+                t0 = time.perf_counter()
+                for k, i in enumerate(idx):
+                    if program.gaps:
+                        wait_s = ops[i].offset_us / 1e6 - (time.perf_counter() - t0)
+                        if wait_s > 0:
+                            time.sleep(wait_s)
+                    starts[k] = clock.record(starts[k])
+                    calls[i]()
+                    ends[k] = clock.record(ends[k])
+                clock.sync()
+                if r >= 0:
+                    out += [ReplayTiming(i, r, clock.elapsed_us(starts[k], ends[k])) for k, i in enumerate(idx)]
+    finally:
+        buffers.clear()
+        groups.destroy()
+    return out

@@ -59,6 +59,45 @@ class Case:
     root: int = 0
     compute_flops: float = 0.0  # overlap only: matmul size (0: matched to the collective's time)
     cuda_graph: bool = False  # the timed batch replayed from a CUDA graph (nccl-tests' -G; NCCL only)
+    replay: ReplayProgram | None = None  # collective "replay": a traced job's ops instead of counts
+
+
+@dataclass(frozen=True)
+class ReplayOp:
+    """One traced collective as one rank replays it (orchestrator.sweep.trace)."""
+
+    step: int
+    seq: int  # its sequence number in its process group, as the trace has it
+    group: str  # the trace's process group name
+    kind: str  # all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, reduce, barrier
+    dtype: str
+    in_numel: int
+    out_numel: int
+    msg_bytes: int  # nccl-tests' S
+    offset_us: float = 0.0  # issued this long after its step began (--gaps), else 0: back to back
+    traced_us: float | None = None  # the job's own time of it, where the trace had it
+
+
+@dataclass(frozen=True)
+class ReplayProgram:
+    """A traced job's steps: its process groups (name, label, global ranks) and each rank's ops."""
+
+    world_size: int
+    steps: int
+    groups: tuple[tuple[str, str, tuple[int, ...]], ...]
+    ops: tuple[tuple[ReplayOp, ...], ...]  # by global rank
+    gaps: bool = False
+    warmup_steps: int = 1  # replayed first, untimed
+    repeat: int = 1  # the traced steps replayed this many times (step numbers go on)
+
+
+@dataclass(frozen=True)
+class ReplayTiming:
+    """One rank's time of one op of one replayed step."""
+
+    op: int  # index into the rank's ops
+    repeat: int
+    time_us: float
 
 
 @dataclass(frozen=True)

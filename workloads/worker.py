@@ -18,8 +18,8 @@ import torch.distributed as dist
 
 from workloads import nccl_log
 from workloads.comm_env import COMM_ENV_PREFIXES, pin_interfaces
-from workloads.harness import batch_floor_us, run_case
-from workloads.messages import Case, Joined, JoinRequest, NcclLog, Sample, Transport, WorkerInfo
+from workloads.harness import batch_floor_us, run_case, run_replay
+from workloads.messages import Case, Joined, JoinRequest, NcclLog, ReplayTiming, Sample, Transport, WorkerInfo
 
 
 class BenchWorker:
@@ -111,8 +111,10 @@ class BenchWorker:
         name = torch.cuda.get_device_name(self._device) if self._device.type == "cuda" else _cpu_model()
         return Joined(device=str(self._device), device_name=name, transport=self._transport())
 
-    def run(self, case: Case) -> list[Sample]:
-        """Measure one case; this rank's raw samples per message size."""
+    def run(self, case: Case) -> list[Sample] | list[ReplayTiming]:
+        """Measure one case; this rank's raw samples per message size (a replay: per op and step)."""
+        if case.replay is not None:
+            return run_replay(case.replay, self._rank, self._device)
         return run_case(case, self._rank, self._world_size, self._device)
 
     def leave(self) -> Transport:

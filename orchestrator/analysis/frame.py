@@ -10,7 +10,9 @@ import pyarrow.compute as pc
 
 SCALARS = ["run_id", "started_at", "collective", "backend", "dtype", "op", "in_place", "msg_bytes", "count",
            "world_size", "n_nodes", "ranks_per_node", "topology", "pattern", "group_id", "status", "error", "time_us",
-           "busbw_gbps", "n_wrong", "gpu_model", "nccl_version", "net_transport", "intra_transport", "platform"]
+           "time_us_p50", "time_us_p99", "time_us_min",
+           "busbw_gbps", "n_wrong", "gpu_model", "nccl_version", "net_transport", "intra_transport", "platform",
+           "step", "seq", "process_group", "trace_time_us"]
 LISTS = ["ranks", "local_ranks", "hosts", "node_ips", "rank_time_us", "failed_ranks"]
 COLUMNS = SCALARS + LISTS
 
@@ -54,6 +56,13 @@ class Frame:
             self.df["local_first"] = np.where(valid, values[np.minimum(lfirst, len(values) - 1)], -1)
             self.df["local_last"] = np.where(valid, values[np.minimum(llast, len(values) - 1)], -1)
         self._offsets, self._codes = offsets, codes
+
+    def replay_rows(self):
+        """The replayed ops (pattern "replay") with their ranks, as a DataFrame."""
+        mask = (self.df.pattern == "replay").to_numpy()
+        rows = self.df[mask].copy()
+        rows["ranks"] = [self.table.column("ranks")[int(i)].as_py() for i in mask.nonzero()[0]]
+        return rows
 
     def node_codes(self, row: int) -> list[int]:
         """The distinct nodes of one row's group, in rank order."""

@@ -56,7 +56,10 @@ class FitRef:
     note: str = ""
 
     def time_us(self, msg_bytes: float) -> float:
-        return self.alpha_us + msg_bytes / (self.bandwidth_gbps * 1e3)
+        """The fit's time; an intercept below zero (fits.NEGATIVE_ALPHA) counts as none below the
+        smallest size measured, where the line would go under the bytes' own time."""
+        wire = msg_bytes / (self.bandwidth_gbps * 1e3)
+        return self.alpha_us + wire if self.alpha_us >= 0 or msg_bytes >= self.min_bytes else wire
 
     def outside(self, msg_bytes: float, factor: float = 4.0) -> bool:
         return msg_bytes > self.max_bytes * factor or msg_bytes < self.min_bytes / factor
@@ -147,3 +150,46 @@ def predict(layout: Layout, fits: dict) -> list[dict]:
         term("pp activation send/recv", "micro_batches x 2 x (alpha + S_act/bw)", "send_recv", 2,
              lay.tp * lay.dp, act, lay.micro_batches * 2)
     return terms
+
+
+def trace_steps(program, fits: dict, ranks_per_node: int) -> tuple[list[dict], list[dict]]:
+    """A traced job's ops priced from the fits (commands.predict --trace): per step, the slowest
+    rank's sum of its ops' times; per traced op shape (group, collective, bytes), one term with the
+    fit it used. Ops with no accepted fit are terms without a time, with the sweep that measures them."""
+    groups = {name: ranks for name, _, ranks in program.groups}
+    labels = {name: label for name, label, _ in program.groups}
+    terms: dict[tuple, dict] = {}
+    per_step: dict[int, dict[int, float]] = {}
+    for rank, ops in enumerate(program.ops):
+        for op in ops:
+            if op.kind == "barrier":
+                continue
+            ranks = groups[op.group]
+            topo = topology_of([r // ranks_per_node for r in ranks]).value
+            key = (labels[op.group], op.kind, op.msg_bytes)
+            if key not in terms:
+                ref = choose_fit(fits, op.kind, topo, len(ranks))
+                terms[key] = {"term": f"{op.kind} on {labels[op.group]}", "process_group": labels[op.group],
+                              "world_size": len(ranks), "topology": topo, "msg_bytes": op.msg_bytes, "count": 0,
+                              "ref": ref}
+            t = terms[key]
+            if rank == min(ranks):
+                t["count"] += 1  # once per op, not per member
+            if t["ref"] is not None:
+                step_ranks = per_step.setdefault(op.step, {})
+                step_ranks[rank] = step_ranks.get(rank, 0.0) + t["ref"].time_us(op.msg_bytes)
+    out = []
+    for t in terms.values():
+        ref = t.pop("ref")
+        if ref is None:
+            out.append({**t, "fit": f"no accepted {t['term'].split()[0]} fit ({t['topology']})", "time_ms": None,
+                        "warning": "not measured", "measure_with": _sweep_for(t["term"].split()[0], t["topology"],
+                                                                               t["world_size"], t["msg_bytes"])})
+            continue
+        per_op_us = ref.time_us(t["msg_bytes"])
+        out.append({**t, "fit": f"{ref.collective} {ref.topology} world {ref.world_size}: alpha {ref.alpha_us:.1f} us, "
+                                f"{ref.bandwidth_gbps:.3g} GB/s" + (f" ({ref.note})" if ref.note else ""),
+                    "time_ms": t["count"] / max(program.steps, 1) * per_op_us / 1e3,
+                    "warning": "EXTRAPOLATED beyond the measured sizes" if ref.outside(t["msg_bytes"]) else ""})
+    steps = [{"step": s, "comm_ms": max(r.values()) / 1e3} for s, r in sorted(per_step.items())]
+    return steps, out

@@ -3,7 +3,8 @@ Pure: the command reads the dataset, this builds, `commands.render` formats.
 
 JSON form (README: "The report as JSON"): {"run": {...}, "unit": "GBps", "warnings": [...],
 "tables": {"busbw": [...], "latency": [...], "peaks": [...], "dtypes": [...], "fits": [...],
-"failures": [...], "expected": [...], "intra_vs_inter": [...]}, "flags": [{"kind", "nodes",
+"failures": [...], "expected": [...], "intra_vs_inter": [...], "replay_steps": [...],
+"replay_groups": [...]}, "flags": [{"kind", "nodes",
 "ranks", "collective", "msg_bytes", "value", "reference", "message", ...}]}.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from orchestrator.analysis import diagnosis, expected, fits
+from orchestrator.analysis import diagnosis, expected, fits, replay
 from orchestrator.analysis.diagnosis import Flag
 from orchestrator.analysis.explain import explain
 from orchestrator.analysis.frame import Frame
@@ -28,6 +29,8 @@ TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "expected": ("busbw ({unit}) beside the expected value for the platform (% of expected)", ("busbw", "expected")),
     "intra_vs_inter": ("intra-node (NVLink) vs the network, measured and expected ({unit})",
                        ("intra_busbw", "intra_expected", "net_busbw", "net_expected")),
+    "replay_steps": ("replayed steps: communication of the slowest rank per step, and its groups' parts", ()),
+    "replay_groups": ("replayed process groups: time per step on the slowest rank, and share", ()),
 }
 # The columns of each table, for the header of an empty one (CSV readers need it); the unit tests
 # check them against the rows the tables hold.
@@ -36,12 +39,15 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "latency": ("collective", "msg_bytes", "size", "intra", "inter", "mixed"),
     "peaks": ("collective", "topology", "world_size", "peak_busbw", "half_peak_bytes", "half_peak_size"),
     "dtypes": ("collective", "count", "dtype", "msg_bytes", "time_us", "busbw"),
-    "fits": ("collective", "topology", "world_size", "sizes", "alpha_us", "bandwidth", "r2", "max_rel_err", "quality"),
+    "fits": ("collective", "topology", "world_size", "sizes", "alpha_us", "bandwidth", "r2", "median_rel_err",
+             "max_rel_err", "quality"),
     "failures": ("group_id", "status", "nodes", "failed_ranks", "rows", "error"),
     "expected": ("platform", "collective", "topology", "world_size", "msg_bytes", "size", "busbw", "expected",
                  "pct_of_expected", "meaning", "origin", "source", "reasons"),
     "intra_vs_inter": ("collective", "intra_busbw", "intra_expected", "net_topology", "net_busbw", "net_expected",
                        "measured_ratio", "expected_ratio", "reasons"),
+    "replay_steps": replay.STEP_COLUMNS,
+    "replay_groups": replay.GROUP_COLUMNS,
     "flags": ("kind", "nodes", "ranks", "collective", "msg_bytes", "value", "reference", "message", "source",
               "reasons"),
 }
@@ -129,6 +135,8 @@ def build(frame: Frame, manifest: dict | None, threshold: float, unit: str, scal
     tables["expected"] = [r for r in judged.table if r["collective"] in collectives]
     tables["intra_vs_inter"] = expected.intra_vs_inter(tables["expected"])
     found += [f for f in judged.flags if f.collective in collectives]
+    if "step" in df and df.step.notna().any():
+        tables.update(replay.tables(frame.replay_rows()))
     for name, (_, scaled) in TABLES.items():
         tables[name] = [{k: v * scale if k in scaled and isinstance(v, float) else v for k, v in r.items()}
                         for r in tables[name]]

@@ -24,8 +24,24 @@ def add_parser(sub) -> None:
     )
     p.add_argument("path", help="results dataset")
     p.add_argument("--run", metavar="RUN_ID", help="run whose fits to use (default: the latest)")
-    p.add_argument("--params", type=_count, required=True,
-                   help=f"model parameters: 7e9, 7B, 1.5T, 350M (at most {MAX_PARAMS:g})")
+    p.add_argument("--params", type=_count, default=None,
+                   help=f"model parameters: 7e9, 7B, 1.5T, 350M (at most {MAX_PARAMS:g}); needed unless --trace")
+    p.add_argument("--trace", nargs="+", metavar="DUMP", default=None,
+                   help="instead of a layout, the collectives of a real job: its Flight Recorder dumps (files or "
+                   "folders, as collbench replay reads them); each traced op priced from the fits, its ranks placed "
+                   "--gpus-per-node per node")
+    p.add_argument("--ops-per-step", type=int, default=None, metavar="N",
+                   help="with --trace: ops of rank 0 per step (default: found from the trace)")
+    p.add_argument("--what-if", nargs="+", metavar="KEY=VALUE", default=None,
+                   help="the same job on another layout, beside this one, term by term: dp=32, tp=4, pp=2, "
+                   "gpus-per-node=4, fsdp=yes, params=13B, dtype=float32, bucket-mb=50, layers=..., hidden=..., "
+                   "seq=..., micro-batch=..., micro-batches=...")
+    p.add_argument("--what-if-results", nargs="+", metavar=("PATH", "RUN_ID"), default=None,
+                   help="price the what-if from another dataset's fits (another cluster or fabric: TCP against "
+                   "EFA), optionally of one run; alone, the same layout on that cluster")
+    p.add_argument("--replay-run", metavar="RUN_ID", default=None,
+                   help="with --trace: a `collbench replay` run of the same dumps in the same dataset, shown beside "
+                   "the prediction with the ratio (and the job's own times where the trace has them)")
     for name, default, text in [("dp", 1, "data-parallel degree"), ("tp", 1, "tensor-parallel degree"),
                                 ("pp", 1, "pipeline-parallel degree"), ("layers", 32, "transformer layers"),
                                 ("hidden", 4096, "hidden size"), ("seq", 4096, "sequence length"),
@@ -35,7 +51,8 @@ def add_parser(sub) -> None:
         p.add_argument(f"--{name}", type=int, default=default,
                        help=f"{text}, 1 to {LIMITS[name.replace('-', '_')]} (default: {default})")
     p.add_argument("--fsdp", action="store_true", help="fully sharded data parallel instead of gradient all_reduce")
-    p.add_argument("--dtype", choices=list(ELEMENT_BYTES), default="bfloat16", help="communicated dtype (default: bfloat16)")
+    p.add_argument("--dtype", choices=list(ELEMENT_BYTES), default="bfloat16",
+                   help="communicated dtype (default: bfloat16)")
     p.add_argument("--bucket-mb", type=float, default=25.0,
                    help="gradient bucket size in MB (1e6 bytes), at least 1e-06 (one byte) (default: 25)")
     add_format(p)
@@ -81,33 +98,157 @@ def check_layout(args: argparse.Namespace) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.trace:
+        if args.what_if or args.what_if_results:
+            raise UsageError("--what-if: with a layout (--params ...), not with --trace")
+        return _predict_trace(args)
+    if args.replay_run or args.ops_per_step is not None:
+        raise UsageError(f"--{'replay-run' if args.replay_run else 'ops-per-step'}: only with --trace")
+    if args.what_if_results and len(args.what_if_results) > 2:
+        raise UsageError(f"--what-if-results {' '.join(args.what_if_results)}: PATH and at most one RUN_ID")
+    if args.params is None:
+        raise UsageError("--params: required (the model's parameters), unless --trace prices a real job's ops")
     check_layout(args)
+    fits_df = _fit_rows(args.path, args.run)
+    summary, terms = _priced(args, predict.fit_table(fits_df), fits_df.run_id.iloc[0])
+    tables = {"summary": [summary], "terms": terms}
+    titled = [("per-step communication", [summary]), ("terms", terms)]
+    what_if = _what_if_args(args)
+    if what_if is not None:
+        other = _fit_rows(args.what_if_results[0], (args.what_if_results[1:] or [None])[0]) \
+            if args.what_if_results else fits_df
+        summary2, terms2 = _priced(what_if, predict.fit_table(other), other.run_id.iloc[0])
+        summary2["what_if"] = " ".join(args.what_if or []) + (f" fits of {args.what_if_results[0]} run "
+                                                              f"{summary2['run']}" if args.what_if_results else "")
+        by_term = {t["term"]: t for t in terms}
+        compared = [{"term": t["term"], "now_ms": by_term.get(t["term"], {}).get("time_ms"), "what_if_ms": t["time_ms"],
+                     "ratio": t["time_ms"] / by_term[t["term"]]["time_ms"]
+                     if t["time_ms"] is not None and by_term.get(t["term"], {}).get("time_ms") else None,
+                     "what_if_fit": t["fit"]} for t in terms2]
+        compared += [{"term": name, "now_ms": t["time_ms"], "what_if_ms": 0.0, "ratio": 0.0,
+                      "what_if_fit": "no such term"}
+                     for name, t in by_term.items() if name not in {t2["term"] for t2 in terms2}]
+        tables.update(what_if=[summary2], what_if_terms=compared)
+        titled += [("what if: per-step communication", [summary2]), ("what if: terms, now and then", compared)]
+        terms = terms + terms2
+    missing = [t for t in terms if t["time_ms"] is None]
+    if args.format == "json":
+        print(json.dumps({"tables": tables}, indent=1, default=str))
+    elif args.format == "csv":
+        print(render_csv(tables.get("what_if_terms", terms)), end="")
+    else:
+        print(render_tables(titled, args.format))
+    if missing:
+        print(f"collbench: incomplete: {len(missing)} term(s) not measured: "
+              + ", ".join(t["term"] for t in missing), file=sys.stderr)
+    return 1 if missing else 0
+
+
+def _fit_rows(path: str, run: str | None):
+    return dataset.load(path, run, columns=["run_id", "status", "collective", "topology", "world_size", "msg_bytes",
+                                            "time_us", "time_us_p50", "time_us_p99", "time_us_min"])
+
+
+def _priced(args: argparse.Namespace, fits: dict, run_id: str) -> tuple[dict, list[dict]]:
+    """The layout `args` describe, priced from `fits`: the summary and one row per term."""
     layout = predict.Layout(
         params=args.params, dp=args.dp, tp=args.tp, pp=args.pp, fsdp=args.fsdp, dtype_bytes=ELEMENT_BYTES[args.dtype],
         bucket_mb=args.bucket_mb, layers=args.layers, hidden=args.hidden, seq=args.seq,
         micro_batch=args.micro_batch, micro_batches=args.micro_batches, gpus_per_node=args.gpus_per_node,
     )
-    df = dataset.load(args.path, args.run, columns=["run_id", "status", "collective", "topology", "world_size",
-                                                    "msg_bytes", "time_us"])
-    terms = predict.predict(layout, predict.fit_table(df))
+    terms = predict.predict(layout, fits)
     if not terms:
         raise UsageError("nothing to predict: set --dp, --tp or --pp above 1")
     missing = [t for t in terms if t["time_ms"] is None]
     total = sum(t["time_ms"] for t in terms if t["time_ms"] is not None)
-    summary = [{"run": df.run_id.iloc[0], "world_size": args.dp * args.tp * args.pp,
-                "nodes": -(-args.dp * args.tp * args.pp // args.gpus_per_node),
-                "comm_ms_per_step": None if missing else total, "measured_terms_ms": total,
-                "complete": not missing,
-                "note": ("incomplete: not measured: " + "; ".join(f"{t['term']} ({t['measure_with']})" for t in missing))
-                if missing else "upper bound: assumes no overlap with compute (T_step = T_comp + T_comm - T_overlap)"}]
-    tables = {"summary": summary, "terms": terms}
+    return {"run": run_id, "world_size": args.dp * args.tp * args.pp,
+            "nodes": -(-args.dp * args.tp * args.pp // args.gpus_per_node),
+            "comm_ms_per_step": None if missing else total, "measured_terms_ms": total,
+            "complete": not missing,
+            "note": ("incomplete: not measured: " + "; ".join(f"{t['term']} ({t['measure_with']})" for t in missing))
+            if missing else "upper bound: assumes no overlap with compute (T_step = T_comp + T_comm - T_overlap)"
+            }, terms
+
+
+WHAT_IF_KEYS = ("dp", "tp", "pp", "layers", "hidden", "seq", "micro-batch", "micro-batches", "gpus-per-node",
+                "params", "bucket-mb", "dtype", "fsdp")
+
+
+def _what_if_args(args: argparse.Namespace) -> argparse.Namespace | None:
+    """The layout with --what-if's changes (checked as the layout is), or None without --what-if."""
+    if not args.what_if and not args.what_if_results:
+        return None
+    changed = argparse.Namespace(**vars(args))
+    for item in args.what_if or []:
+        key, sep, value = item.partition("=")
+        if not sep or key not in WHAT_IF_KEYS:
+            raise UsageError(f"--what-if {item}: expected KEY=VALUE with KEY one of {', '.join(WHAT_IF_KEYS)}")
+        name = key.replace("-", "_")
+        try:
+            if key == "params":
+                parsed = _count(value)
+            elif key == "bucket-mb":
+                parsed = float(value)
+            elif key == "dtype":
+                if value not in ELEMENT_BYTES:
+                    raise ValueError(value)
+                parsed = value
+            elif key == "fsdp":
+                parsed = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}[value.lower()]
+            else:
+                parsed = int(value)
+        except (ValueError, KeyError, argparse.ArgumentTypeError):
+            raise UsageError(f"--what-if {item}: {value!r} is not a value for {key}") from None
+        setattr(changed, name, parsed)
+    try:
+        check_layout(changed)
+    except UsageError as e:
+        raise UsageError(f"--what-if: {e}") from None
+    return changed
+
+
+def _predict_trace(args: argparse.Namespace) -> int:
+    """A traced job's steps priced from a run's fits, beside a replay of them and the job's own times."""
+    from orchestrator.analysis import replay
+    from orchestrator.sweep import trace
+
+    if not 1 <= args.gpus_per_node <= LIMITS["gpus_per_node"]:
+        raise UsageError(f"--gpus-per-node {args.gpus_per_node}: must be between 1 and {LIMITS['gpus_per_node']}")
+    loaded = trace.load(args.trace)
+    program, notes = trace.program(loaded, trace.find_steps(loaded.ops[0], args.ops_per_step), gaps=False)
+    df = dataset.load(args.path, args.run, columns=["run_id", "status", "collective", "topology", "world_size",
+                                                    "msg_bytes", "time_us", "time_us_p50", "time_us_p99", "time_us_min",
+                                                    "pattern"])
+    df = df[df.pattern != replay.PATTERN]  # fits from sweeps, not from replayed ops
+    if df.empty:
+        raise UsageError(f"{args.path}: run {args.run or '(the latest)'} holds no sweep, only replayed ops: give "
+                         "--run RUN_ID of a `collbench run` sweep to take the fits from")
+    steps, terms = predict.trace_steps(program, predict.fit_table(df), args.gpus_per_node)
+    missing = [t for t in terms if t["time_ms"] is None]
+    predicted = sorted(s["comm_ms"] for s in steps)[len(steps) // 2] if steps and not missing else None
+    summary = {"run": df.run_id.iloc[0] if len(df) else None, "world_size": loaded.world_size,
+               "steps": program.steps, "predicted_ms_per_step": predicted, "complete": not missing}
+    if args.replay_run:
+        rows = dataset.load(args.path, args.replay_run)
+        measured = replay.step_times(rows[rows.pattern == replay.PATTERN])
+        if not measured:
+            raise UsageError(f"--replay-run {args.replay_run}: no replayed step in it")
+        comm = sorted(v["comm_us"] for v in measured.values())
+        summary["replayed_ms_per_step"] = comm[len(comm) // 2] / 1e3
+        summary["predicted/replayed"] = predicted / summary["replayed_ms_per_step"] if predicted else None
+    traced = [op.duration_us for ops in loaded.ops.values() for op in ops if op.duration_us is not None]
+    if traced:
+        summary["traced_ms_per_step"] = sum(op.traced_us or 0 for op in program.ops[0]) / max(program.steps, 1) / 1e3
+    summary["note"] = "; ".join(notes) or "-"
+    tables = {"summary": [summary], "terms": terms}
     if args.format == "json":
         print(json.dumps({"tables": tables}, indent=1, default=str))
     elif args.format == "csv":
         print(render_csv(terms), end="")
     else:
-        print(render_tables([("per-step communication", summary), ("terms", terms)], args.format))
+        print(render_tables([("per-step communication of the traced job (median step)", [summary]),
+                             ("terms (per step)", terms)], args.format))
     if missing:
-        print(f"collbench: incomplete: {len(missing)} term(s) not measured: "
+        print(f"collbench: incomplete: {len(missing)} traced op shape(s) without an accepted fit: "
               + ", ".join(t["term"] for t in missing), file=sys.stderr)
     return 1 if missing else 0

@@ -60,6 +60,9 @@ def _resumed_run(output: str, run_id: str) -> resume.SavedRun:
     record = dataset.manifest(output, run_id)
     if record is None:
         raise UsageError(f"--resume {run_id}: no such run in {output}")
+    if record.get("command") == "replay":
+        raise UsageError(f"--resume {run_id}: a replay (one group of every traced rank) is not resumed; "
+                         "run `collbench replay` again")
     return resume.saved_run(record, run_id)
 
 

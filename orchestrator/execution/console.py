@@ -10,7 +10,8 @@ import sys
 import time
 from typing import TextIO
 
-from orchestrator.execution.events import GroupEnded, GroupFailure, GroupStarted, Measuring, Note, RowsMeasured, RunObserver
+from orchestrator.execution.events import (GroupEnded, GroupFailure, GroupStarted, Measuring, Note, RowsMeasured,
+                                           RunObserver)
 from orchestrator.sweep.planner import Group
 from orchestrator.sweep.sizes import format_bytes
 from workloads.messages import Status
@@ -39,6 +40,12 @@ def row_line(row: dict) -> str:
             f"  {row['collective']:<14} {row['dtype']:<11} {row['op']:<4} {_place(row):<5} "
             f"{format_bytes(row['msg_bytes']):<9} {row['status'].upper()}: {row.get('error') or ''}"
         )
+    if row.get("step") is not None:  # a replayed op: where it is in the job, its time
+        bw = f" busbw {row['busbw_gbps']:.3f} GB/s" if row.get("busbw_gbps") is not None else ""
+        return (f"  step {row['step']:<3} {row['process_group']:<12} seq {row['seq']:<5} {row['collective']:<14} "
+                f"{row['dtype']:<9} {format_bytes(row['msg_bytes']):<9} {row['world_size']:>3} rank(s) "
+                f"{_place(row):<5} "
+                f"{row['time_us']:>11.1f} us{bw}")
     values = (
         row["collective"],
         row["dtype"],

@@ -15,12 +15,15 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from orchestrator.commands import resume
 from orchestrator.errors import UsageError
 from orchestrator.execution.events import RunObserver
 from orchestrator.execution.outcome import Outcome
+from orchestrator.sweep.planner import Group, Plan
 from orchestrator.sweep.spec import SweepSpec
+from workloads.messages import Case
 
 Say = Callable[[str], None]
 
@@ -71,6 +74,15 @@ class RunResult:
         return dataset.load(self.output, self.run_id)
 
 
+class Planner(Protocol):
+    """A plan other than the sweep's (orchestrator.execution.replaying): its groups, and each
+    group's cases."""
+
+    def plan(self, spec: SweepSpec, inv) -> Plan: ...
+
+    def cases(self, group: Group) -> list[Case]: ...
+
+
 def new_run_id(now: dt.datetime) -> str:
     return f"{now:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
 
@@ -79,10 +91,11 @@ def sweep(spec: SweepSpec, *, run_id: str | None = None, saved: resume.SavedRun 
           retry_failed: bool = False, observers: Sequence[RunObserver] = (), voice: Voice = COMMAND_LINE,
           console_for: Callable[[int], RunObserver | None] | None = None, placement_group=None,
           partition: str | None = None, cpus_per_rank: float = 0.0, command: str = "run",
-          doctor: bool = True) -> RunResult:
+          doctor: bool = True, planner: Planner | None = None) -> RunResult:
     """Measure `spec`'s plan on the cluster; a resumed run (`saved`, its manifest's run) measures
     the groups it lacks. `console_for(groups_to_measure)` makes the console, once that number is
-    known. Raises UsageError for what makes the sweep impossible (before anything is measured)."""
+    known. `planner`: a plan of its own and its groups' cases (a replay), instead of the sweep's.
+    Raises UsageError for what makes the sweep impossible (before anything is measured)."""
     from orchestrator.execution.pool import PlacementError
     from orchestrator.execution.session import Session, exit_code, is_disk_full, print_late_interrupt
     from orchestrator.sweep.planner import check_plan, make_plan
@@ -90,7 +103,8 @@ def sweep(spec: SweepSpec, *, run_id: str | None = None, saved: resume.SavedRun 
     now = dt.datetime.now(dt.timezone.utc)
     resuming = saved is not None
     run_id = run_id or new_run_id(now)
-    resume_with = resume.resume_command(run_id, spec.output, spec.address)
+    resume_with = resume.resume_command(run_id, spec.output, spec.address) if planner is None else \
+        "collbench replay again (a replay is one group: it is not resumed)"
     session = None
     result = RunResult(run_id, spec.output, "failed", 1)
     try:
@@ -101,19 +115,24 @@ def sweep(spec: SweepSpec, *, run_id: str | None = None, saved: resume.SavedRun 
             if change:
                 raise UsageError(f"--resume {run_id}: the cluster is not the one the run started on ({change}), "
                                  "so its groups would not be the same; start a new run")
-            plan = make_plan(session.spec, inv)  # as the backend runs it (`-d all` expanded)
-            check_plan(session.spec, plan)
+            if planner is None:
+                plan = make_plan(session.spec, inv)  # as the backend runs it (`-d all` expanded)
+                check_plan(session.spec, plan)
+            else:
+                plan = planner.plan(session.spec, inv)
             session.check_devices({len(g.ranks) for g in plan.groups})
             store = session.store
             skip = store.finished_groups(retry_failed) if resuming else set()
-            voice.say(f"collbench: run {run_id} on {session.where}: {len(inv.nodes)} node(s), {inv.world_size} rank(s), "
+            voice.say(f"collbench: run {run_id} on {session.where}: {len(inv.nodes)} node(s), "
+                      f"{inv.world_size} rank(s), "
                 f"backend {backend}, {len(plan)} group(s) in {len(plan.rounds)} round(s); results -> {store.location}")
             if resuming:
                 again = " (failed, timed-out and skipped ones are measured again)" if retry_failed else ""
                 voice.say(f"collbench: resuming: {len(skip)} group(s) already on disk are skipped{again}")
             console = console_for(len(plan) - len(skip)) if console_for else None
             runner, outcome = session.start(len(plan), [*([console] if console else []), *observers],
-                                            command=command, skipped=len(skip))
+                                            command=command, skipped=len(skip),
+                                            cases_for=planner.cases if planner else None)
             say_warnings(session.diagnosis, voice)
             result.outcome = outcome
             try:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from orchestrator.execution import stats
 from orchestrator.results.schema import check_columns
 from workloads.dtypes import ELEMENT_BYTES
-from workloads.messages import Case, Sample, Status, WorkerInfo, topology_of
+from workloads.messages import Case, ReplayOp, ReplayTiming, Sample, Status, WorkerInfo, topology_of
 from workloads.registry import collective_of
 
 
@@ -142,3 +142,48 @@ def unmeasured_rows(base: dict, cases: Sequence[Case], status: Status, error: st
              "failed_ranks": list(failed_ranks) if failed_ranks is not None else None}
     rows = [{**case_fields(base, case, count), **extra} for case in cases for count in case.counts]
     return [check_keys(r) for r in rows or [{**base, **extra}]]
+
+
+_PER_RANK = ("ranks", "local_ranks", "hosts", "node_ips", "node_ids", "devices", "pids")
+
+
+def replay_rows(base: dict, case: Case, per_rank: Sequence[Sequence[ReplayTiming]]) -> list[dict]:
+    """One row per traced op instance (process group, sequence number, step) of a replay: its
+    group's ranks, where they ran, and the slowest member's time. `per_rank[j]` is trace rank j's
+    timings (group rank j of the replay's group is trace rank j)."""
+    program = case.replay
+    labels = {name: label for name, label, _ in program.groups}
+    members: dict[tuple, dict[int, float]] = {}
+    first: dict[tuple, ReplayOp] = {}
+    for j, timings in enumerate(per_rank):
+        for t in timings:
+            op = program.ops[j][t.op]
+            key = (t.repeat * program.steps + op.step, op.group, op.seq, op.kind)
+            members.setdefault(key, {})[j] = t.time_us
+            first.setdefault(key, op)
+    out = []
+    for key in sorted(members, key=lambda k: (k[0], k[2], k[1])):
+        step, group, seq, kind = key
+        op, times = first[key], members[key]
+        js = sorted(times)
+        where = {c: [base[c][j] for j in js] for c in _PER_RANK}
+        per_node = Counter(where["node_ids"])
+        count = op.out_numel if kind == "all_gather" else op.in_numel
+        row = {**base, **where, "world_size": len(js), "n_nodes": len(per_node),
+               "ranks_per_node": max(per_node.values()),
+               "topology": topology_of(where["node_ids"]).value, "collective": kind, "dtype": op.dtype,
+               "op": "sum" if kind in ("all_reduce", "reduce", "reduce_scatter") else "none", "in_place": kind in
+               ("all_reduce", "broadcast", "reduce"), "msg_bytes": op.msg_bytes, "count": count, "iters": 1,
+               "warmup": program.warmup_steps, "check_iters": 0, "step": step, "seq": seq,
+               "process_group": labels.get(group, group), "trace_time_us": op.traced_us, "status": Status.OK.value}
+        row.update(stats.combine([[times[j]] for j in js]))
+        if kind in REPLAYED_COLLECTIVES:
+            algbw = stats.algbw_gbps(op.msg_bytes, row["time_us"])
+            row.update(algbw_gbps=algbw, busbw_gbps=stats.busbw_gbps(
+                algbw, collective_of(kind).busbw_factor(len(js))))
+        out.append(check_keys(row))
+    return out
+
+
+# the replayed ops that are sweep collectives too (bandwidth columns; a barrier has none)
+REPLAYED_COLLECTIVES = frozenset({"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce"})

@@ -12,7 +12,7 @@ watches the run (console, tally) is told through typed events (execution.events)
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import ray
@@ -59,11 +59,13 @@ class Runner:
     the group ends (ok, failed, timed out or skipped)."""
 
     def __init__(self, spec: SweepSpec, pool: ActorPool, store: ResultStore, backend: str, run: rows.RunRef,
-                 observers: Sequence[RunObserver], platforms: dict[str, tuple[str, ...]]) -> None:
+                 observers: Sequence[RunObserver], platforms: dict[str, tuple[str, ...]],
+                 cases_for: Callable[[Group], list[Case]] | None = None) -> None:
         self.spec, self.pool, self.store = spec, pool, store
         self.backend, self.run_ref, self.platforms = backend, run, platforms
         self.observers = Observers(list(observers))
         self._cases: dict[int, list[Case]] = {}
+        self._cases_for = cases_for  # a plan's own cases (a replay's), else the sweep's by group size
 
     def run(self, plan: Plan, skip: frozenset[str] | set[str] = frozenset()) -> None:
         for rnd in plan.rounds:
@@ -84,8 +86,8 @@ class Runner:
             base = rows.group_base(self.run_ref, self.backend, g, groups_in_round,
                                    [self.pool.workers[r].info for r in g.ranks],
                                    [self.pool.slots[r][1] for r in g.ranks], pair, self.platforms)
-            r = _GroupRun(g, base, self._cases.setdefault(n, build_cases(self.spec, n)), now,
-                          self.spec.group_timeout_s)
+            cases = self._cases_for(g) if self._cases_for else self._cases.setdefault(n, build_cases(self.spec, n))
+            r = _GroupRun(g, base, cases, now, self.spec.group_timeout_s)
             self.observers.group_started(ev.GroupStarted(g, base))
             reason = self.pool.unavailable(g.ranks)
             if reason:
@@ -165,7 +167,8 @@ class Runner:
             if r.stage is Stage.JOIN:
                 self._joined(r, results)
             elif r.stage is Stage.MEASURE:
-                measured = rows.measured_rows(r.base, r.cases[r.next_case], results)
+                case = r.cases[r.next_case]
+                measured = (rows.replay_rows if case.replay else rows.measured_rows)(r.base, case, results)
                 r.rows += measured
                 self.observers.rows_measured(ev.RowsMeasured(r.group, tuple(measured)))
                 r.next_case += 1

@@ -136,8 +136,8 @@ class Session:
         self.caps = {node_id: p.caps for node_id, p in probes.items() if p.caps is not None}
         self.platforms = {node_id: p.platform for node_id, p in probes.items()}
 
-    def start(self, groups_total: int, observers: list, command: str = "run", skipped: int = 0
-              ) -> tuple[Runner, Outcome]:
+    def start(self, groups_total: int, observers: list, command: str = "run", skipped: int = 0,
+              cases_for=None) -> tuple[Runner, Outcome]:
         """Workers on every rank, the store, the manifest (state running), and a runner for the
         groups_total - skipped groups still to measure (a resumed run skips the ones on disk)."""
         if not self._checked:
@@ -170,7 +170,7 @@ class Session:
         observers = [_GroupsDone(self), self.startup, outcome, *observers,
                      RunMetrics(self.run_id, groups_total - skipped)]
         runner = Runner(self.spec, self.pool, self.store, self.backend, RunRef(self.run_id, self.started),
-                        observers, {n: p.tags for n, p in self.platforms.items()})
+                        observers, {n: p.tags for n, p in self.platforms.items()}, cases_for=cases_for)
         return runner, outcome
 
     def finish(self, outcome: Outcome) -> None:

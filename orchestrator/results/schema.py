@@ -81,6 +81,12 @@ ROW_SCHEMA = pa.schema(
         ("t_overlap_us", pa.float64()),
         ("overlap_efficiency", pa.float64()),  # t_overlap_us / min(t_comp_us, t_comm_us)
         ("compute_flops", pa.float64()),
+        # replay only (pattern "replay"): the traced step (replayed again: numbered on), the op's
+        # sequence number in its process group, that group (name:description), the job's own time of it
+        ("step", pa.int32()),
+        ("seq", pa.int32()),
+        ("process_group", pa.string()),
+        ("trace_time_us", pa.float64()),
         ("iter_time_us", pa.list_(pa.float64())),  # slowest rank per iteration
         ("rank_time_us", pa.list_(pa.float64())),  # each rank's mean, by group rank
     ]
@@ -93,7 +99,7 @@ MANIFEST_SCHEMA = pa.schema(
         ("started_at", pa.timestamp("us", tz="UTC")),
         ("finished_at", pa.timestamp("us", tz="UTC")),
         ("state", pa.string()),  # running | finished | interrupted | failed
-        ("command", pa.string()),  # run | qualify
+        ("command", pa.string()),  # run | qualify | watch | replay
         ("job_submission_id", pa.string()),  # under `ray job submit`: the job's submission id
         ("collbench_version", pa.string()),
         ("torch_version", pa.string()),

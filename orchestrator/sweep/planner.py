@@ -75,6 +75,13 @@ def case_deadline_s(spec: SweepSpec, case: Case) -> float:
     and check iteration of every size moves its send and receive buffers once (timed iterations
     twice: a GPU times each call, then the batch; overlap times its all_reduce three times: alone,
     beside the matmul's own timing, and with it)."""
+    if case.replay is not None:  # every step's ops, the warm-up's too, each moving its bytes twice, and its gaps
+        prog = case.replay
+        passes = prog.warmup_steps / max(prog.steps, 1) + prog.repeat
+        per_rank = [sum(2 * op.msg_bytes for op in ops) for ops in prog.ops]
+        gaps_s = sum(max((op.offset_us for op in ops if op.step == s), default=0.0)
+                     for ops in prog.ops[:1] for s in range(prog.steps)) / 1e6 if prog.gaps else 0.0
+        return spec.group_timeout_s + passes * (max(per_rank, default=0) / (spec.deadline_rate_gbps * 1e9) + gaps_s)
     timed = (case.warmup + 2 * case.iters) * (3 if case.collective == registry.OVERLAP else 1)
     traffic = sum((timed + case.check_iters) * 2 * count * ELEMENT_BYTES[case.dtype] for count in case.counts)
     return spec.group_timeout_s + traffic / (spec.deadline_rate_gbps * 1e9)
@@ -144,7 +151,8 @@ def make_plan(spec: SweepSpec, inv: Inventory) -> Plan:
     if not rounds:
         raise UsageError(
             f"--patterns {','.join(spec.patterns)}: no group to run on {len(inv.nodes)} node(s) "
-            f"of {inv.world_size} rank(s)" + (f" with --group-sizes {','.join(map(str, spec.group_sizes))}" if sizes else "")
+            f"of {inv.world_size} rank(s)"
+            + (f" with --group-sizes {','.join(map(str, spec.group_sizes))}" if sizes else "")
         )
     out = []
     for r, (pattern, members) in enumerate(rounds):

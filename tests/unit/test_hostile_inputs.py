@@ -64,6 +64,10 @@ PREDICT_INTS = ("--dp", "--tp", "--pp", "--layers", "--hidden", "--seq", "--micr
                 "--gpus-per-node")
 
 
+DUMPS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "flight_recorder",
+                     "ddp")  # a real job's Flight Recorder dumps
+
+
 def _cases() -> list[tuple[str, list[str]]]:
     cases = []
     for opt, values in SPEC_OPTIONS.items():
@@ -122,6 +126,14 @@ def _cases() -> list[tuple[str, list[str]]]:
         ["--dtype", "nope"], ["--dp", "10000000000"], ["--tp", "3"], ["--pp", "64"], ["--pp", "3"], [],
         ["--format", "xml"])]
     cases += [(f"predict {a!r}", ["predict", *a]) for a in (["{good}"], ["--params", "1"])]
+    cases += [(f"predict --trace {a!r}", ["predict", "{good}", *a]) for a in (
+        ["--trace", "{bin}"], ["--trace", "\x00"], ["--trace", "/proc/collbench"], ["--trace", DUMPS, "--what-if", "dp=2"],
+        ["--params", "7B", "--dp", "8", "--replay-run", "r"], ["--params", "7B", "--dp", "8", "--ops-per-step", "2"],
+        ["--trace", DUMPS, "--ops-per-step", "0"], ["--trace", DUMPS, "--gpus-per-node", "0"])]
+    cases += [(f"replay {a!r}", ["replay", *a]) for a in (
+        [], ["{bin}"], ["\x00"], ["/proc/collbench"], ["{good}"], [DUMPS, "--repeat", "0"], [DUMPS, "--repeat", "x"],
+        [DUMPS, "--repeat", "1e9"], [DUMPS, "--ops-per-step", "0"], [DUMPS, "--ops-per-step", "x"],
+        [DUMPS, "--trace-ranks-per-node", "0"], [DUMPS, DUMPS], [DUMPS, "--backend", "nope"])]
     watch_options = ("--collectives", "--dtypes", "--min-bytes", "--max-bytes", "--patterns", "--group-timeout",
                      "--output", "--address", "--env", "--nodes", "--exclude", "--config")
     for opt in watch_options:

@@ -86,3 +86,32 @@ def test_group_topology():
     assert group_topology(8, 1, 8) == "intra"
     assert group_topology(4, 8, 8) == "inter"
     assert group_topology(4, 4, 8) == "mixed"
+
+
+def test_what_if_prices_another_layout_and_another_clusters_fits_term_by_term(fits_dataset, tmp_path):
+    rep = _predict(fits_dataset, "--params", "1e9", "--dp", "2", "--gpus-per-node", "1", "--bucket-mb", "25",
+                   "--what-if", "bucket-mb=50", "dtype=float32")
+    (now,) = rep["terms"][:1]
+    (then,) = rep["what_if_terms"]
+    # float32: 4e9 bytes in 80 buckets of 50e6 bytes, each 20 us + 50e6 B / 10 GB/s = 5020 us
+    assert then["what_if_ms"] == pytest.approx(80 * 5020 / 1e3) and then["now_ms"] == pytest.approx(now["time_ms"])
+    assert then["ratio"] == pytest.approx(80 * 5020 / (80 * 2520))
+    assert rep["what_if"][0]["what_if"] == "bucket-mb=50 dtype=float32"
+    faster = str(tmp_path / "faster")  # the same cluster with a network 4x faster: another dataset's fits
+    write_run(faster, "run-f", nodes=4, alpha_us=20.0, bw_gbps=40.0, intra_bw_gbps=40.0)
+    rep = _predict(fits_dataset, "--params", "1e9", "--dp", "2", "--gpus-per-node", "1", "--what-if-results", faster)
+    (then,) = rep["what_if_terms"]
+    assert then["what_if_ms"] == pytest.approx(80 * (20 + 25e6 / 40e3) / 1e3)
+    assert "run-f" in rep["what_if"][0]["what_if"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--what-if", "dp"], "--what-if dp: expected KEY=VALUE"),
+    (["--what-if", "color=red"], "--what-if color=red: expected KEY=VALUE with KEY one of"),
+    (["--what-if", "dp=two"], "--what-if dp=two: 'two' is not a value for dp"),
+    (["--what-if", "tp=3"], "--what-if: --tp 3: neither divides nor is a multiple of --gpus-per-node 8"),
+    (["--what-if-results", "a", "b", "c"], "--what-if-results a b c: PATH and at most one RUN_ID"),
+])
+def test_bad_what_ifs_are_refused_in_one_line(fits_dataset, args, message):
+    proc = run_main(["predict", fits_dataset, "--params", "1e9", "--dp", "2", *args])
+    assert proc.returncode == 2 and message in proc.stderr.strip().splitlines()[-1], proc.stderr

@@ -1,0 +1,331 @@
+"""A training job's collectives, from PyTorch's Flight Recorder dumps: what `collbench replay`
+runs again and `collbench predict --trace` prices. Pure (reads files; no Ray, no torch).
+
+A dump is what torch.distributed writes per rank with TORCH_FR_BUFFER_SIZE set (on a timeout, on
+`torch._C._distributed_c10d._dump_fr_trace()`, or TORCH_FR_DUMP_TEMP_FILE + rank): a pickle of
+plain values (version, pg_config, entries). It is read by an unpickler that builds no object but
+built-in values, so a file cannot run code. A dump does not say whose rank it is: the number at the
+end of its file name does (torch names them `<prefix><rank>`).
+
+Each entry gives the collective (`profiling_name` "gloo:all_reduce", "nccl:_allgather_base"),
+its process group (name, description), its sequence number in that group, the tensors' shapes and
+dtypes, and when it was issued (`time_created_ns`); NCCL with TORCH_NCCL_ENABLE_TIMING also when it
+started and finished (`duration_ms`). A group's ranks are the dumps that hold entries of it
+(gloo's pg_config names only the default group).
+
+Steps: the op sequence of a rank repeats once per optimizer step; the step length is the period
+of (group, collective, bytes) that separates ops by the largest pauses (the compute between steps),
+counted back from the end (a first step that builds DDP's buckets differs from the rest). ops
+before the first whole step are left out and said.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import pickle
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from orchestrator.errors import UsageError
+from workloads.messages import ReplayOp, ReplayProgram
+
+# FR's dtype names (c10::ScalarType) -> collbench's
+DTYPES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16", "Long": "int64",
+          "Int": "int32", "Char": "int8", "Byte": "uint8", "Bool": "uint8", "Float8_e4m3fn": "float8_e4m3fn",
+          "Float8_e5m2": "float8_e5m2", "Short": "int16"}
+# FR's profiling names (after "backend:") -> the op replayed; coalesced ops replay as one op of their total size
+KINDS = {"all_reduce": "all_reduce", "allreduce": "all_reduce", "all_reduce_coalesced": "all_reduce",
+         "allreduce_coalesced": "all_reduce",
+         "all_gather": "all_gather", "allgather": "all_gather", "_allgather_base": "all_gather",
+         "all_gather_into_tensor_coalesced": "all_gather", "allgather_into_tensor_coalesced": "all_gather",
+         "reduce_scatter": "reduce_scatter", "_reduce_scatter_base": "reduce_scatter",
+         "reduce_scatter_tensor_coalesced": "reduce_scatter", "all_to_all": "all_to_all", "alltoall": "all_to_all",
+         "alltoall_base": "all_to_all", "all_to_allv": "all_to_all", "broadcast": "broadcast", "reduce": "reduce",
+         "barrier": "barrier"}
+_ELEMENT_BYTES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2,
+                  "int8": 1, "uint8": 1, "float8_e4m3fn": 1, "float8_e5m2": 1}
+
+
+class _PlainValues(pickle.Unpickler):
+    """Builds dicts, lists, tuples, strings and numbers only: a dump never needs a class."""
+
+    def find_class(self, module: str, name: str):
+        raise pickle.UnpicklingError(f"refused {module}.{name}: a Flight Recorder dump holds plain values only")
+
+
+@dataclass(frozen=True)
+class TraceOp:
+    rank: int  # global rank of the dump it came from
+    index: int  # position in that rank's dump
+    group: str  # process group name (global: the same on every rank)
+    group_desc: str
+    seq: int  # FR's collective_seq_id in that group
+    name: str  # FR's profiling_name
+    kind: str | None  # the op replayed; None: not replayable (said in `skipped`)
+    dtype: str
+    in_numel: int
+    out_numel: int
+    created_ns: int
+    duration_us: float | None  # the job's own time of it (NCCL with timing), else None
+
+    @property
+    def msg_bytes(self) -> int:
+        """nccl-tests' S: all_gather's whole output, reduce_scatter's whole input, else the buffer."""
+        numel = self.out_numel if self.kind == "all_gather" else self.in_numel
+        return numel * _ELEMENT_BYTES.get(self.dtype, 4)
+
+    @property
+    def signature(self) -> tuple:
+        return self.group, self.name, self.in_numel, self.dtype
+
+
+@dataclass(frozen=True)
+class Trace:
+    world_size: int
+    ops: dict[int, tuple[TraceOp, ...]]  # by global rank, in issue order
+    groups: dict[str, tuple[int, ...]]  # name -> its global ranks (sorted), the default group included
+    descs: dict[str, str]
+    sources: tuple[str, ...]
+
+    def group_label(self, name: str) -> str:
+        desc = self.descs.get(name) or ""
+        return f"{name}:{desc}" if desc and desc != "undefined" else name  # torch's desc of an unnamed group
+
+
+def dump_files(paths: Sequence[str]) -> list[tuple[int, str]]:
+    """(rank, file) for every dump named: files, or folders whose files end in a rank number."""
+    found = []
+    for path in paths:
+        if "\x00" in path:
+            raise UsageError(f"{path!r}: a path cannot hold a NUL character")
+        if os.path.isdir(path):
+            names = sorted(n for n in os.listdir(path) if not n.startswith(".") and _rank_of(n) is not None)
+            if not names:
+                raise UsageError(f"{path}: no Flight Recorder dump in it (files named <prefix><rank>, "
+                                 "as TORCH_FR_DUMP_TEMP_FILE writes them)")
+            found += [(_rank_of(n), os.path.join(path, n)) for n in names]
+        elif os.path.isfile(path):
+            rank = _rank_of(os.path.basename(path))
+            if rank is None:
+                raise UsageError(f"{path}: its name does not end in a rank number (a dump's rank is in its name)")
+            found.append((rank, path))
+        else:
+            raise UsageError(f"{path}: no such file or folder")
+    ranks = [r for r, _ in found]
+    twice = sorted({r for r in ranks if ranks.count(r) > 1})
+    if twice:
+        raise UsageError(f"rank {twice[0]}: more than one dump ({', '.join(p for r, p in found if r == twice[0])})")
+    missing = sorted(set(range(max(ranks) + 1)) - set(ranks))
+    if missing:
+        raise UsageError(f"rank {missing[0]}: no dump (the trace has ranks up to {max(ranks)}; every rank's "
+                         "dump is needed to replay its collectives)")
+    return sorted(found)
+
+
+def _rank_of(name: str) -> int | None:
+    m = re.search(r"(\d+)(\.(pkl|pickle))?$", name)
+    return int(m.group(1)) if m else None
+
+
+def read_dump(path: str) -> dict:
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise UsageError(f"{path}: {e.strerror}") from None
+    try:
+        dump = _PlainValues(io.BytesIO(data)).load()
+    except Exception as e:  # noqa: BLE001 - any unreadable file gets the same one line
+        raise UsageError(f"{path}: not a Flight Recorder dump ({type(e).__name__}: {e})") from None
+    if not isinstance(dump, dict) or not isinstance(dump.get("entries", []), list):
+        raise UsageError(f"{path}: not a Flight Recorder dump (no list of entries)")
+    return dump
+
+
+def load(paths: Sequence[str]) -> Trace:
+    """Every rank's dump, read and checked."""
+    files = dump_files(paths)
+    ops: dict[int, tuple[TraceOp, ...]] = {}
+    members: dict[str, set[int]] = {}
+    descs: dict[str, str] = {}
+    for rank, path in files:
+        dump = read_dump(path)
+        rank_ops = []
+        for i, e in enumerate(dump.get("entries") or []):
+            try:
+                op = _op(rank, i, e)
+            except (KeyError, TypeError, ValueError) as err:
+                raise UsageError(f"{path}: entry {i}: not a Flight Recorder entry ({type(err).__name__}: {err})"
+                                 ) from None
+            rank_ops.append(op)
+            members.setdefault(op.group, set()).add(rank)
+            descs.setdefault(op.group, op.group_desc)
+        ops[rank] = tuple(rank_ops)
+    world = len(files)
+    if not any(ops.values()):
+        raise UsageError(f"{', '.join(paths)}: the dumps hold no collective (was TORCH_FR_BUFFER_SIZE set in the job?)")
+    groups = {name: tuple(sorted(ranks)) for name, ranks in members.items()}
+    for name, ranks in groups.items():
+        if descs.get(name) == "default_pg":
+            groups[name] = tuple(range(world))
+    return Trace(world, ops, groups, descs, tuple(p for _, p in files))
+
+
+def _op(rank: int, index: int, e: dict) -> TraceOp:
+    backend_name = str(e["profiling_name"])
+    name = backend_name.split(":", 1)[-1].split(" ")[0]
+    pg_name, pg_desc = e["process_group"]
+    dtypes = e.get("input_dtypes") or e.get("output_dtypes") or ["Float"]
+    dtype = DTYPES.get(dtypes[0], None)
+    kind = KINDS.get(name) if dtype is not None or name == "barrier" else None
+    duration = e.get("duration_ms")
+    return TraceOp(rank=rank, index=index, group=str(pg_name), group_desc=str(pg_desc),
+                   seq=int(e.get("collective_seq_id") or 0), name=name, kind=kind, dtype=dtype or "float32",
+                   in_numel=_numel(e.get("input_sizes")), out_numel=_numel(e.get("output_sizes")),
+                   created_ns=int(e.get("time_created_ns") or 0),
+                   duration_us=float(duration) * 1e3 if duration is not None else None)
+
+
+def _numel(shapes) -> int:
+    return sum(math.prod(int(d) for d in shape) for shape in shapes or [])
+
+
+# -- steps --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Steps:
+    period: int  # ops per step on the reference rank
+    first: int  # index of the first op of the first whole step
+    count: int  # whole steps in the trace
+    how: str  # how the period was found, one line
+
+    def span(self, k: int) -> tuple[int, int]:
+        return self.first + k * self.period, self.first + (k + 1) * self.period
+
+
+def find_steps(ops: Sequence[TraceOp], period: int | None = None) -> Steps:
+    """The step structure of one rank's ops: `period` when given (--ops-per-step), else the
+    shortest repeating unit of signatures whose boundaries fall on pauses (3x the median pause
+    within a step or more); without such pauses, the shortest unit that repeats, from the start of
+    its repeats."""
+    n = len(ops)
+    if n == 0:
+        raise UsageError("the trace holds no collective on rank 0")
+    if period is not None:
+        if not 1 <= period <= n:
+            raise UsageError(f"--ops-per-step {period}: rank 0 issued {n} collective(s)")
+        region = _periodic_region([o.signature for o in ops], period)
+        if region is not None:  # the steps are where the ops repeat with that period (set-up before them)
+            lo, hi = region
+            return Steps(period, lo, (hi - lo) // period, f"{period} op(s) per step (--ops-per-step), "
+                                                           f"{(hi - lo) // period} steps repeating")
+        return Steps(period, n % period, n // period, f"{period} op(s) per step (--ops-per-step), counted back "
+                                                      "from the last op (they do not repeat alike)")
+    sig = [o.signature for o in ops]
+    gaps = [0.0] + [max(0.0, (b.created_ns - a.created_ns) / 1e3) for a, b in zip(ops, ops[1:])]
+    plain = None  # the shortest repeating unit, without pauses
+    for p in range(1, n // 2 + 1):
+        region = _periodic_region(sig, p)
+        if region is None:
+            continue
+        lo, hi = region  # sig[lo:hi] repeats with period p, over two units at least
+        units = (hi - lo) // p
+        if plain is None or units * p > plain.count * plain.period:  # the unit that covers most of the trace
+            plain = Steps(p, lo, units, f"{p} op(s) repeat {units} times (no pause marks the steps; give "
+                                        "--ops-per-step to say otherwise)")
+        if p == 1:
+            continue  # no pause within a one-op step to compare with
+        best = None
+        for first in range(lo, lo + p):  # where a step starts within the unit
+            whole = (hi - first) // p
+            if whole < 2:
+                continue
+            bounds = [gaps[first + k * p] for k in range(1, whole)]
+            inner = [gaps[first + k * p + j] for k in range(whole) for j in range(1, p)]
+            score = min(bounds) / max(_median(inner), 1.0)  # every boundary a pause, not most
+            best = max(best or (score, first, whole), (score, first, whole))
+        if best and best[0] >= 3.0:
+            score, first, whole = best
+            return Steps(p, first, whole, f"{p} op(s) per step, {whole} steps, each after a pause {score:.0f}x the "
+                                          "median pause within a step or more")
+    return plain or Steps(n, 0, 1, "no repeating unit: the whole trace as one step")
+
+
+def _periodic_region(sig: list, p: int) -> tuple[int, int] | None:
+    """The longest stretch [lo, hi) of `sig` that repeats with period p over two units or more
+    (the latest of equal ones: set-up comes first), or None."""
+    best, run_start = None, None
+    for i in range(len(sig) - p + 1):
+        same = i < len(sig) - p and sig[i] == sig[i + p]
+        if same and run_start is None:
+            run_start = i
+        if not same and run_start is not None:
+            length = i - run_start  # sig[run_start:i + p] is periodic
+            if length >= p and (best is None or length >= best[1] - best[0] - p):
+                best = (run_start, i + p)
+            run_start = None
+    return best
+
+
+def _ranges(ranks: list[int]) -> str:
+    return ",".join(map(str, ranks[:8])) + (f",... ({len(ranks)} ranks)" if len(ranks) > 8 else "")
+
+
+def _median(values: list[float]) -> float:
+    s = sorted(values)
+    return s[len(s) // 2] if s else 0.0
+
+
+# -- what the workers run -----------------------------------------------------------------
+def program(trace: Trace, steps: Steps, *, gaps: bool) -> tuple[ReplayProgram, list[str]]:
+    """Every rank's ops of the traced steps, as the workers replay them, and what was left out
+    (one line each). The reference rank's step boundaries are found by time: another rank's step
+    holds its ops issued between them."""
+    ref = trace.ops[0]
+    end = steps.span(steps.count - 1)[1]
+    bounds_ns = [ref[steps.span(k)[0]].created_ns for k in range(steps.count)]
+    bounds_ns.append(ref[end].created_ns if end < len(ref) else math.inf)
+    shape = [(o.name, o.in_numel, o.dtype) for o in ref]
+    by_time = []  # ranks whose ops are not rank 0's in kind and size, one for one
+    skipped: dict[str, int] = {}
+    per_rank = []
+    for rank in range(trace.world_size):
+        rank_ops = []
+        ops = trace.ops.get(rank, ())
+        alike = [(o.name, o.in_numel, o.dtype) for o in ops] == shape
+        if not alike:
+            by_time.append(rank)
+        for i, op in enumerate(ops):
+            if alike:  # an SPMD job: op i is in the step of rank 0's op i
+                if not steps.first <= i < end:
+                    continue
+                step = (i - steps.first) // steps.period
+            else:  # by when it was issued, against rank 0's step boundaries
+                if not bounds_ns[0] <= op.created_ns < bounds_ns[-1]:
+                    continue
+                step = max(k for k in range(steps.count) if op.created_ns >= bounds_ns[k])
+            if op.kind is None:
+                skipped[op.name] = skipped.get(op.name, 0) + 1
+                continue
+            offset_us = (op.created_ns - bounds_ns[step]) / 1e3 if gaps else 0.0
+            rank_ops.append(ReplayOp(step=step, seq=op.seq, group=op.group, kind=op.kind, dtype=op.dtype,
+                                     in_numel=op.in_numel, out_numel=op.out_numel, msg_bytes=op.msg_bytes,
+                                     offset_us=offset_us, traced_us=op.duration_us))
+        per_rank.append(tuple(rank_ops))
+    notes = [f"{n} {name} op(s) are not replayed (no collective to run for them)"
+             for name, n in sorted(skipped.items())]
+    before = steps.first
+    if before:
+        notes.append(f"{before} op(s) of rank 0 before the first whole step are left out (set-up, a first step "
+                     "that differs)")
+    if end < len(ref):
+        notes.append(f"{len(ref) - end} op(s) of rank 0 after the last whole step are left out (a step cut short, "
+                     "the job's closing barrier)")
+    if by_time:
+        notes.append(f"rank(s) {_ranges(by_time)} issued other ops than rank 0: their ops are placed in steps by the "
+                     "time they were issued (clocks of different hosts must agree to well within a step)")
+    groups = tuple((name, trace.group_label(name), ranks) for name, ranks in trace.groups.items())
+    return ReplayProgram(world_size=trace.world_size, steps=steps.count, groups=groups, ops=tuple(per_rank),
+                         gaps=gaps), notes
