@@ -10,6 +10,7 @@ line, for Ray users' own drivers and notebooks (README: "Python API").
     rep = api.report(result)                         # tables and flags
     rep.frame("intra_vs_inter")
     bad = api.preflight(my_placement_group).exclude  # nodes to leave out before trainer.fit()
+    api.replay("/dumps/", repeat=3).rows()           # a job's collectives, from its Flight Recorder dumps
 
 Options are the sweep options' names with underscores, as in a `--config` YAML file (`max_bytes`
 for --max-bytes), with the same values and the same checks: a bad value raises `UsageError` with
@@ -35,7 +36,7 @@ from orchestrator.results.location import check_writable, resolve_output
 from orchestrator.sweep.spec import SweepSpec, from_mapping
 
 __all__ = ["Comparison", "Preflight", "Qualification", "Report", "RunResult", "UsageError", "compare", "preflight",
-           "qualify", "report", "run", "spec"]
+           "qualify", "replay", "report", "run", "spec"]
 
 # qualify's and preflight's defaults where they differ from a sweep's (commands/qualify.py)
 QUALIFY_DEFAULTS = {"collectives": ("all_reduce",), "min_bytes": 1 << 20, "max_bytes": 16 << 20, "iters": 5,
@@ -62,6 +63,26 @@ def run(sweep: SweepSpec | None = None, /, *, nodes: Sequence[str] | None = None
     check_writable(chosen.output)
     return jobs.sweep(chosen, voice=jobs.COMMAND_LINE if verbose else jobs.QUIET, placement_group=placement_group,
                       console_for=(lambda groups: console.Console(groups)) if verbose else None, doctor=doctor)
+
+
+def replay(dumps: str | Sequence[str], /, *, repeat: int = 3, gaps: bool = False, ops_per_step: int | None = None,
+           trace_ranks_per_node: int | None = None, nodes: Sequence[str] | None = None, doctor: bool = True,
+           verbose: bool = False, **options: Any) -> RunResult:
+    """Run a training job's collectives again from its Flight Recorder dumps (files or folders),
+    as `collbench replay`; returns the RunResult (rows: pattern "replay"). Options: backend,
+    ranks_per_node, output, address, env, group_timeout_s, ..."""
+    from orchestrator.execution import console, jobs
+    from orchestrator.execution.replaying import from_dumps
+
+    planner, said = from_dumps([dumps] if isinstance(dumps, str) else dumps, repeat=repeat, gaps=gaps,
+                               ops_per_step=ops_per_step, trace_ranks_per_node=trace_ranks_per_node)
+    chosen = _spec(None, nodes, options)
+    check_writable(chosen.output)
+    voice = jobs.COMMAND_LINE if verbose else jobs.QUIET
+    for line in said:
+        voice.say(f"collbench: {line}")
+    return jobs.sweep(chosen, voice=voice, console_for=(lambda groups: console.Console(groups)) if verbose else None,
+                      doctor=doctor, command="replay", planner=planner)
 
 
 def qualify(sweep: SweepSpec | None = None, /, *, nodes: Sequence[str] | None = None, placement_group=None,

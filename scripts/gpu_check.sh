@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The GPU check, in one call (at most 8 minutes: the timeouts below add up to 480 s): install, run
+# The GPU check, in one call (at most 9 minutes: the timeouts below add up to 515 s): install, run
 # tests/gpu, run NCCL sweeps on every GPU of this machine (every collective and dtype it has, the
-# overlap workload, a CUDA-graph batch), the report, and one verdict line (scripts/gpu_verdict.py):
+# overlap workload, a CUDA-graph batch), a recorded job's collectives replayed over NCCL, the report, and one verdict line (scripts/gpu_verdict.py):
 # exact results, NCCL's version and transport columns on every row, each size's GPU memory against
 # its estimate, batch against per-call timing and the empty-call floor, and a busbw floor for known
 # 8-GPU NVLink parts. Exit 0 only when everything passed.
@@ -50,7 +50,16 @@ timeout 40 python3 -m orchestrator run "${common[@]}" --collectives overlap --dt
 overlap_rc=$?
 timeout 40 python3 -m orchestrator run "${common[@]}" --collectives all_reduce --dtypes bfloat16 --cuda-graph \
     -b 1K -e 64M -f 8 -n 20; graph_rc=$?
-run_rc=$((sweep_rc | overlap_rc | graph_rc))
+# A recorded job's collectives replayed over NCCL (tests/fixtures/flight_recorder: TP x DP on 4 GPUs,
+# else DDP on 2): its process groups made on the GPUs, its ops on device buffers, CUDA-event timing.
+gpus=$(python3 -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)
+replay_rc=0
+if [ "$gpus" -ge 2 ]; then
+    trace=tests/fixtures/flight_recorder/$([ "$gpus" -ge 4 ] && echo tp_dp || echo ddp)
+    timeout 30 python3 -m orchestrator replay "$trace" --backend nccl --repeat 2 --output "$out/replay"; replay_rc=$?
+    timeout 5 python3 -m orchestrator report "$out/replay" --table replay_steps
+fi
+run_rc=$((sweep_rc | overlap_rc | graph_rc | replay_rc))
 timeout 10 python3 -m orchestrator report "$results" --threshold 0.99; report_rc=$?  # 1: flags, read them
 [ "$report_rc" -le 1 ] || run_rc=$((run_rc | report_rc))
 timeout 10 python3 - "$results" <<'PY'
@@ -63,5 +72,5 @@ big = df[(df.world_size == df.world_size.max()) & (df.dtype == "bfloat16") & (df
 print(big[cols].to_string(index=False))
 PY
 timeout 10 python3 scripts/gpu_verdict.py "$results"; verdict_rc=$?
-echo "tests/gpu exit $tests_rc, sweeps exit $sweep_rc/$overlap_rc/$graph_rc, report exit $report_rc, verdict exit $verdict_rc"
+echo "tests/gpu exit $tests_rc, sweeps exit $sweep_rc/$overlap_rc/$graph_rc, replay exit $replay_rc, report exit $report_rc, verdict exit $verdict_rc"
 [ "$tests_rc" -eq 0 ] && [ "$run_rc" -eq 0 ] && [ "$verdict_rc" -eq 0 ]

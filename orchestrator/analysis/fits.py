@@ -3,6 +3,7 @@ whether a fit is good enough to show (report) or to predict from (predict). Pure
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,6 +36,8 @@ class Fit:
     worst_rel_err: float = 0.0
     worst_tolerance: float = MIN_TOLERANCE
     min_time_us: float = 0.0  # the fastest size's time
+    dropped_bytes: int | None = None  # a size left out as delayed (robust_fit), said in the report
+    dropped_rel_err: float = 0.0  # how much slower than the fit it was
 
     @property
     def reason(self) -> str | None:
@@ -43,7 +46,8 @@ class Fit:
         bandwidth-bound), positive bandwidth, the median size within 30% and every size within 50% or within
         its own iterations' spread where that is wider (a noisy host's healthy sizes pass; a model
         that does not hold misses sizes by more than they vary). R^2 is reported, not judged: on
-        the relative errors the fit minimises it says less than they do."""
+        the relative errors the fit minimises it says less than they do. robust_fit may leave
+        one delayed size out first."""
         if self.points < 3:
             return f"only {self.points} size(s)"
         if not self.bandwidth_gbps > 0:
@@ -89,6 +93,29 @@ def fit_alpha_beta(msg_bytes: np.ndarray, time_us: np.ndarray, spread: np.ndarra
                *worst, float(y.min()))
 
 
+def robust_fit(msg_bytes, time_us, spread=None) -> Fit:
+    """fit_alpha_beta, and where that fit is not accepted and four sizes or more were measured, the
+    fit without the one size furthest above it, if that is not the largest size: noise on a shared
+    host only ever adds time (a scheduler's wake-up, another process), and most at the small sizes,
+    while the largest size carries the bandwidth. The size left out is said (`dropped_bytes`)."""
+    x = np.asarray(msg_bytes, dtype=float)
+    y = np.asarray(time_us, dtype=float)
+    fit = fit_alpha_beta(x, y, spread)
+    if not fit.poor or len(x) < 4 or not fit.bandwidth_gbps > 0:
+        return fit
+    above = (y - (fit.alpha_us + x / (fit.bandwidth_gbps * 1e3))) / y
+    above[np.argmax(x)] = -np.inf
+    k = int(np.argmax(above))
+    if not above[k] > 0:
+        return fit
+    keep = np.arange(len(x)) != k
+    refit = fit_alpha_beta(x[keep], y[keep], None if spread is None else np.asarray(spread, dtype=float)[keep])
+    if not refit.bandwidth_gbps > 0:
+        return fit
+    slower = y[k] / (refit.alpha_us + x[k] / (refit.bandwidth_gbps * 1e3)) - 1
+    return dataclasses.replace(refit, dropped_bytes=int(x[k]), dropped_rel_err=float(slower))
+
+
 def per_size(g: pd.DataFrame) -> tuple[pd.Series, pd.Series | None]:
     """Each size's time for fitting, the median over groups of each row's median iteration
     (time_us_p50: a noisy iteration moves a mean, not a median; time_us where rows lack it), and
@@ -105,8 +132,8 @@ def fit_groups(df: pd.DataFrame):
     d = df[df.status == "ok"]
     for (coll, topo, n), g in d.groupby(["collective", "topology", "world_size"]):
         times, spread = per_size(g)
-        yield coll, topo, int(n), times, fit_alpha_beta(times.index.values, times.values,
-                                                        None if spread is None else spread.values)
+        yield coll, topo, int(n), times, robust_fit(times.index.values, times.values,
+                                                    None if spread is None else spread.values)
 
 
 def fits(df: pd.DataFrame) -> list[dict]:
@@ -115,6 +142,8 @@ def fits(df: pd.DataFrame) -> list[dict]:
         {"collective": coll, "topology": topo, "world_size": int(n), "sizes": fit.points,
          "alpha_us": None if fit.poor else fit.alpha_us, "bandwidth": None if fit.poor else fit.bandwidth_gbps,
          "r2": fit.r2, "median_rel_err": fit.median_rel_err, "max_rel_err": fit.max_rel_err,
-         "quality": "good" if not fit.poor else f"poor: {fit.reason}"}
+         "quality": ("good" if not fit.poor else f"poor: {fit.reason}") + (
+             f" ({format_bytes(fit.dropped_bytes)} left out: {fit.dropped_rel_err:.0%} slower than the fit, a delay)"
+             if fit.dropped_bytes is not None else "")}
         for coll, topo, n, _, fit in fit_groups(df)
     ]

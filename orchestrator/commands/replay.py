@@ -8,12 +8,10 @@ import dataclasses
 import time
 
 from orchestrator.commands.options import add_doctor_option, add_spec_options, spec_from_args
-from orchestrator.errors import UsageError
 from orchestrator.results.location import check_writable, resolve_output
 
 OPTIONS = ("backend", "ranks_per_node", "nodes", "exclude", "group_timeout_s", "deadline_rate_gbps", "output",
            "address", "env", "allow_failures")
-MAX_REPEAT = 1000
 
 
 def add_parser(sub) -> None:
@@ -33,7 +31,7 @@ def add_parser(sub) -> None:
     p.add_argument("--gaps", action="store_true",
                    help="issue each op at its traced time from its step's start (the job's pauses for compute), "
                    "instead of back to back (default: back to back)")
-    p.add_argument("--repeat", type=int, default=3, help=f"replay the traced steps this many times, 1 to {MAX_REPEAT} "
+    p.add_argument("--repeat", type=int, default=3, help="replay the traced steps this many times, 1 to 1000 "
                    "(default: 3)")
     p.add_argument("--ops-per-step", type=int, default=None, metavar="N",
                    help="ops of rank 0 per step (default: found from the trace: the repeating unit ended by pauses)")
@@ -47,28 +45,19 @@ def add_parser(sub) -> None:
 
 def main(args: argparse.Namespace) -> int:
     t_start = time.monotonic()
-    if not 1 <= args.repeat <= MAX_REPEAT:
-        raise UsageError(f"--repeat {args.repeat}: must be between 1 and {MAX_REPEAT}")
-    if args.trace_ranks_per_node is not None and args.trace_ranks_per_node < 1:
-        raise UsageError(f"--trace-ranks-per-node {args.trace_ranks_per_node}: must be at least 1")
-    from orchestrator.sweep import trace
+    from orchestrator.execution.replaying import from_dumps
 
-    loaded = trace.load(args.dumps)
-    steps = trace.find_steps(loaded.ops[0], args.ops_per_step)
-    program, notes = trace.program(loaded, steps, gaps=args.gaps)
-    program = dataclasses.replace(program, repeat=args.repeat)
+    planner, said = from_dumps(args.dumps, repeat=args.repeat, gaps=args.gaps, ops_per_step=args.ops_per_step,
+                               trace_ranks_per_node=args.trace_ranks_per_node)
     spec = spec_from_args(args)
     spec = dataclasses.replace(spec, output=resolve_output(spec.output))
     check_writable(spec.output)
-    print(f"collbench: trace of {loaded.world_size} rank(s), {len(loaded.groups)} process group(s): {steps.how}; "
-          f"{sum(len(o) for o in program.ops)} op(s) per replay of {steps.count} step(s)", flush=True)
-    for line in notes:
+    for line in said:
         print(f"collbench: {line}", flush=True)
     from orchestrator.execution import console, jobs
-    from orchestrator.execution.replaying import ReplayPlanner
 
     result = jobs.sweep(spec, console_for=lambda groups: console.Console(groups), doctor=not args.no_doctor,
-                        command="replay", planner=ReplayPlanner(program, args.trace_ranks_per_node))
+                        command="replay", planner=planner)
     if result.state == "finished":
         for line in jobs.closing_lines(result, t_start):
             print(line, flush=True)

@@ -6,16 +6,37 @@ as any other: manifest, deadlines, failures recorded, nothing lost on Ctrl-C."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 from orchestrator.errors import UsageError
+from orchestrator.sweep import trace
 from orchestrator.sweep.inventory import Inventory
 from orchestrator.sweep.planner import Group, Plan
 from orchestrator.sweep.spec import SweepSpec
 from workloads.messages import Case, ReplayProgram
 
 PATTERN = "replay"
+MAX_REPEAT = 1000
+
+
+def from_dumps(dumps, *, repeat: int = 3, gaps: bool = False, ops_per_step: int | None = None,
+               trace_ranks_per_node: int | None = None) -> tuple[ReplayPlanner, list[str]]:
+    """The planner that replays the Flight Recorder dumps `dumps` (files or folders), and the lines
+    that say what was found: the trace, its steps, what is left out. Raises UsageError (bad input,
+    checked before anything runs)."""
+    if not 1 <= repeat <= MAX_REPEAT:
+        raise UsageError(f"--repeat {repeat}: must be between 1 and {MAX_REPEAT}")
+    if trace_ranks_per_node is not None and trace_ranks_per_node < 1:
+        raise UsageError(f"--trace-ranks-per-node {trace_ranks_per_node}: must be at least 1")
+    loaded = trace.load(list(dumps))
+    steps = trace.find_steps(loaded.ops[0], ops_per_step)
+    program, notes = trace.program(loaded, steps, gaps=gaps)
+    program = dataclasses.replace(program, repeat=repeat)
+    said = [f"trace of {loaded.world_size} rank(s), {len(loaded.groups)} process group(s): {steps.how}; "
+            f"{sum(len(o) for o in program.ops)} op(s) per replay of {steps.count} step(s)", *notes]
+    return ReplayPlanner(program, trace_ranks_per_node), said
 
 
 @dataclass(frozen=True)

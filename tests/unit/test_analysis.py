@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from orchestrator.analysis.fits import fit_alpha_beta
+from orchestrator.analysis.fits import fit_alpha_beta, robust_fit
 from orchestrator.results import dataset
 from orchestrator.results.store import ResultStore
 from tests.helpers import run_main
@@ -39,21 +39,31 @@ def test_fit_recovers_alpha_and_bandwidth_and_says_why_a_fit_is_poor():
     assert fit_alpha_beta(sizes, 500.0 - sizes / 1e6).reason == "time does not grow with size"
 
 
-# The 4-size, 5-iteration all_reduce sweep (256K to 16M, 2 ranks, gloo) run three times on this
+# The 4-size, 5-iteration all_reduce sweep (256K to 16M, 2 ranks, gloo) run nine times on this
 # 2-vCPU host on 2026-12-01: each size's median iteration (us) and its iterations' spread (p99 over
-# min, less one). The old rule (R^2 >= 0.9, every point within 50%) rejected two of the three.
-HOST_RUNS = [([415, 796, 4232, 32464], [1.39, 3.26, 1.03, 1.09]),
-             ([487, 770, 6809, 15575], [1.41, 1.00, 1.24, 1.29]),
-             ([541, 1112, 3664, 18358], [1.74, 3.91, 1.48, 1.16])]
+# min, less one). The old rule (R^2 >= 0.9, every point within 50%, means) rejected most of them.
+HOST_RUNS = [([415, 796, 4232, 32464], [1.34, 3.16, 1.0, 1.06]),
+             ([487, 770, 6809, 15575], [1.38, 0.97, 1.22, 1.26]),
+             ([541, 1112, 3664, 18358], [1.7, 3.86, 1.44, 1.13]),
+             ([2353, 3605, 7649, 14991], [7.78, 7.49, 1.24, 0.17]),
+             ([1524, 2312, 5455, 11605], [1.52, 4.12, 1.13, 0.38]),
+             ([1244, 994, 4355, 19167], [3.64, 2.58, 0.77, 0.34]),
+             ([4988, 953, 4418, 17175], [1.52, 5.14, 1.33, 0.59]),
+             ([502, 900, 3879, 16030], [3.58, 3.14, 1.29, 1.51]),
+             ([4212, 1466, 4326, 17090], [1.72, 3.08, 3.29, 0.43])]
 
 
 def test_a_noisy_hosts_fits_are_accepted_and_models_that_do_not_hold_are_not():
     sizes = np.array([256 << 10, 1 << 20, 4 << 20, 16 << 20], dtype=float)
     for times, spread in HOST_RUNS:
-        fit = fit_alpha_beta(sizes, np.array(times, float), np.array(spread))
+        fit = robust_fit(sizes, np.array(times, float), np.array(spread))
         assert not fit.poor, fit.reason
-    step = fit_alpha_beta(sizes, np.array([100.0, 100.0, 100.0, 10_000.0]), np.full(4, 0.3))  # a cliff, not a line
+    delayed = robust_fit(sizes, np.array(HOST_RUNS[6][0], float), np.array(HOST_RUNS[6][1]))
+    assert delayed.dropped_bytes == 256 << 10 and delayed.dropped_rel_err > 1  # 256K waited on the scheduler
+    step = robust_fit(sizes, np.array([100.0, 100.0, 100.0, 10_000.0]), np.full(4, 0.3))  # a cliff, not a line
     assert step.poor and "off by" in step.reason
+    quad = robust_fit(sizes, 100.0 * (sizes / sizes[0]) ** 2, np.full(4, 1.0))  # superlinear everywhere
+    assert quad.poor
     quiet = fit_alpha_beta(sizes, np.array([415.0, 796.0, 4232.0, 32464.0]))  # the same run without its spread
     assert quiet.poor and quiet.reason.startswith("size 16M off by")  # a quiet host is held to 50%
     flat_zero = fit_alpha_beta(sizes, 0.0 + sizes / 1e4 * (1 + np.array([0.01, -0.01, 0.01, -0.01])))
