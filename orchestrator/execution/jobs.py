@@ -124,8 +124,8 @@ def sweep(spec: SweepSpec, *, run_id: str | None = None, saved: resume.SavedRun 
             store = session.store
             skip = store.finished_groups(retry_failed) if resuming else set()
             voice.say(f"collbench: run {run_id} on {session.where}: {len(inv.nodes)} node(s), "
-                      f"{inv.world_size} rank(s), "
-                f"backend {backend}, {len(plan)} group(s) in {len(plan.rounds)} round(s); results -> {store.location}")
+                      f"{inv.world_size} rank(s), backend {backend}, {len(plan)} group(s) in {len(plan.rounds)} "
+                      f"round(s); results -> {store.location}")
             if resuming:
                 again = " (failed, timed-out and skipped ones are measured again)" if retry_failed else ""
                 voice.say(f"collbench: resuming: {len(skip)} group(s) already on disk are skipped{again}")
