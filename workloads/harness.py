@@ -326,36 +326,54 @@ def capture(call: Callable[[], None], iters: int, device: torch.device) -> torch
 def run_replay(program: ReplayProgram, rank: int, device: torch.device) -> list[ReplayTiming]:
     """A traced job's steps on this rank (workloads.replay): `warmup_steps` untimed, then every
     step `repeat` times, each op timed alone (back to back, or at its traced offset from the
-    step's start with `gaps`); the group meets at a barrier before each step."""
+    step's start with `gaps`); the group meets at a barrier before each step. Every rank makes
+    the groups and its buffers first, and all agree that they could before any op runs (a rank
+    out of memory fails the group at once, naming itself, instead of leaving its peers waiting)."""
     from workloads import replay
 
-    groups = replay.Groups(program)
-    buffers: dict = {}
+    groups, buffers, error = None, {}, None
     ops = program.ops[rank]
-    calls = [replay.bind(op, groups, device, buffers) for op in ops]
-    clock = clock_for(device)
-    out: list[ReplayTiming] = []
     try:
-        for r in range(-program.warmup_steps, program.repeat):
-            for step in range(program.steps):
-                if r < 0 and step > 0:
-                    break  # a warm-up pass is one step: every size allocated, every group connected
-                idx = [i for i, op in enumerate(ops) if op.step == step]
-                starts, ends = clock.markers(len(idx)), clock.markers(len(idx))
-                _barrier(device)
-                t0 = time.perf_counter()
-                for k, i in enumerate(idx):
-                    if program.gaps:
-                        wait_s = ops[i].offset_us / 1e6 - (time.perf_counter() - t0)
-                        if wait_s > 0:
-                            time.sleep(wait_s)
-                    starts[k] = clock.record(starts[k])
-                    calls[i]()
-                    ends[k] = clock.record(ends[k])
-                clock.sync()
-                if r >= 0:
-                    out += [ReplayTiming(i, r, clock.elapsed_us(starts[k], ends[k])) for k, i in enumerate(idx)]
+        groups = replay.Groups(program)
+        try:
+            calls = [replay.bind(op, groups, device, buffers) for op in ops]
+        except (torch.OutOfMemoryError, RuntimeError) as e:
+            if not _out_of_memory(e):
+                raise
+            buffers.clear()
+            first = str(e).strip().splitlines()[0][:120]
+            error = f"out of memory for the replay's buffers ({first})"
+        everyone = torch.tensor([0 if error else 1], dtype=torch.int32, device=device)
+        dist.all_reduce(everyone, op=dist.ReduceOp.MIN)
+        if error or not int(everyone.item()):
+            raise RuntimeError(error or "another rank could not allocate the replay's buffers")
+        return _replayed(program, ops, calls, device)
     finally:
         buffers.clear()
-        groups.destroy()
+        if groups is not None:
+            groups.destroy()
+
+
+def _replayed(program: ReplayProgram, ops, calls, device: torch.device) -> list[ReplayTiming]:
+    clock = clock_for(device)
+    out: list[ReplayTiming] = []
+    for r in range(-program.warmup_steps, program.repeat):
+        for step in range(program.steps):
+            if r < 0 and step > 0:
+                break  # a warm-up pass is one step: every group connected before the timed ones
+            idx = [i for i, op in enumerate(ops) if op.step == step]
+            starts, ends = clock.markers(len(idx)), clock.markers(len(idx))
+            _barrier(device)
+            t0 = time.perf_counter()
+            for k, i in enumerate(idx):
+                if program.gaps:
+                    wait_s = ops[i].offset_us / 1e6 - (time.perf_counter() - t0)
+                    if wait_s > 0:
+                        time.sleep(wait_s)
+                starts[k] = clock.record(starts[k])
+                calls[i]()
+                ends[k] = clock.record(ends[k])
+            clock.sync()
+            if r >= 0:
+                out += [ReplayTiming(i, r, clock.elapsed_us(starts[k], ends[k])) for k, i in enumerate(idx)]
     return out

@@ -76,6 +76,7 @@ class ReplayOp:
     msg_bytes: int  # nccl-tests' S
     offset_us: float = 0.0  # issued this long after its step began (--gaps), else 0: back to back
     traced_us: float | None = None  # the job's own time of it, where the trace had it
+    part: int = 0  # its place among the rank's ops of one sequence number (a coalesced block)
 
 
 @dataclass(frozen=True)

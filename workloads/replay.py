@@ -46,13 +46,13 @@ def bind(op: ReplayOp, groups: Groups, device: torch.device, buffers: dict) -> C
     if op.kind == "all_reduce":
         t = buf(op.in_numel, "a")
         return lambda: dist.all_reduce(t, group=group)
-    if op.kind == "all_gather":
-        inp = buf(op.in_numel, "a")
-        out = buf(op.in_numel * n, "b")
+    if op.kind == "all_gather":  # one count per rank: the input, n of them the output
+        per_rank = max(op.in_numel, 1)
+        inp, out = buf(per_rank, "a"), buf(per_rank * n, "b")
         return lambda: dist.all_gather_into_tensor(out, inp, group=group)
     if op.kind == "reduce_scatter":
-        inp = buf(op.in_numel - op.in_numel % n, "a")
-        out = buf(max(op.in_numel // n, 1), "b")
+        per_rank = max(op.in_numel // n, 1)
+        inp, out = buf(per_rank * n, "a"), buf(per_rank, "b")
         return lambda: dist.reduce_scatter_tensor(out, inp, group=group)
     if op.kind == "all_to_all":
         numel = max(op.in_numel - op.in_numel % n, n)

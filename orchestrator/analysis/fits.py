@@ -60,8 +60,9 @@ class Fit:
         if self.median_rel_err > MEDIAN_TOLERANCE:
             return f"the median size off by {self.median_rel_err:.0%} > {MEDIAN_TOLERANCE:.0%}"
         if self.worst_bytes is not None:
+            why = "its iterations' spread" if self.worst_tolerance > MIN_TOLERANCE else "the least tolerance"
             return (f"size {format_bytes(self.worst_bytes)} off by {self.worst_rel_err:.0%} > "
-                    f"{self.worst_tolerance:.0%} (its iterations' spread, between 50% and 75%)")
+                    f"{self.worst_tolerance:.0%} ({why})")
         return None
 
     @property
@@ -83,9 +84,7 @@ def fit_alpha_beta(msg_bytes: np.ndarray, time_us: np.ndarray, spread: np.ndarra
     ss_tot = float(((y - y.mean()) ** 2).sum()) or 1.0
     bandwidth = 1.0 / (beta * 1e3) if beta > 0 else float("nan")
     rel = np.abs(pred - y) / y
-    tol = np.clip(np.nan_to_num(np.asarray(spread, dtype=float)) if spread is not None else 0.0, MIN_TOLERANCE,
-                  MAX_TOLERANCE)
-    tol = np.broadcast_to(tol, rel.shape)
+    tol = _tolerances(spread, len(x))
     excess = rel - tol
     k = int(np.argmax(excess))
     worst = (int(x[k]), float(rel[k]), float(tol[k])) if excess[k] > 0 else (None, 0.0, MIN_TOLERANCE)
@@ -93,24 +92,31 @@ def fit_alpha_beta(msg_bytes: np.ndarray, time_us: np.ndarray, spread: np.ndarra
                *worst, float(y.min()))
 
 
+def _tolerances(spread, n: int) -> np.ndarray:
+    """Each size's tolerance: its iterations' spread, between MIN_TOLERANCE and MAX_TOLERANCE."""
+    raw = np.nan_to_num(np.asarray(spread, dtype=float)) if spread is not None else np.zeros(n)
+    return np.broadcast_to(np.clip(raw, MIN_TOLERANCE, MAX_TOLERANCE), (n,))
+
+
 def robust_fit(msg_bytes, time_us, spread=None) -> Fit:
     """fit_alpha_beta, and where that fit is not accepted and four sizes or more were measured, the
-    fit without the one size furthest above it, if that is not the largest size: noise on a shared
-    host only ever adds time (a scheduler's wake-up, another process), and most at the small sizes,
-    while the largest size carries the bandwidth. The size left out is said (`dropped_bytes`)."""
+    fit without the one size furthest above it, where that is more than 50% above and not the
+    largest size, if that fit is accepted: noise on a shared host only ever adds time (a
+    scheduler's wake-up, another process), most at the small sizes, while the largest size carries
+    the bandwidth. The size left out is said (`dropped_bytes`)."""
     x = np.asarray(msg_bytes, dtype=float)
     y = np.asarray(time_us, dtype=float)
     fit = fit_alpha_beta(x, y, spread)
     if not fit.poor or len(x) < 4 or not fit.bandwidth_gbps > 0:
         return fit
-    above = (y - (fit.alpha_us + x / (fit.bandwidth_gbps * 1e3))) / y
-    above[np.argmax(x)] = -np.inf
+    pred = fit.alpha_us + x / (fit.bandwidth_gbps * 1e3)
+    above = (y - pred) / pred
     k = int(np.argmax(above))
-    if not above[k] > 0:
-        return fit
+    if k == int(np.argmax(x)) or not above[k] > MIN_TOLERANCE:
+        return fit  # the furthest above is the largest size, or near the line: nothing to leave out
     keep = np.arange(len(x)) != k
     refit = fit_alpha_beta(x[keep], y[keep], None if spread is None else np.asarray(spread, dtype=float)[keep])
-    if not refit.bandwidth_gbps > 0:
+    if refit.poor:
         return fit
     slower = y[k] / (refit.alpha_us + x[k] / (refit.bandwidth_gbps * 1e3)) - 1
     return dataclasses.replace(refit, dropped_bytes=int(x[k]), dropped_rel_err=float(slower))
@@ -128,8 +134,9 @@ def per_size(g: pd.DataFrame) -> tuple[pd.Series, pd.Series | None]:
 
 
 def fit_groups(df: pd.DataFrame):
-    """(collective, topology, world_size, time per msg_bytes, fit) for every shape measured."""
-    d = df[df.status == "ok"]
+    """(collective, topology, world_size, time per msg_bytes, fit) for every shape a sweep measured
+    (a replay's ops, one iteration each at the trace's sizes, are not fitted)."""
+    d = df[(df.status == "ok") & (df.pattern != "replay")] if "pattern" in df else df[df.status == "ok"]
     for (coll, topo, n), g in d.groupby(["collective", "topology", "world_size"]):
         times, spread = per_size(g)
         yield coll, topo, int(n), times, robust_fit(times.index.values, times.values,

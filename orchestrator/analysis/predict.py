@@ -56,10 +56,11 @@ class FitRef:
     note: str = ""
 
     def time_us(self, msg_bytes: float) -> float:
-        """The fit's time; an intercept below zero (fits.NEGATIVE_ALPHA) counts as none below the
-        smallest size measured, where the line would go under the bytes' own time."""
-        wire = msg_bytes / (self.bandwidth_gbps * 1e3)
-        return self.alpha_us + wire if self.alpha_us >= 0 or msg_bytes >= self.min_bytes else wire
+        """The fit's time; with an intercept below zero (fits.NEGATIVE_ALPHA), a size below the
+        smallest measured takes the smallest's time (the line would fall under zero there)."""
+        if self.alpha_us < 0:
+            msg_bytes = max(msg_bytes, self.min_bytes)
+        return self.alpha_us + msg_bytes / (self.bandwidth_gbps * 1e3)
 
     def outside(self, msg_bytes: float, factor: float = 4.0) -> bool:
         return msg_bytes > self.max_bytes * factor or msg_bytes < self.min_bytes / factor
@@ -162,22 +163,22 @@ def trace_steps(program, fits: dict, ranks_per_node: int) -> tuple[list[dict], l
     per_step: dict[int, dict[int, float]] = {}
     for rank, ops in enumerate(program.ops):
         for op in ops:
-            if op.kind == "barrier":
-                continue
+            # a barrier is replayed as a one-element all_reduce, and priced as one
+            kind, msg_bytes = ("all_reduce", 4) if op.kind == "barrier" else (op.kind, op.msg_bytes)
             ranks = groups[op.group]
             topo = topology_of([r // ranks_per_node for r in ranks]).value
-            key = (labels[op.group], op.kind, op.msg_bytes)
+            key = (labels[op.group], kind, msg_bytes)
             if key not in terms:
-                ref = choose_fit(fits, op.kind, topo, len(ranks))
-                terms[key] = {"term": f"{op.kind} on {labels[op.group]}", "process_group": labels[op.group],
-                              "world_size": len(ranks), "topology": topo, "msg_bytes": op.msg_bytes, "count": 0,
+                ref = choose_fit(fits, kind, topo, len(ranks))
+                terms[key] = {"term": f"{kind} on {labels[op.group]}", "process_group": labels[op.group],
+                              "world_size": len(ranks), "topology": topo, "msg_bytes": msg_bytes, "count": 0,
                               "ref": ref}
             t = terms[key]
             if rank == min(ranks):
                 t["count"] += 1  # once per op, not per member
             if t["ref"] is not None:
                 step_ranks = per_step.setdefault(op.step, {})
-                step_ranks[rank] = step_ranks.get(rank, 0.0) + t["ref"].time_us(op.msg_bytes)
+                step_ranks[rank] = step_ranks.get(rank, 0.0) + t["ref"].time_us(msg_bytes)
     out = []
     for t in terms.values():
         ref = t.pop("ref")

@@ -145,8 +145,13 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _fit_rows(path: str, run: str | None):
-    return dataset.load(path, run, columns=["run_id", "status", "collective", "topology", "world_size", "msg_bytes",
-                                            "time_us", "time_us_p50", "time_us_p99", "time_us_min"])
+    """The rows a run's fits are made from: a sweep's (a replay's ops are not fitted)."""
+    df = dataset.load(path, run, columns=["run_id", "status", "collective", "topology", "world_size", "msg_bytes",
+                                          "time_us", "time_us_p50", "time_us_p99", "time_us_min", "pattern"])
+    if (df.pattern == "replay").all():
+        raise UsageError(f"{path}: run {run or '(the latest)'} holds no sweep, only replayed ops: give "
+                         "--run RUN_ID of a `collbench run` sweep to take the fits from")
+    return df
 
 
 def _priced(args: argparse.Namespace, fits: dict, run_id: str) -> tuple[dict, list[dict]]:
@@ -216,13 +221,7 @@ def _predict_trace(args: argparse.Namespace) -> int:
         raise UsageError(f"--gpus-per-node {args.gpus_per_node}: must be between 1 and {LIMITS['gpus_per_node']}")
     loaded = trace.load(args.trace)
     program, notes = trace.program(loaded, trace.find_steps(loaded.ops[0], args.ops_per_step), gaps=False)
-    df = dataset.load(args.path, args.run, columns=["run_id", "status", "collective", "topology", "world_size",
-                                                    "msg_bytes", "time_us", "time_us_p50", "time_us_p99", "time_us_min",
-                                                    "pattern"])
-    df = df[df.pattern != replay.PATTERN]  # fits from sweeps, not from replayed ops
-    if df.empty:
-        raise UsageError(f"{args.path}: run {args.run or '(the latest)'} holds no sweep, only replayed ops: give "
-                         "--run RUN_ID of a `collbench run` sweep to take the fits from")
+    df = _fit_rows(args.path, args.run)
     steps, terms = predict.trace_steps(program, predict.fit_table(df), args.gpus_per_node)
     missing = [t for t in terms if t["time_ms"] is None]
     predicted = sorted(s["comm_ms"] for s in steps)[len(steps) // 2] if steps and not missing else None

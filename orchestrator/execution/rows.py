@@ -158,12 +158,12 @@ def replay_rows(base: dict, case: Case, per_rank: Sequence[Sequence[ReplayTiming
     for j, timings in enumerate(per_rank):
         for t in timings:
             op = program.ops[j][t.op]
-            key = (t.repeat * program.steps + op.step, op.group, op.seq, op.kind)
+            key = (t.repeat * program.steps + op.step, op.group, op.seq, op.part, op.kind)
             members.setdefault(key, {})[j] = t.time_us
             first.setdefault(key, op)
     out = []
-    for key in sorted(members, key=lambda k: (k[0], k[2], k[1])):
-        step, group, seq, kind = key
+    for key in sorted(members, key=lambda k: (k[0], k[2], k[3], k[1])):
+        step, group, seq, _, kind = key
         op, times = first[key], members[key]
         js = sorted(times)
         where = {c: [base[c][j] for j in js] for c in _PER_RANK}

@@ -157,7 +157,7 @@ def load(paths: Sequence[str]) -> Trace:
         for i, e in enumerate(dump.get("entries") or []):
             try:
                 op = _op(rank, i, e)
-            except (KeyError, TypeError, ValueError) as err:
+            except (KeyError, TypeError, ValueError, OverflowError) as err:
                 raise UsageError(f"{path}: entry {i}: not a Flight Recorder entry ({type(err).__name__}: {err})"
                                  ) from None
             rank_ops.append(op)
@@ -281,38 +281,62 @@ def _median(values: list[float]) -> float:
 # -- what the workers run -----------------------------------------------------------------
 def program(trace: Trace, steps: Steps, *, gaps: bool) -> tuple[ReplayProgram, list[str]]:
     """Every rank's ops of the traced steps, as the workers replay them, and what was left out
-    (one line each). The reference rank's step boundaries are found by time: another rank's step
-    holds its ops issued between them."""
+    (one line each). A rank whose ops are rank 0's one for one (an SPMD job) has op i in the step
+    of rank 0's op i; another rank's op is placed by when it was issued, against rank 0's step
+    starts. Then each op (its group, sequence number and place among the ops sharing that number:
+    a coalesced block) takes the step its lowest-ranked member gave it, on every member, and an op
+    that some member lacks or left out is left out by all: every member replays it, in one step."""
     ref = trace.ops[0]
     end = steps.span(steps.count - 1)[1]
     bounds_ns = [ref[steps.span(k)[0]].created_ns for k in range(steps.count)]
     bounds_ns.append(ref[end].created_ns if end < len(ref) else math.inf)
     shape = [(o.name, o.in_numel, o.dtype) for o in ref]
     by_time = []  # ranks whose ops are not rank 0's in kind and size, one for one
-    skipped: dict[str, int] = {}
-    per_rank = []
+    placed: dict[int, list[tuple[tuple, TraceOp, int | None]]] = {}  # rank -> (key, op, step or None)
     for rank in range(trace.world_size):
-        rank_ops = []
         ops = trace.ops.get(rank, ())
         alike = [(o.name, o.in_numel, o.dtype) for o in ops] == shape
         if not alike:
             by_time.append(rank)
+        seen: dict[tuple, int] = {}
+        placed[rank] = []
         for i, op in enumerate(ops):
-            if alike:  # an SPMD job: op i is in the step of rank 0's op i
-                if not steps.first <= i < end:
-                    continue
-                step = (i - steps.first) // steps.period
-            else:  # by when it was issued, against rank 0's step boundaries
-                if not bounds_ns[0] <= op.created_ns < bounds_ns[-1]:
-                    continue
+            part = seen.get((op.group, op.seq), 0)
+            seen[(op.group, op.seq)] = part + 1
+            if alike:
+                step = (i - steps.first) // steps.period if steps.first <= i < end else None
+            elif bounds_ns[0] <= op.created_ns < bounds_ns[-1]:
                 step = max(k for k in range(steps.count) if op.created_ns >= bounds_ns[k])
+            else:
+                step = None
+            placed[rank].append(((op.group, op.seq, part), op, step))
+    holders: dict[tuple, dict[int, int | None]] = {}
+    for rank, items in placed.items():
+        for key, _, step in items:
+            holders.setdefault(key, {})[rank] = step
+    agreed: dict[tuple, int] = {}
+    for key, by_rank in holders.items():
+        members = trace.groups.get(key[0], ())
+        if all(by_rank.get(r) is not None for r in members):
+            agreed[key] = by_rank[min(members)]
+    skipped: dict[str, int] = {}
+    unmatched = 0
+    per_rank = []
+    for rank in range(trace.world_size):
+        kept = [(key, op, agreed[key]) for key, op, step in placed[rank] if key in agreed]
+        unmatched += sum(1 for key, _, step in placed[rank] if step is not None and key not in agreed)
+        starts: dict[int, int] = {}
+        for _, op, step in kept:  # this rank's own start of each step: its own clock, for --gaps
+            starts[step] = min(starts.get(step, op.created_ns), op.created_ns)
+        rank_ops = []
+        for (_, _, part), op, step in kept:
             if op.kind is None:
                 skipped[op.name] = skipped.get(op.name, 0) + 1
                 continue
-            offset_us = (op.created_ns - bounds_ns[step]) / 1e3 if gaps else 0.0
+            offset_us = (op.created_ns - starts[step]) / 1e3 if gaps else 0.0
             rank_ops.append(ReplayOp(step=step, seq=op.seq, group=op.group, kind=op.kind, dtype=op.dtype,
                                      in_numel=op.in_numel, out_numel=op.out_numel, msg_bytes=op.msg_bytes,
-                                     offset_us=offset_us, traced_us=op.duration_us))
+                                     offset_us=offset_us, traced_us=op.duration_us, part=part))
         per_rank.append(tuple(rank_ops))
     notes = [f"{n} {name} op(s) are not replayed (no collective to run for them)"
              for name, n in sorted(skipped.items())]
@@ -323,6 +347,9 @@ def program(trace: Trace, steps: Steps, *, gaps: bool) -> tuple[ReplayProgram, l
     if end < len(ref):
         notes.append(f"{len(ref) - end} op(s) of rank 0 after the last whole step are left out (a step cut short, "
                      "the job's closing barrier)")
+    if unmatched:
+        notes.append(f"{unmatched} op(s) that some member of their group did not record within the steps are left "
+                     "out on every member (a ring buffer that kept less, ops issued across a step's start)")
     if by_time:
         notes.append(f"rank(s) {_ranges(by_time)} issued other ops than rank 0: their ops are placed in steps by the "
                      "time they were issued (clocks of different hosts must agree to well within a step)")

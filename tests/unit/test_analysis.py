@@ -64,6 +64,10 @@ def test_a_noisy_hosts_fits_are_accepted_and_models_that_do_not_hold_are_not():
     assert step.poor and "off by" in step.reason
     quad = robust_fit(sizes, 100.0 * (sizes / sizes[0]) ** 2, np.full(4, 1.0))  # superlinear everywhere
     assert quad.poor
+    slow_top = robust_fit(sizes, np.array([400.0, 900.0, 3000.0, 60_000.0]), np.full(4, 0.3))
+    assert slow_top.poor and slow_top.dropped_bytes is None  # the largest size carries the bandwidth: kept
+    near = robust_fit(sizes, np.array([300.0, 1500.0, 3000.0, 17_000.0]), np.full(4, 0.3))
+    assert near.dropped_bytes is None or near.dropped_rel_err > 0.5  # only a size beyond its tolerance goes
     quiet = fit_alpha_beta(sizes, np.array([415.0, 796.0, 4232.0, 32464.0]))  # the same run without its spread
     assert quiet.poor and quiet.reason.startswith("size 16M off by")  # a quiet host is held to 50%
     flat_zero = fit_alpha_beta(sizes, 0.0 + sizes / 1e4 * (1 + np.array([0.01, -0.01, 0.01, -0.01])))

@@ -115,3 +115,16 @@ def test_what_if_prices_another_layout_and_another_clusters_fits_term_by_term(fi
 def test_bad_what_ifs_are_refused_in_one_line(fits_dataset, args, message):
     proc = run_main(["predict", fits_dataset, "--params", "1e9", "--dp", "2", *args])
     assert proc.returncode == 2 and message in proc.stderr.strip().splitlines()[-1], proc.stderr
+
+
+def test_a_replays_ops_are_not_fitted(tmp_path):
+    from orchestrator.results.store import ResultStore
+
+    out = str(tmp_path / "res")
+    store = ResultStore(out, "replayed")
+    store.create()
+    store.write_group("r0-g0", [{"run_id": "replayed", "group_id": "r0-g0", "pattern": "replay", "status": "ok",
+                                 "collective": "all_reduce", "topology": "inter", "world_size": 2, "msg_bytes": b,
+                                 "time_us": 10.0 + b / 1e4, "step": 0, "seq": 1} for b in (1 << 10, 1 << 14, 1 << 18)])
+    proc = run_main(["predict", out, "--params", "1e9", "--dp", "2", "--gpus-per-node", "1"])
+    assert proc.returncode == 2 and "holds no sweep, only replayed ops" in proc.stderr

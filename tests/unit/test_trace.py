@@ -175,3 +175,46 @@ def test_bad_dumps_are_refused_in_one_line_and_a_pickle_that_would_run_code_does
     (tmp_path / "odd" / "fr_rank0").write_bytes(pickle.dumps({"entries": [{"profiling_name": "gloo:all_reduce"}]}))
     with pytest.raises(UsageError, match="entry 0: not a Flight Recorder entry"):
         trace.load([str(tmp_path / "odd")])
+
+
+def _op(rank, i, group, seq, t_us, numel=1024, name="all_reduce"):
+    return trace.TraceOp(rank, i, group, "", seq, name, "all_reduce", "float32", numel, numel, int(t_us * 1e3), None)
+
+
+def test_an_op_is_in_one_step_on_every_member_and_one_some_member_lacks_is_left_out():
+    # ranks 0,1 in group A (rank 0's steps: a pause before each); ranks 2,3 in group B with other sizes,
+    # their clocks apart: rank 2 issues just after rank 0's step starts, rank 3 just before
+    a = [_op(0, i, "A", i + 1, 10_000 * (i // 2) + 10 * (i % 2)) for i in range(6)]
+    a1 = [_op(1, i, "A", i + 1, 10_000 * (i // 2) + 10 * (i % 2)) for i in range(6)]
+    b2 = [_op(2, i, "B", i + 1, 10_000 * (i // 2) + 10 * (i % 2) + 0.5, numel=4096) for i in range(6)]
+    b3 = [_op(3, i, "B", i + 1, 10_000 * (i // 2) + 10 * (i % 2) - 0.5, numel=4096) for i in range(6)]
+    t = trace.Trace(4, {0: tuple(a), 1: tuple(a1), 2: tuple(b2), 3: tuple(b3)}, {"A": (0, 1), "B": (2, 3)},
+                    {"A": "", "B": ""}, ())
+    steps = trace.find_steps(t.ops[0])
+    assert (steps.period, steps.count) == (2, 3)
+    prog, notes = trace.program(t, steps, gaps=True)
+    b_ops = [[(o.seq, o.step) for o in prog.ops[r]] for r in (2, 3)]
+    assert b_ops[0] == b_ops[1]  # every member replays the same ops in the same steps: no rank waits alone
+    assert (1, 0) not in b_ops[0]  # seq 1: rank 3 issued it before rank 0's first step: left out on both
+    assert any("did not record within the steps" in n for n in notes)
+    offsets = [o.offset_us for o in prog.ops[3] if o.step == 1]
+    assert offsets[0] == 0.0  # --gaps: from the rank's own start of the step, not rank 0's clock
+
+
+def test_the_ops_of_a_coalesced_block_are_rows_of_their_own():
+    ops = [_op(0, i, "0", 7, i, numel=1000 * (i + 1)) for i in range(3)]  # one sequence number, three ops
+    t = trace.Trace(1, {0: tuple(ops)}, {"0": (0,)}, {"0": "default_pg"}, ())
+    prog, _ = trace.program(t, trace.find_steps(t.ops[0], period=3), gaps=False)
+    assert [o.part for o in prog.ops[0]] == [0, 1, 2]
+    from workloads.messages import Case
+    base = {"run_id": "r", "backend": "gloo", "group_id": "g", "pattern": "replay", "ranks": [0], "local_ranks": [0],
+            "hosts": ["a"], "node_ips": ["1"], "node_ids": ["A"], "devices": ["cpu"], "pids": [1], "world_size": 1}
+    out = rows.replay_rows(base, Case("replay", "float32", "none", False, (), 1, 1, 0, replay=prog),
+                           [[ReplayTiming(i, 0, 10.0 * (i + 1)) for i in range(3)]])
+    assert [(r["msg_bytes"], r["time_us"]) for r in out] == [(4000, 10.0), (8000, 20.0), (12000, 30.0)]
+
+
+def test_a_negative_intercept_never_prices_a_smaller_size_above_a_larger_one():
+    ref = predict.FitRef("all_reduce", "inter", 2, -40.0, 1.0, 100_000, 1 << 20)
+    times = [ref.time_us(b) for b in (10, 50_000, 99_999, 100_000, 200_000)]
+    assert times == sorted(times) and times[0] == times[3] == pytest.approx(60.0)
