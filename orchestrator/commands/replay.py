@@ -8,6 +8,7 @@ import dataclasses
 import time
 
 from orchestrator.commands.options import add_doctor_option, add_spec_options, spec_from_args
+from orchestrator.execution.replaying import MAX_REPEAT
 from orchestrator.results.location import check_writable, resolve_output
 
 OPTIONS = ("backend", "ranks_per_node", "nodes", "exclude", "group_timeout_s", "deadline_rate_gbps", "output",
@@ -31,7 +32,7 @@ def add_parser(sub) -> None:
     p.add_argument("--gaps", action="store_true",
                    help="issue each op at its traced time from its step's start (the job's pauses for compute), "
                    "instead of back to back (default: back to back)")
-    p.add_argument("--repeat", type=int, default=3, help="replay the traced steps this many times, 1 to 1000 "
+    p.add_argument("--repeat", type=int, default=3, help=f"replay the traced steps this many times, 1 to {MAX_REPEAT} "
                    "(default: 3)")
     p.add_argument("--ops-per-step", type=int, default=None, metavar="N",
                    help="ops of rank 0 per step (default: found from the trace: the repeating unit ended by pauses)")

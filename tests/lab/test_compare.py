@@ -37,27 +37,29 @@ def _run(lab, out) -> None:
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
 
 
-def _compare(out) -> tuple[int, dict]:
+def _compare(out, code: int) -> dict:
+    """compare's tables, once it exited with `code` (0: nothing flagged, 1: a drop flagged)."""
     proc = run_cli(["compare", str(out), str(out), "--format", "json"], timeout=120)
-    assert proc.returncode in (0, 1), proc.stderr
-    return proc.returncode, json.loads(proc.stdout)["tables"]
+    tables = json.loads(proc.stdout)["tables"] if proc.stdout else {}
+    changes = [(r["link"], r["msg_bytes"], round(r["busbw_change"], 3), r["noise_source"], r["flag"])
+               for r in tables.get("matched", [])]
+    assert proc.returncode == code, (proc.stderr[-3000:], changes)
+    return tables
 
 
 def test_compare_is_clean_between_healthy_runs_and_names_only_a_slowed_nodes_links(plain4, tmp_path):
     out = tmp_path / "results"
     _run(plain4, out)
     _run(plain4, out)
-    code, tables = _compare(out)
-    changes = [(r["link"], r["msg_bytes"], round(r["busbw_change"], 3), r["noise_source"]) for r in tables["matched"]]
-    assert code == 0, changes
+    tables = _compare(out, code=0)
     assert len(tables["matched"]) == 12  # 6 pairs x 2 sizes, each matched with itself
     assert tables["summary"][0]["noise_peers"] + tables["summary"][0]["noise_iterations"] == 12
 
     _shape(plain4, SLOW_NODE, SLOW_LINK)
     _run(plain4, out)
-    code, tables = _compare(out)
+    tables = _compare(out, code=1)
     summary = tables["summary"][0]
-    assert code == 1 and len(summary["baseline_runs"]) == 2  # both healthy runs of the sweep
+    assert len(summary["baseline_runs"]) == 2  # both healthy runs of the sweep
     slow_ip = plain4.node_ips[SLOW_NODE]
     flagged = {r["link"] for r in tables["matched"] if r["flag"] == "DROP"}
     slow_links = {r["link"] for r in tables["matched"] if slow_ip in r["link"]}

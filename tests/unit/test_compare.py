@@ -58,10 +58,12 @@ def _run(out, run_id, minute, seed, faults=(), spec=SPEC, nodes=6):
     ResultStore(out, run_id).write_manifest({"command": "run", "state": "finished", "spec": json.dumps(spec)})
 
 
-def _compare(*args):
+def _compare(*args, code: int) -> dict:
+    """compare's tables, once it exited with `code` (0: nothing flagged, 1: a drop flagged)."""
     proc = run_main(["compare", *args, "--format", "json"])
-    assert proc.returncode in (0, 1), proc.stderr
-    return proc.returncode, json.loads(proc.stdout)["tables"]
+    tables = json.loads(proc.stdout)["tables"] if proc.stdout else {}
+    assert proc.returncode == code, (proc.stderr, [r for r in tables.get("matched", []) if r["flag"]])
+    return tables
 
 
 def test_four_links_that_moved_minus_34_to_plus_93_percent_are_noise(tmp_path):
@@ -71,8 +73,8 @@ def test_four_links_that_moved_minus_34_to_plus_93_percent_are_noise(tmp_path):
     write_cluster_run(a, "base", nodes=4, ranks_per_node=2, patterns=("intra",), noise=0.02, seed=1)
     moved = tuple(("node_intra", i, f) for i, f in enumerate((0.66, 1.1, 1.5, 1.93)))
     write_cluster_run(b, "new", nodes=4, ranks_per_node=2, patterns=("intra",), noise=0.02, seed=2, faults=moved)
-    code, tables = _compare(a, b)
-    assert code == 0 and all(r["flag"] == "" for r in tables["matched"])
+    tables = _compare(a, b, code=0)
+    assert all(r["flag"] == "" for r in tables["matched"])
     assert min(r["busbw_change"] for r in tables["matched"]) == pytest.approx(-0.34, abs=0.03)
     assert {r["noise_source"] for r in tables["matched"]} == {"peers"}
     assert tables["summary"][0]["noise_peers"] == len(tables["matched"])
@@ -87,8 +89,8 @@ def test_a_regression_of_every_link_is_flagged(tmp_path):
     slower = tuple(("pair", x, y, 0.75) for x in range(8) for y in range(x + 1, 8))
     write_cluster_run(b, "new", nodes=8, ranks_per_node=1, patterns=("pairwise",), noise=0.02, seed=2,
                       sizes=[1 << 22], faults=slower)
-    code, tables = _compare(a, b)
-    assert code == 1 and len(tables["matched"]) == 28 and all(r["flag"] == "DROP" for r in tables["matched"])
+    tables = _compare(a, b, code=1)
+    assert len(tables["matched"]) == 28 and all(r["flag"] == "DROP" for r in tables["matched"])
 
 
 def test_runs_of_the_same_sweep_are_the_baseline_and_only_the_slow_nodes_links_are_flagged(tmp_path):
@@ -100,21 +102,20 @@ def test_runs_of_the_same_sweep_are_the_baseline_and_only_the_slow_nodes_links_a
     for i in range(3):
         _run(out, f"r{i}", minute=1 + i, seed=i)
     _run(out, "healthy", minute=4, seed=4)
-    code, tables = _compare(out, out)
-    assert code == 0, [r for r in tables["matched"] if r["flag"]]
+    tables = _compare(out, out, code=0)
     assert tables["summary"][0]["baseline_runs"] == ["r0", "r1", "r2"]
     assert {r["noise_source"] for r in tables["matched"]} <= {"runs", "iterations"}
     assert tables["summary"][0]["noise_runs"] > 0
     _run(out, "slow", minute=5, seed=5, faults=(("node_nic", 2, 0.5),))
-    code, tables = _compare(out, out)
-    assert code == 1 and tables["summary"][0]["baseline_runs"] == ["r0", "r1", "r2", "healthy"]
+    tables = _compare(out, out, code=1)
+    assert tables["summary"][0]["baseline_runs"] == ["r0", "r1", "r2", "healthy"]
     flagged = {r["link"] for r in tables["matched"] if r["flag"] == "DROP"}
     assert flagged == {f"{IP[min(2, j)]}:0,{IP[max(2, j)]}:0" for j in range(6) if j != 2}
     largest = [r for r in tables["matched"] if r["msg_bytes"] == max(SIZES) and r["link"] in flagged]
     assert len(largest) == 5 and all(r["flag"] and r["busbw_change"] == pytest.approx(-0.5, abs=0.05) for r in largest)
     # named runs are used as named
-    code, tables = _compare(out, out, "--baseline-run", "r1,r2", "--new-run", "healthy")
-    assert code == 0 and tables["summary"][0]["baseline_runs"] == ["r1", "r2"]
+    tables = _compare(out, out, "--baseline-run", "r1,r2", "--new-run", "healthy", code=0)
+    assert tables["summary"][0]["baseline_runs"] == ["r1", "r2"]
 
 
 def test_a_small_cluster_with_one_baseline_run_is_not_judged_and_says_so(tmp_path):
@@ -138,8 +139,8 @@ def test_a_small_cluster_with_one_baseline_run_is_not_judged_and_says_so(tmp_pat
     assert f"{len(tables['matched'])} of {len(tables['matched'])} matched row(s) not judged" in proc.stderr
     assert "--baseline-run A,B,C" in proc.stderr
     # two baseline runs: the spread between them is the noise, and the -24% stands out of it
-    code, tables = _compare(out, out, "--baseline-run", "r0,r1", "--new-run", "new")
-    assert code == 1 and "unjudged" not in {r["noise_source"] for r in tables["matched"]}
+    tables = _compare(out, out, "--baseline-run", "r0,r1", "--new-run", "new", code=1)
+    assert "unjudged" not in {r["noise_source"] for r in tables["matched"]}
     assert {r["link"].split(":")[0] for r in tables["matched"] if r["flag"]} == {IP[1]}
 
 
@@ -149,7 +150,8 @@ def test_a_run_is_not_compared_with_itself(tmp_path):
     _run(out, "b", minute=1, seed=1)
     proc = run_main(["compare", out, out, "--baseline-run", "a,b", "--new-run", "b"])
     assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr == "collbench: error: --new-run b: is also a --baseline-run; a run compared with itself shows nothing\n"
+    assert proc.stderr == ("collbench: error: --new-run b: is also a --baseline-run; a run compared with itself "
+                           "shows nothing\n")
 
 
 def test_unknown_runs_and_runs_with_nothing_in_common_are_refused_in_one_line(tmp_path):
