@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import torch
 
-from workloads.memory import CHECK_CHUNK
+from workloads.memory import CHECK_CHUNK, COUNT_CHUNK
 from workloads.registry import ALL, Span
 
 TORCH_DTYPES: dict[str, torch.dtype] = {
@@ -149,12 +149,20 @@ _FLOAT8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
 def _mismatches(out: torch.Tensor, expected: torch.Tensor) -> int:
+    """Elements of `out` that differ from `expected` (broadcast), with a bool mask of `out`'s size as
+    the only large temporary: `any()` reads the mask in place, and only a mask with a mismatch is
+    counted, COUNT_CHUNK elements at a time. On CUDA `count_nonzero` is `(x != 0).sum()` and a bool
+    sum reduces through an int64 copy (make_reduction casts to kLong: pytorch issue 55366), 9 bytes
+    per counted element, so counting the whole mask would take 9 times the mask."""
     if out.dtype in _FLOAT8:
         # On CUDA, float8 is sure of casts, copies and fills only (no roll; eq/ne only in recent
         # torch releases): compare bit patterns (the values are small integers, never -0 or NaN,
         # so equal values have equal bits).
-        return int(torch.count_nonzero(out.view(torch.uint8) != expected.view(torch.uint8)))
-    return int(torch.count_nonzero(out != expected))  # a bool .sum() makes an int64 copy
+        out, expected = out.view(torch.uint8), expected.view(torch.uint8)
+    mask = (out != expected).view(-1)
+    if not bool(mask.any()):
+        return 0
+    return sum(int(torch.count_nonzero(part)) for part in mask.split(COUNT_CHUNK))
 
 
 def values(rank: int, it: int, start: int, numel: int, op: str, dtype: str, device: str = "cpu",

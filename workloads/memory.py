@@ -3,7 +3,8 @@ actor starts, and on the probe's node) and the harness (before it allocates) use
 
 A rank holds one size at a time: its send and receive buffers (one buffer in place), what the
 backend allocates for the call (gloo's all_gather and reduce_scatter: one more), and while
-checking, a mask byte per compared element, at most CHECK_CHUNK at a time. On a GPU, NCCL may
+checking, a mask byte per compared element, at most CHECK_CHUNK at a time, and the count of a
+mask that shows a mismatch (COUNT_CHUNK elements at a time). On a GPU, NCCL may
 still allocate after the free memory is read: the headroom per GPU generation.
 """
 
@@ -14,6 +15,10 @@ from workloads.registry import Collective, Ctx
 
 # Elements compared at a time: the check's temporary (a mask) stays this small whatever the size.
 CHECK_CHUNK = 1 << 22
+# Mask elements counted at a time where a chunk has a mismatch: counting costs 9 bytes per element on
+# CUDA (`count_nonzero` is `(x != 0).sum()`, and the sum reduces through an int64 copy).
+COUNT_CHUNK = CHECK_CHUNK // 16
+COUNT_BYTES_PER_ELEMENT = 1 + 8
 
 # What NCCL may still allocate on a GPU after the free memory is read: connections it makes on the
 # first use of an algorithm or peer (NCCL_RUNTIME_CONNECT, the default from 2.22). NVLink SHARP
@@ -21,9 +26,11 @@ CHECK_CHUNK = 1 << 22
 NCCL_HEADROOM_BYTES = {(9, 0): 2 << 30, (0, 0): 512 << 20}  # by the lowest compute capability it applies to
 
 
-def check_scratch_bytes() -> int:
-    """Peak temporary bytes of the check (workloads.data.count_wrong): a mask byte per element."""
-    return CHECK_CHUNK
+def check_scratch_bytes(numel: int = CHECK_CHUNK) -> int:
+    """Peak temporary bytes of the check (workloads.data.count_wrong) of `numel` output elements: a
+    mask byte per element compared at once, and where the mask shows a mismatch, what counting one
+    COUNT_CHUNK of it takes."""
+    return min(numel, CHECK_CHUNK) + min(numel, COUNT_CHUNK) * COUNT_BYTES_PER_ELEMENT
 
 
 def peak_bytes(coll: Collective, c: Ctx, backend: str, check: bool) -> int:
@@ -32,8 +39,7 @@ def peak_bytes(coll: Collective, c: Ctx, backend: str, check: bool) -> int:
     need = (coll.buffer_numel(c) + coll.backend_numel(c, backend)) * ELEMENT_BYTES[c.dtype]
     if not check:
         return need
-    # the check compares the output at most CHECK_CHUNK elements at a time
-    return need + check_scratch_bytes() * min(coll.recv_numel(c), CHECK_CHUNK) // CHECK_CHUNK
+    return need + check_scratch_bytes(coll.recv_numel(c))
 
 
 def headroom_bytes_for(cc: tuple[int, int]) -> int:

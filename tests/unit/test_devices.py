@@ -14,7 +14,7 @@ from orchestrator.sweep.devices import (
 )
 from orchestrator.sweep.inventory import from_description
 from orchestrator.sweep.spec import SweepSpec
-from workloads.memory import CHECK_CHUNK
+from workloads.memory import check_scratch_bytes
 
 H100_SMI = "\n".join(["NVIDIA H100 80GB HBM3, 81559, 9.0, 550.54.15"] * 8) + "\n"
 MIXED_SMI = "NVIDIA A100-SXM4-80GB, 81920, 8.0, 535.104.05\nNVIDIA A100-SXM4-40GB, 40960, 8.0, 535.104.05\n"
@@ -49,12 +49,14 @@ def test_float8_needs_hopper_and_nccl_2_24():
 
 def test_memory_estimate_is_buffers_plus_check_scratch():
     gib = 1 << 30
-    # all_reduce in place: one buffer; the check compares a chunk at a time with a mask byte each
+    # all_reduce in place: one buffer; the check compares a chunk at a time with a mask byte each,
+    # and counts a chunk that mismatches (COUNT_CHUNK elements at 9 bytes each on CUDA)
+    assert check_scratch_bytes() == (1 << 22) + (1 << 18) * 9
     spec = SweepSpec(collectives=("all_reduce",), min_bytes=gib, max_bytes=gib)
-    assert bytes_per_rank(spec, [2, 8], "nccl") == gib + CHECK_CHUNK
+    assert bytes_per_rank(spec, [2, 8], "nccl") == gib + check_scratch_bytes()
     # send_recv out of place: two buffers; gloo's all_gather also makes a temporary of the output
     assert bytes_per_rank(SweepSpec(collectives=("send_recv",), min_bytes=gib, max_bytes=gib), [2], "nccl") == \
-        2 * gib + CHECK_CHUNK
+        2 * gib + check_scratch_bytes()
     ag = SweepSpec(collectives=("all_gather",), min_bytes=gib, max_bytes=gib, check_iters=0)
     assert bytes_per_rank(ag, [4], "nccl") == gib + gib // 4
     assert bytes_per_rank(ag, [4], "gloo") == 2 * gib + gib // 4
@@ -70,7 +72,7 @@ def test_memory_check_refuses_what_cannot_fit():
     assert str(e.value).startswith("--max-bytes 40G: each rank needs about 80.0G (buffers and check), node ")
     assert f"has {have / (1 << 30):.1f}G of GPU memory per device after 3G for CUDA and NCCL" in str(e.value)
     # a size the harness would refuse on the device (its headroom) is refused here too, before the run
-    near = (81559 << 20) - (2 << 30) - CHECK_CHUNK  # fits a 1G-only reserve, not the 3G one
+    near = (81559 << 20) - (2 << 30) - check_scratch_bytes()  # fits a 1G-only reserve, not the 3G one
     with pytest.raises(UsageError, match="each rank needs about"):
         check_memory(SweepSpec(collectives=("all_reduce",), min_bytes=near, max_bytes=near), "nccl", INV, [2], caps)
     check_memory(SweepSpec(min_bytes=40 << 30, max_bytes=40 << 30), "nccl", INV, [2], {})  # unknown memory: not refused
