@@ -5,10 +5,14 @@
 # dashboard): Ray's Java, RLlib, LLM and libraries on top of Ray Core are left out, native code is stripped (scripts/repack_wheels.py),
 # and all wheels go into one solid xz archive, DIR/collbench-offline-pyXY.tar.xz.
 #
-#     scripts/offline_bundle.sh DIR [--python 3.12] [--max-mib 50]
+#     scripts/offline_bundle.sh DIR [--python 3.12] [--glibc 2.35] [--image FILE] [--max-mib 50]
 #
 # --python X.Y downloads wheels for that interpreter (CPython, manylinux x86_64) rather than this
-# one. The archive must not exceed --max-mib MiB (default 50): the size is printed, exit 1 if over.
+# one; --glibc the target's C library (default 2.35: Ubuntu 22.04 and newer, Debian 12 has 2.36).
+# Every wheel's tags are checked against that target before it is packed (scripts/bundle_plan.py).
+# --image FILE: the distributions the target's image already has (one name a line, e.g.
+# scripts/images/nvidia-h200.txt): their large wheels stay out (install_bundle.sh takes the image's).
+# The archive must not exceed --max-mib MiB (default 50): the size is printed, exit 1 if over.
 # Measured for Python 3.11 on 2026-12-01: 48.4 MiB, of which code collbench loads sets the floor:
 # Ray's raylet, GCS server and _raylet.so 17.7 MiB, pyarrow's libraries 16.5, numpy (OpenBLAS)
 # 8.7, pandas 5.2 (xz -9, each alone); with the repository (1 MiB) it fits the device tool's 64 MiB.
@@ -17,17 +21,22 @@ set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 
 die_usage() { echo "offline_bundle: error: $*" >&2; exit 2; }
-dest="" python_version="" max_mib=50
+dest="" python_version="" max_mib=50 glibc=2.35 image=""
+usage="usage: offline_bundle.sh DIR [--python 3.12] [--glibc 2.35] [--image FILE] [--max-mib 50]"
 while [ $# -gt 0 ]; do
     case "$1" in
         --python) [ $# -ge 2 ] || die_usage "--python needs a version such as 3.12"; python_version=$2; shift 2 ;;
         --max-mib) [ $# -ge 2 ] || die_usage "--max-mib needs a size in MiB"; max_mib=$2; shift 2 ;;
-        -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        -*) die_usage "unknown option $1 (usage: offline_bundle.sh DIR [--python 3.12] [--max-mib 50])" ;;
+        --glibc) [ $# -ge 2 ] || die_usage "--glibc needs a version such as 2.35"; glibc=$2; shift 2 ;;
+        --image) [ $# -ge 2 ] || die_usage "--image needs a file of distribution names"; image=$2; shift 2 ;;
+        -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -*) die_usage "unknown option $1 ($usage)" ;;
         *) [ -z "$dest" ] || die_usage "one DIR only, got '$dest' and '$1'"; dest=$1; shift ;;
     esac
 done
-[ -n "$dest" ] || die_usage "missing DIR (usage: offline_bundle.sh DIR [--python 3.12] [--max-mib 50])"
+[ -n "$dest" ] || die_usage "missing DIR ($usage)"
+[[ "$glibc" =~ ^2\.[0-9]+$ ]] || die_usage "--glibc '$glibc' is not a glibc version such as 2.35"
+[ -z "$image" ] || [ -f "$image" ] || die_usage "--image '$image' is not a file"
 [[ -z "$python_version" || "$python_version" =~ ^3\.(1[0-9]|[2-9][0-9])$ ]] \
     || die_usage "--python '$python_version' is not a CPython version 3.10 or newer such as 3.12"
 [[ "$max_mib" =~ ^[1-9][0-9]*$ ]] || die_usage "--max-mib '$max_mib' is not a whole number of MiB"
@@ -46,7 +55,10 @@ start_s=$SECONDS
 # with Ray Core for `ray[default]`: the dashboard, the job server and their libraries (gRPC, aiohttp,
 # OpenTelemetry, py-spy, virtualenv: a third of the bundle) serve a cluster's operators, not an
 # embedded run on one offline machine. install_bundle.sh installs collbench --no-deps, then these.
-python3 -m pip wheel -q --no-deps --no-build-isolation -w "$stage/own" "$repo"
+# With build isolation: pip fetches the build backend pyproject.toml names (setuptools>=68) rather than
+# relying on this Python's own (an older setuptools and no `wheel` fail with "invalid command
+# 'bdist_wheel'").
+python3 -m pip wheel -q --no-deps -w "$stage/own" "$repo"
 wheel=$(ls "$stage"/own/collbench-*.whl)
 python3 - "$wheel" > "$stage/requirements.txt" <<'PY'
 import re, sys, zipfile
@@ -62,23 +74,31 @@ print("pytest>=8")
 print("pytest-timeout")
 PY
 
-# Every dependency in one pass, binary wheels only, for the target interpreter.
-target=()
-if [ "$python_version" != "$this_version" ]; then
-    nodot=${python_version/./}
-    target=(--python-version "$python_version" --implementation cp --abi "cp$nodot" --abi abi3 --abi none
-            --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform manylinux2010_x86_64)
-    for minor in $(seq 17 35); do target+=(--platform "manylinux_2_${minor}_x86_64"); done
-fi
+# Every dependency in one pass, binary wheels only, for the target interpreter and C library (named
+# even when the target is this Python, so that the wheels chosen never depend on the building machine).
+nodot=${python_version/./}
+target=(--python-version "$python_version" --implementation cp --abi "cp$nodot" --abi abi3 --abi none
+        --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform manylinux2010_x86_64)
+for minor in $(seq 17 "${glibc#2.}"); do target+=(--platform "manylinux_2_${minor}_x86_64"); done
 python3 -m pip download -q --only-binary=:all: -d "$stage/download" "${target[@]}" -r "$stage/requirements.txt"
 if ls "$stage"/download/torch-* >/dev/null 2>&1; then
     echo "offline_bundle: torch was pulled in by a dependency; the bundle must not carry it" >&2
     exit 1
 fi
 cp "$wheel" "$stage/download/"
+python3 "$repo/scripts/bundle_plan.py" tags "$stage/download" "$python_version" "$glibc" \
+    || { echo "offline_bundle: wheels above do not install on the target" >&2; exit 1; }
+if [ -n "$image" ]; then
+    python3 "$repo/scripts/bundle_plan.py" omit "$stage/download" "$image" > "$stage/omit.txt"
+    while read -r left; do
+        echo "offline_bundle: left out $(basename "$left") ($(( $(stat -c %s "$left") >> 20 )) MiB): the image has it"
+        rm -f "$left"
+    done < "$stage/omit.txt"
+fi
 
 python3 "$repo/scripts/repack_wheels.py" "$stage/download" "$stage/wheels"
 cp "$stage/requirements.txt" "$stage/wheels/requirements.txt"  # what install_bundle.sh installs
+printf 'python %s\nglibc %s\nimage %s\n' "$python_version" "$glibc" "${image:-none}" > "$stage/wheels/target.txt"
 mkdir -p "$dest"
 archive="$dest/collbench-offline-py${python_version/./}.tar.xz"
 # -9 with the x86 filter: native code is most of the bytes; one solid stream across all wheels, on

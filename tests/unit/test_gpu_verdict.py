@@ -95,3 +95,57 @@ def test_every_multi_gpu_row_names_its_intra_path():
     rows.loc[1, "intra_transport"] = None
     ok, line = gpu_verdict.verdict(rows, MANIFESTS, (9, 0))
     assert not ok and line.endswith("| 1 row(s) of 2-GPU groups name no intra-node path")
+
+
+def _one_gpu(copy_time_us: float = 10.0):  # _rows with busbw 0: every time_us is 10 us
+    rows = _rows(1, 0.0)
+    rows = rows[rows.run_id == "sweep"].copy()
+    rows["collective"] = rows.collective.replace({"all_reduce": "all_gather"})
+    both = pd.concat([rows.assign(in_place=False), rows.assign(in_place=True, time_us=5.0, time_us_batch=5.0)])
+    return both, {"sweep": MANIFESTS["sweep"]}, copy_time_us
+
+
+def test_one_gpu_passes_on_what_ran_and_names_what_did_not():
+    """One rank: no overlap, no CUDA graph, in-place rows that time a launch; the copy timed twice."""
+    rows, manifests, copy_time_us = _one_gpu()
+    asked = []
+
+    def copy_us(nbytes: int) -> float:
+        asked.append(nbytes)
+        return copy_time_us
+
+    ok, line = gpu_verdict.verdict(rows, manifests, (9, 0), copy_us=copy_us)
+    assert ok, line
+    assert asked == [1 << 30]  # the largest out-of-place all_gather
+    assert "all_gather 1024M on 1 rank (a device copy)" in line and "(x1.00)" in line
+    assert "overlap" not in line and "cuda-graph" not in line and "batch/per-call" not in line
+    lines = gpu_verdict.not_checked(1, gpu=True)
+    assert len(lines) == 7 and all(x.startswith("not exercised (1 rank): ") for x in lines)
+    assert any("in-place all_reduce, broadcast and reduce" in x for x in lines)
+    assert any("float8 reductions" in x for x in lines) and any("CUDA graph" in x for x in lines)
+    assert gpu_verdict.not_checked(2, gpu=True) == []
+    # a copy timed twice as slow as torch's own is a timing fault, named
+    ok, line = gpu_verdict.verdict(rows, manifests, (9, 0), copy_us=lambda nbytes: copy_time_us / 2)
+    assert not ok and "one-rank all_gather time x2.00 of torch's copy of the same bytes" in line
+    # an in-place row below the empty-call floor is not a fault on one rank (NCCL launched nothing) ...
+    rows.loc[rows.in_place, "time_us_batch"] = 0.01
+    assert gpu_verdict.verdict(rows, manifests, (9, 0), copy_us=copy_us)[0]
+    # ... an out-of-place one is
+    rows.loc[~rows.in_place & (rows.msg_bytes == 1024), "time_us_batch"] = 0.01
+    ok, line = gpu_verdict.verdict(rows, manifests, (9, 0), copy_us=copy_us)
+    assert not ok and "a batch time at or below the empty-call floor" in line
+
+
+def test_the_rehearsal_verdict_judges_only_what_a_cpu_can_show():
+    rows = _rows(2, 0.5, nccl=None, intra=None, model=None, dtypes=("float32", "int8"))
+    rows["mem_peak_bytes"] = None
+    ok, line = gpu_verdict.verdict(rows, {}, None, gpu=False)
+    assert ok, line
+    assert line == ("collbench GPU check: PASS | 2 CPU ranks (rehearsal, no GPU) | 1 collectives x 3 dtypes | "
+                    "overlap efficiency 80%")
+    lines = gpu_verdict.not_checked(2, gpu=False)
+    assert lines[0] == "not run (no GPU): NCCL's log (version, intra- and inter-node paths)" and len(lines) == 7
+    wrong = rows.copy()
+    wrong.loc[0, "n_wrong"] = 1
+    assert gpu_verdict.verdict(wrong, {}, None, gpu=False) == (
+        False, line.replace("PASS", "FAIL") + " | 1 row(s) not ok or not exact")
