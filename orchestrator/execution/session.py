@@ -94,7 +94,7 @@ class Session:
 
     def cluster(self) -> tuple[Inventory, str]:
         """The nodes that hold ranks and the backend (a resumed run compares them with its own:
-        commands.resume.cluster_change)."""
+        sweep.resume.cluster_change)."""
         if not self.where:
             raise SessionOrder("Session.cluster() runs inside `with Session(...)`")
         if self.placement_group is not None:
