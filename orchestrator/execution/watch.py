@@ -301,7 +301,7 @@ class Watch:
     def _flags(self, run_id: str) -> list:
         """The report's flags of the cycle: its peers (slow pairs, nodes, rails), expected values,
         and its failed groups (failed_group, with their nodes)."""
-        from orchestrator.commands.report import read_report, run_frame
+        from orchestrator.operations.report import read_report, run_frame
 
         frame = run_frame(self.spec.output, run_id)
         return read_report(self.spec.output, frame, self.threshold, "GBps", None, self.user_entries,
@@ -357,15 +357,15 @@ class Watch:
 
     def _earlier_runs(self) -> list[str]:
         """Watch cycles already in the output, of this sweep, newest last: the baseline to start from."""
-        from orchestrator.commands.compare import _NOT_THE_SWEEP, _sweep
+        from orchestrator.operations.compare import sweep_key, sweep_of
         from orchestrator.results import dataset
 
         try:
             known = dataset.runs(self.spec.output)
         except UsageError:  # no rows yet
             return []
-        mine = json.dumps({k: v for k, v in self.spec.to_json().items() if k not in _NOT_THE_SWEEP}, sort_keys=True)
-        same = [r for r in known if _sweep(self.spec.output, r) == ("watch", mine)]
+        mine = sweep_key("watch", self.spec.to_json())
+        same = [r for r in known if sweep_of(self.spec.output, r) == mine]
         return same[-self.baseline_cycles:]
 
     def _export(self, cycle: Cycle) -> None:
