@@ -8,7 +8,8 @@ is captured in a CUDA graph and replayed, as nccl-tests' -G; on the CPU the same
 last clock readings), then run the check iterations on fresh inputs and count the wrong elements.
 What comes back are raw per-iteration samples of this rank; the driver combines ranks. A workload
 other than a plain collective (`workloads.overlap`) registers its own measure of one count
-(registry.Workload), made of these steps; the loop over sizes stays here. `batch_floor_us` is the same batch loop dispatching nothing (the run's manifest records it).
+(registry.Workload), made of these steps; the loop over sizes stays here. `batch_floor_us` is the
+same batch loop dispatching nothing (the run's manifest records it).
 
 Each size's buffers are released before the next is allocated (and cached blocks returned on a
 GPU). Before allocating, a GPU rank compares what the size needs with the memory free on its
