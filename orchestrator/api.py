@@ -16,7 +16,9 @@ Options are the sweep options' names with underscores, as in a `--config` YAML f
 for --max-bytes), with the same values and the same checks: a bad value raises `UsageError` with
 the one line the command prints. In a process whose Ray is initialised already, that session is
 used as it is: collbench neither calls ray.init again nor shuts it down. By default nothing is
-printed (`verbose=True` prints what the command prints).
+printed (`verbose=True` prints what the command prints); an unreadable results file is a
+`CollbenchWarning`. Nothing here ends the caller's process: a cluster whose ray.init never returns
+raises `ConnectTimeout` (a UsageError).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from orchestrator.analysis.report import Report
 from orchestrator.errors import UsageError
 from orchestrator.execution.jobs import RunResult
 from orchestrator.execution.qualifying import Qualification
+from orchestrator.execution.voice import COMMAND_LINE, QUIET
 from orchestrator.operations import compare as comparing
 from orchestrator.operations import qualify as qualifying
 from orchestrator.operations import report as reporting
@@ -61,7 +64,7 @@ def run(sweep: SweepSpec | None = None, /, *, nodes: Sequence[str] | None = None
 
     chosen = _spec(sweep, nodes, options)
     check_writable(chosen.output)
-    return jobs.sweep(chosen, voice=jobs.COMMAND_LINE if verbose else jobs.QUIET, placement_group=placement_group,
+    return jobs.sweep(chosen, voice=COMMAND_LINE if verbose else QUIET, placement_group=placement_group,
                       console_for=(lambda groups: console.Console(groups)) if verbose else None, doctor=doctor)
 
 
@@ -78,7 +81,7 @@ def replay(dumps: str | Sequence[str], /, *, repeat: int = 3, gaps: bool = False
                                ops_per_step=ops_per_step, trace_ranks_per_node=trace_ranks_per_node)
     chosen = _spec(None, nodes, options)
     check_writable(chosen.output)
-    voice = jobs.COMMAND_LINE if verbose else jobs.QUIET
+    voice = COMMAND_LINE if verbose else QUIET
     for line in said:
         voice.say(f"collbench: {line}")
     return jobs.sweep(chosen, voice=voice, console_for=(lambda groups: console.Console(groups)) if verbose else None,
@@ -90,7 +93,6 @@ def qualify(sweep: SweepSpec | None = None, /, *, nodes: Sequence[str] | None = 
             doctor: bool = True, verbose: bool = False, **options: Any) -> Qualification:
     """Name the slow, hanging, failing and lost nodes: a Qualification with a verdict and its
     evidence per node (`.failing`: those that did not pass). Options as `collbench qualify`'s."""
-    from orchestrator.execution.jobs import COMMAND_LINE, QUIET
     from orchestrator.execution.qualifying import qualification
 
     judged = qualifying.QualifyOptions(threshold=threshold, min_fraction=min_fraction, seed=seed, expected=expected)

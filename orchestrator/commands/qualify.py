@@ -61,7 +61,7 @@ def main(args: argparse.Namespace) -> int:
     check_writable(spec.output)
     from orchestrator.execution.qualifying import qualification
 
-    from orchestrator.execution.jobs import COMMAND_LINE, Voice
+    from orchestrator.execution.voice import COMMAND_LINE, Voice
 
     log = sys.stderr if args.format == "json" else sys.stdout  # stdout: the JSON alone
     voice = Voice(lambda line: print(line, file=log, flush=True), COMMAND_LINE.problem)

@@ -31,7 +31,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from orchestrator.errors import UsageError, first_line
+from orchestrator.errors import ConnectTimeout, UsageError, first_line
+from orchestrator.execution.voice import QUIET
 from orchestrator.sweep.inventory import Inventory, Node
 from orchestrator.sweep.planner import nodes_needed
 from orchestrator.sweep.spec import SweepSpec
@@ -253,7 +254,7 @@ class Watch:
         spec = dataclasses.replace(self.spec, nodes=tuple(n.node_id for n in idle), exclude=(), patterns=patterns)
         partition = PARTITION.format(started)
         try:
-            result = jobs.sweep(spec, voice=jobs.QUIET, partition=partition, cpus_per_rank=CPUS_PER_RANK,
+            result = jobs.sweep(spec, voice=QUIET, partition=partition, cpus_per_rank=CPUS_PER_RANK,
                                 command="watch", doctor=self.doctor)
         except DoctorRefusal as e:  # a node that would hang or fail the canary: an alert, not a silence
             cycle.alerts = [Alert(node, "doctor", None, None, f"{node} ({host}): {c.name}: {c.detail}; {c.hint}")
@@ -308,7 +309,6 @@ class Watch:
                            self.min_fraction).flags
 
     def _qualify(self, idle: list[Node], doubted: set[str], drops: list[str], evidence: dict, partition: str):
-        from orchestrator.execution.jobs import QUIET
         from orchestrator.execution.qualifying import qualification
 
         checked = [n.ip for n in idle]
@@ -350,6 +350,8 @@ class Watch:
             try:
                 self.connection = connect.connect(self.spec.address)
                 return True
+            except ConnectTimeout:  # ray.init stuck in its thread: the command line ends the process
+                raise
             except (UsageError, ConnectionError, RuntimeError):
                 time.sleep(min(5.0, max(0.0, deadline - time.monotonic())))
         raise _Lost(f"lost the Ray cluster at {self.spec.address or _env_address()} and could not join it again "
