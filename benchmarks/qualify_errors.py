@@ -1,5 +1,5 @@
 """Qualify's error rates as measured figures: the real qualifier (orchestrator.sweep.qualify, the
-code `collbench qualify` runs, driven by orchestrator.sweep.qualify_rates) against seeded
+code `collbench qualify` runs, driven by benchmarks/qualify_rates.py) against seeded
 simulated clusters of N = 2 ... 4,096 nodes (one rank each: every probe crosses nodes), per fault,
 noise profile, and with or without expected values. Prints, per cell, the false-positive rate (a
 healthy node not passed) and the false-negative rate (a culprit passed), and the most rounds.
@@ -16,7 +16,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from orchestrator.sweep.qualify_rates import FAULTS, NOISE, measure
+from benchmarks.qualify_rates import FAULTS, NOISE, measure
 
 SIZES = (2, 3, 4, 5, 6, 7, 8, 16, 64, 256, 1024, 4096)
 CLUSTERS = {2: 1000, 3: 1000, 4: 1000, 5: 1000, 6: 1000, 7: 1000, 8: 1000, 16: 1000, 64: 500, 256: 200, 1024: 60,

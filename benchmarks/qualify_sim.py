@@ -23,8 +23,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks.qualify_simulator import Model, simulate
 from orchestrator.sweep.qualify import Deadlines, Outcome, Probe, Qualifier, Reference, Result
-from orchestrator.sweep.qualify_sim import Model, simulate
 
 SIZES = (16, 64, 256, 1024, 4096)
 PING_S = 3.0  # execution.pool.ActorPool.silent

@@ -16,7 +16,9 @@ Options are the sweep options' names with underscores, as in a `--config` YAML f
 for --max-bytes), with the same values and the same checks: a bad value raises `UsageError` with
 the one line the command prints. In a process whose Ray is initialised already, that session is
 used as it is: collbench neither calls ray.init again nor shuts it down. By default nothing is
-printed (`verbose=True` prints what the command prints).
+printed (`verbose=True` prints what the command prints); an unreadable results file is a
+`CollbenchWarning`. Nothing here ends the caller's process: a cluster whose ray.init never returns
+raises `ConnectTimeout` (a UsageError).
 """
 
 from __future__ import annotations
@@ -28,19 +30,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.analysis.report import Report
-from orchestrator.commands.compare import Comparison, comparison
 from orchestrator.errors import UsageError
 from orchestrator.execution.jobs import RunResult
 from orchestrator.execution.qualifying import Qualification
+from orchestrator.execution.voice import COMMAND_LINE, QUIET
+from orchestrator.operations import compare as comparing
+from orchestrator.operations import qualify as qualifying
+from orchestrator.operations import report as reporting
+from orchestrator.operations.checks import Unit, user_expected
+from orchestrator.operations.compare import By, Comparison
 from orchestrator.results.location import check_writable, resolve_output
 from orchestrator.sweep.spec import SweepSpec, from_mapping
 
 __all__ = ["Comparison", "Preflight", "Qualification", "Report", "RunResult", "UsageError", "compare", "preflight",
            "qualify", "replay", "report", "run", "spec"]
-
-# qualify's and preflight's defaults where they differ from a sweep's (commands/qualify.py)
-QUALIFY_DEFAULTS = {"collectives": ("all_reduce",), "min_bytes": 1 << 20, "max_bytes": 16 << 20, "iters": 5,
-                    "warmup": 1, "group_timeout_s": 60.0}
 
 
 def spec(base: SweepSpec | None = None, **options: Any) -> SweepSpec:
@@ -61,7 +64,7 @@ def run(sweep: SweepSpec | None = None, /, *, nodes: Sequence[str] | None = None
 
     chosen = _spec(sweep, nodes, options)
     check_writable(chosen.output)
-    return jobs.sweep(chosen, voice=jobs.COMMAND_LINE if verbose else jobs.QUIET, placement_group=placement_group,
+    return jobs.sweep(chosen, voice=COMMAND_LINE if verbose else QUIET, placement_group=placement_group,
                       console_for=(lambda groups: console.Console(groups)) if verbose else None, doctor=doctor)
 
 
@@ -78,7 +81,7 @@ def replay(dumps: str | Sequence[str], /, *, repeat: int = 3, gaps: bool = False
                                ops_per_step=ops_per_step, trace_ranks_per_node=trace_ranks_per_node)
     chosen = _spec(None, nodes, options)
     check_writable(chosen.output)
-    voice = jobs.COMMAND_LINE if verbose else jobs.QUIET
+    voice = COMMAND_LINE if verbose else QUIET
     for line in said:
         voice.say(f"collbench: {line}")
     return jobs.sweep(chosen, voice=voice, console_for=(lambda groups: console.Console(groups)) if verbose else None,
@@ -90,22 +93,16 @@ def qualify(sweep: SweepSpec | None = None, /, *, nodes: Sequence[str] | None = 
             doctor: bool = True, verbose: bool = False, **options: Any) -> Qualification:
     """Name the slow, hanging, failing and lost nodes: a Qualification with a verdict and its
     evidence per node (`.failing`: those that did not pass). Options as `collbench qualify`'s."""
-    from orchestrator.commands.options import check_threshold
-    from orchestrator.execution.jobs import COMMAND_LINE, QUIET
     from orchestrator.execution.qualifying import qualification
 
-    check_threshold(threshold)
-    if not 0 < min_fraction <= 1:
-        raise UsageError(f"min_fraction {min_fraction:g}: must be above 0 and at most 1 (0.8: 80% of expected)")
-    chosen = _spec(sweep, nodes, {**{k: v for k, v in QUALIFY_DEFAULTS.items() if k not in options}, **options})
-    for name, values in (("collectives", chosen.collectives), ("dtypes", chosen.dtypes)):
-        if len(values) != 1 or "all" in values:
-            raise UsageError(f"{name} {','.join(values)}: qualify measures one (the verdicts compare like with like)")
+    judged = qualifying.QualifyOptions(threshold=threshold, min_fraction=min_fraction, seed=seed, expected=expected)
+    chosen = qualifying.check_spec(_spec(sweep, nodes, {**{k: v for k, v in qualifying.DEFAULTS.items()
+                                                           if k not in options}, **options}))
     check_writable(chosen.output)
-    entries = _expected(expected)
-    return qualification(chosen, threshold=threshold, min_fraction=min_fraction, seed=seed, user_entries=entries,
-                         voice=COMMAND_LINE if verbose else QUIET, log=sys.stdout if verbose else None,
-                         placement_group=placement_group, doctor=doctor)
+    entries = user_expected(judged.expected)
+    return qualification(chosen, threshold=judged.threshold, min_fraction=judged.min_fraction, seed=judged.seed,
+                         user_entries=entries, voice=COMMAND_LINE if verbose else QUIET,
+                         log=sys.stdout if verbose else None, placement_group=placement_group, doctor=doctor)
 
 
 @dataclass
@@ -136,33 +133,24 @@ def preflight(target=None, /, *, timeout_s: float = 60.0, verbose: bool = False,
     return Preflight(found)
 
 
-def report(source: str | RunResult, *, run_id: str | None = None, threshold: float = 0.10, unit: str = "GBps",
+def report(source: str | RunResult, *, run_id: str | None = None, threshold: float = 0.10, unit: Unit = "GBps",
            collective: str | None = None, expected: str | None = None, min_fraction: float = 0.8) -> Report:
     """The report of a run: `source` is a RunResult or a results dataset (its latest run, or
     `run_id`). Tables as `.tables` (lists of dicts) or `.frame(name)` (DataFrames); flags as `.flags`."""
-    from orchestrator.commands.options import UNITS, check_threshold
-    from orchestrator.commands.report import read_report, run_frame
-
-    check_threshold(threshold)
-    if unit not in UNITS:
-        raise UsageError(f"unit {unit!r}: one of {', '.join(UNITS)}")
     if isinstance(source, RunResult):
         source, run_id = source.output, source.run_id
-    frame = run_frame(source, run_id, collective)
-    return read_report(source, frame, threshold, unit, collective, _expected(expected), min_fraction)
+    return reporting.report(reporting.ReportOptions(path=source, run_id=run_id, collective=collective,
+                                                    threshold=threshold, unit=unit, expected=expected,
+                                                    min_fraction=min_fraction)).report
 
 
 def compare(baseline: str, new: str | None = None, *, baseline_runs: Sequence[str] | None = None,
-            new_run: str | None = None, threshold: float = 0.05, by: str = "link") -> Comparison:
+            new_run: str | None = None, threshold: float = 0.05, by: By = "link") -> Comparison:
     """Compare a new run with baseline runs of the same sweep, as `collbench compare` does; the
     flagged drops are `.flagged` (a DataFrame: empty when nothing regressed)."""
-    from orchestrator.commands.options import check_threshold
-
-    check_threshold(threshold)
-    if by not in ("link", "shape"):
-        raise UsageError(f"by {by!r}: link or shape")
-    return comparison(baseline, new or baseline, ",".join(baseline_runs) if baseline_runs else None, new_run,
-                      threshold, by)
+    return comparing.compare(comparing.CompareOptions(
+        baseline=baseline, new=new or baseline, baseline_runs=tuple(baseline_runs or ()), new_run=new_run,
+        threshold=threshold, by=by))
 
 
 def _spec(sweep: SweepSpec | None, nodes: Sequence[str] | None, options: dict) -> SweepSpec:
@@ -172,8 +160,3 @@ def _spec(sweep: SweepSpec | None, nodes: Sequence[str] | None, options: dict) -
         options = {**options, "nodes": list(nodes)}
     return spec(sweep, **options)
 
-
-def _expected(path: str | None) -> list:
-    from orchestrator.analysis import expected
-
-    return expected.load(path, "user") if path else []

@@ -6,10 +6,11 @@ import argparse
 import os
 import select
 import sys
+import warnings
 
 from orchestrator import __version__
 from orchestrator.commands import compare, doctor, lab, plan, predict, qualify, replay, report, run, watch
-from orchestrator.errors import UsageError
+from orchestrator.errors import CollbenchWarning, ConnectTimeout, UsageError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -58,11 +59,29 @@ def _dispatch(argv: list[str] | None) -> int:
     if not args.command:
         parser.print_help()
         return 2
-    try:
-        return args.handler(args)
-    except UsageError as e:
-        print(f"collbench: error: {e}", file=sys.stderr)
-        return e.exit_code
+    with warnings.catch_warnings():  # what the code below says as a warning, the command line says in one line
+        warnings.simplefilter("always", CollbenchWarning)
+        warnings.showwarning = _one_line(warnings.showwarning)
+        try:
+            return args.handler(args)
+        except UsageError as e:
+            print(f"collbench: error: {e}", file=sys.stderr)
+            if isinstance(e, ConnectTimeout):  # Ray's exit hooks would wait on the join stuck in its thread
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(e.exit_code)
+            return e.exit_code
+
+
+def _one_line(shown):
+    """warnings.showwarning that prints a CollbenchWarning as `collbench: warning: ...` (others as before)."""
+    def show(message, category, *rest) -> None:
+        if issubclass(category, CollbenchWarning):
+            print(f"collbench: warning: {message}", file=sys.stderr)
+        else:
+            shown(message, category, *rest)
+
+    return show
 
 
 class _QuietWhenClosed:

@@ -17,6 +17,17 @@ class RunStopped(UsageError):
     exit_code = 1
 
 
+class ConnectTimeout(UsageError):
+    """ray.init did not return by the deadline (a listener that speaks gRPC but is not a GCS). The
+    join is still stuck in a daemon thread: the command line says the line and ends its process
+    with os._exit (Ray's exit hooks would wait on that join); a Python caller's process goes on."""
+
+
+class CollbenchWarning(UserWarning):
+    """A problem said and gone past (a results file that cannot be read is left out): the command
+    line prints it as `collbench: warning: ...`; a Python caller filters it as any warning."""
+
+
 def first_line(e: BaseException) -> str:
     """The first non-empty line of an exception's message, or its type's name when it has none.
     Ray wraps a remote exception: its `cause` (the worker's own exception) is what is said."""

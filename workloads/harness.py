@@ -7,8 +7,9 @@ so that below ~1 MiB it measures NCCL, not two event records per call; with --cu
 is captured in a CUDA graph and replayed, as nccl-tests' -G; on the CPU the same pass's first and
 last clock readings), then run the check iterations on fresh inputs and count the wrong elements.
 What comes back are raw per-iteration samples of this rank; the driver combines ranks. A workload
-other than a plain collective (`workloads.overlap`) reuses these steps; the loop over sizes stays
-here. `batch_floor_us` is the same batch loop dispatching nothing (the run's manifest records it).
+other than a plain collective (`workloads.overlap`) registers its own measure of one count
+(registry.Workload), made of these steps; the loop over sizes stays here. `batch_floor_us` is the
+same batch loop dispatching nothing (the run's manifest records it).
 
 Each size's buffers are released before the next is allocated (and cached blocks returned on a
 GPU). Before allocating, a GPU rank compares what the size needs with the memory free on its
@@ -32,7 +33,7 @@ from workloads.data import SENTINEL, TORCH_DTYPES, count_wrong, write
 from workloads.dtypes import ELEMENT_BYTES, NO_OP
 from workloads.memory import headroom_bytes_for, peak_bytes
 from workloads.messages import Case, ReplayProgram, ReplayTiming, Sample
-from workloads.registry import OVERLAP, Collective, Ctx
+from workloads.registry import Collective, Ctx
 
 _OPS = {
     "sum": dist.ReduceOp.SUM,
@@ -56,10 +57,8 @@ class CountSkipped(Exception):
 
 def run_case(case: Case, rank: int, n: int, device: torch.device) -> list[Sample]:
     """Measure and check every count of `case`; this rank's sample per count."""
-    if case.collective == OVERLAP:
-        from workloads.overlap import measure
-    else:
-        measure = measure_collective
+    special = registry.workload(case.collective)  # overlap: its own measure, over the steps below
+    measure = special.measure if special else measure_collective
     out = []
     for count in case.counts:
         c = Ctx(rank, n, count, case.dtype, case.op, case.root, case.in_place, str(device))

@@ -100,3 +100,6 @@ def _agree(size: tuple[int, int], device: torch.device) -> tuple[int, int]:
     agreed = torch.tensor(size, dtype=torch.float64, device=device)
     dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
     return int(agreed[0].item()), int(agreed[1].item())
+
+
+registry.register_workload(registry.Workload(registry.OVERLAP, measure))

@@ -115,12 +115,42 @@ class Collective(ABC):
 REGISTRY: dict[str, Collective] = {}
 
 
+@dataclass(frozen=True)
+class Workload:
+    """A workload other than one plain collective (overlap): its own measure of one count, made of
+    the harness' steps. Its module (`workloads.<name>`) registers it; the harness finds it here by
+    name, so the harness never imports a workload that imports the harness."""
+
+    name: str
+    measure: Callable[..., object]  # (case, ctx, device) -> messages.Sample
+
+
+WORKLOAD_REGISTRY: dict[str, Workload] = {}
+
+
 def register(cls: type[Collective]) -> type[Collective]:
     """Class decorator: one instance per collective, under its name (which must be listed)."""
     if cls.name not in COLLECTIVES:
         raise ValueError(f"collective {cls.name!r} is not in registry.COLLECTIVES")
     REGISTRY[cls.name] = cls()
     return cls
+
+
+def register_workload(workload: Workload) -> Workload:
+    if workload.name not in WORKLOADS or workload.name in COLLECTIVES:
+        raise ValueError(f"workload {workload.name!r} is not one of registry.WORKLOADS beside the collectives")
+    WORKLOAD_REGISTRY[workload.name] = workload
+    return workload
+
+
+def workload(name: str) -> Workload | None:
+    """The registered record of a workload that is not a plain collective (loaded on first use:
+    it imports torch); None for a collective, which the harness measures itself."""
+    if name in COLLECTIVES:
+        return None
+    if name not in WORKLOAD_REGISTRY:
+        importlib.import_module(f"workloads.{name}")
+    return WORKLOAD_REGISTRY[name]
 
 
 def round_count(collective: str, msg_bytes: int, elem_bytes: int, n: int) -> int:

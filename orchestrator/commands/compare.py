@@ -12,22 +12,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass
 
-import pandas as pd
-import pyarrow as pa
-
-from orchestrator.analysis.compare import COLUMNS, SHAPE_KEY, compare
+from orchestrator.analysis.compare import SHAPE_KEY
 from orchestrator.analysis.noise import MIN_PEERS, NoiseSource
-from orchestrator.commands.options import UNITS, add_analysis_options, check_threshold
+from orchestrator.commands.options import add_analysis_options
 from orchestrator.commands.render import render_csv, render_tables
 from orchestrator.errors import UsageError
-from orchestrator.results import dataset
+from orchestrator.operations.checks import UNITS
+from orchestrator.operations.compare import CompareOptions, compare
 
 TABLE_NAMES = ("summary", "matched", "only_in_baseline", "only_in_new")
-# Spec fields that say where and how patiently a sweep ran, not what it measured: two runs that
-# differ only in these are runs of the same sweep.
-_NOT_THE_SWEEP = ("output", "address", "group_timeout_s", "deadline_rate_gbps", "allow_failures", "nodes", "exclude")
+
 
 
 def add_parser(sub) -> None:
@@ -57,95 +52,13 @@ def add_parser(sub) -> None:
     p.set_defaults(handler=main)
 
 
-def _check_run(option: str, run_id: str, path: str, known: list[str]) -> str:
-    if run_id not in known:
-        shown = run_id if run_id.strip() and run_id.isprintable() else repr(run_id)
-        raise UsageError(f"{option} {shown}: no such run in {path} (runs: {', '.join(known[-5:]) or 'none'})")
-    return run_id
-
-
-def _sweep(path: str, run_id: str) -> tuple | None:
-    """What a run measured (its command and spec, less where and how patiently), None when unknown."""
-    m = dataset.manifest(path, run_id)
-    try:
-        spec = json.loads(m["spec"]) if m and m.get("spec") else None
-    except ValueError:
-        return None
-    if not isinstance(spec, dict):
-        return None
-    return m.get("command"), json.dumps({k: v for k, v in spec.items() if k not in _NOT_THE_SWEEP}, sort_keys=True)
-
-
-def pick_runs(baseline: str, new: str, baseline_run: str | None = None, new_run: str | None = None
-              ) -> tuple[list[str], str]:
-    """(Baseline run ids, oldest first; the new run id) from the options and the datasets."""
-    same = baseline == new
-    base_known = dataset.runs(baseline)
-    new_known = base_known if same else dataset.runs(new)
-    named = [r.strip() for r in baseline_run.split(",")] if baseline_run is not None else []
-    for r in named:
-        _check_run("--baseline-run", r, baseline, base_known)
-    if new_run is not None:
-        new_run = _check_run("--new-run", new_run, new, new_known)
-        if new_run in named:  # run ids are unique: the same id in two folders is one run copied
-            raise UsageError(f"--new-run {new_run}: is also a --baseline-run; a run compared with itself shows nothing")
-    else:
-        candidates = [r for r in new_known if not (same and r in named)]
-        if not candidates:
-            raise UsageError(f"{new}: holds no run besides the baseline run(s); name one with --new-run")
-        new_run = candidates[-1]
-    if named:
-        return list(dict.fromkeys(named)), new_run
-    candidates = [r for r in base_known if not (same and r == new_run)]
-    if not candidates:
-        raise UsageError(f"{baseline}: holds {len(base_known)} run(s); name two with --baseline-run/--new-run")
-    primary = candidates[-1]
-    sweep = _sweep(baseline, primary)
-    if sweep is None:
-        return [primary], new_run
-    return [r for r in candidates if r == primary or _sweep(baseline, r) == sweep], new_run
-
-
-@dataclass
-class Comparison:
-    """Matched keys with their changes, noise and flag, keys on one side only, and which runs."""
-
-    matched: pd.DataFrame
-    only_in_baseline: pd.DataFrame
-    only_in_new: pd.DataFrame
-    baseline_runs: list[str]
-    new_run: str
-    by: str
-
-    @property
-    def flagged(self) -> pd.DataFrame:
-        return self.matched[self.matched.flag]
-
-
-def comparison(baseline: str, new: str, baseline_run: str | None = None, new_run: str | None = None,
-               threshold: float = 0.05, by: str = "link") -> Comparison:
-    """Compare the new run with the baseline run(s); UsageError when nothing matches."""
-    base_runs, new_run = pick_runs(baseline, new, baseline_run, new_run)
-    base = pa.concat_tables([dataset.load_table(baseline, r, columns=COLUMNS) for r in base_runs])
-    matched, only_base, only_new = compare(base, dataset.load_table(new, new_run, columns=COLUMNS), threshold, by)
-    if matched.empty:
-        if only_new.empty:
-            why = f"run {new_run} has no ok row"
-        elif only_base.empty:
-            why = f"baseline run(s) {','.join(base_runs)} have no ok row"
-        else:
-            why = f"no ok row of run {new_run} matches one of baseline run(s) {','.join(base_runs)} by {by}"
-        raise UsageError(f"{why}: nothing to compare" + (" (another cluster? --by shape)"
-                                                         if by == "link" and not only_new.empty
-                                                         and not only_base.empty else ""))
-    return Comparison(matched, only_base, only_new, base_runs, new_run, by)
-
-
 def main(args: argparse.Namespace) -> int:
-    check_threshold(args.threshold)
+    options = CompareOptions(baseline=args.baseline, new=args.new, new_run=args.new_run, threshold=args.threshold,
+                             by=args.by, baseline_runs=tuple(args.baseline_run.split(",")) if args.baseline_run
+                             is not None else ())
     if args.format == "csv" and not args.table:
         raise UsageError("--format csv: name one table with --table NAME")
-    found = comparison(args.baseline, args.new, args.baseline_run, args.new_run, args.threshold, args.by)
+    found = compare(options)
     matched, only_base, only_new = found.matched, found.only_in_baseline, found.only_in_new
     base_runs, new_run = found.baseline_runs, found.new_run
     scale = UNITS[args.unit]

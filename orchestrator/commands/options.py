@@ -7,11 +7,11 @@ import argparse
 
 from orchestrator import yamlfile
 from orchestrator.errors import UsageError
+from orchestrator.operations.checks import UNITS, check_min_fraction, user_expected
 from orchestrator.sweep.sizes import format_bytes
 from orchestrator.sweep.spec import SweepSpec, convert, from_mapping, spec_fields
 
 FORMATS = ("table", "markdown", "csv", "json")
-UNITS = {"GBps": 1.0, "Gbps": 8.0}  # from GB/s (1e9 bytes/s)
 
 
 def add_spec_options(p: argparse.ArgumentParser, only: tuple[str, ...] | None = None,
@@ -90,21 +90,10 @@ def add_expected_options(p: argparse.ArgumentParser, what: str) -> None:
 
 
 def expected_from_args(args: argparse.Namespace) -> list:
-    """The user's --expected entries, after checking --min-fraction."""
-    from orchestrator.analysis import expected
-
-    if not 0 < args.min_fraction <= 1:
-        raise UsageError(f"--min-fraction {args.min_fraction:g}: must be above 0 and at most 1 (0.8: 80% of expected)")
-    return expected.load(args.expected, "user") if args.expected else []
-
-
-def check_threshold(threshold: float) -> None:
-    """A fraction strictly between 0 and 1; 5 meaning 5% is refused with the fraction it means."""
-    if threshold != threshold or threshold <= 0:
-        raise UsageError(f"--threshold {threshold:g}: must be a fraction above 0, such as 0.05 for 5%")
-    if threshold >= 1:
-        hint = f"; did you mean {threshold / 100:g} ({threshold:g}%)?" if threshold < 100 else ""
-        raise UsageError(f"--threshold {threshold:g}: must be a fraction below 1, such as 0.05 for 5%{hint}")
+    """The user's --expected entries, after checking --min-fraction (watch's; report and qualify
+    check theirs in their options)."""
+    check_min_fraction(args.min_fraction)
+    return user_expected(args.expected)
 
 
 def add_doctor_option(p: argparse.ArgumentParser) -> None:

@@ -13,26 +13,19 @@ import dataclasses
 import json
 import sys
 
-from orchestrator.commands.options import (
-    add_doctor_option,
-    add_expected_options,
-    add_spec_options,
-    check_threshold,
-    expected_from_args,
-)
+from orchestrator.commands.options import add_doctor_option, add_expected_options, add_spec_options, spec_from_args
 from orchestrator.commands.render import render_tables
-from orchestrator.errors import UsageError
+from orchestrator.operations.checks import user_expected
+from orchestrator.operations.qualify import DEFAULTS, QualifyOptions, check_spec
 from orchestrator.results.location import check_writable, resolve_output
 from orchestrator.sweep.qualify import Outcome
-from orchestrator.sweep.spec import ALL, SweepSpec
+from orchestrator.sweep.spec import SweepSpec
 from workloads.dtypes import ELEMENT_BYTES
 from workloads.registry import COLLECTIVES
 
 OPTIONS = ("collectives", "dtypes", "min_bytes", "max_bytes", "step_factor", "iters", "warmup", "check_iters",
            "backend", "ranks_per_node", "group_timeout_s", "deadline_rate_gbps", "output", "address", "env",
            "expect_net", "nodes", "exclude")
-DEFAULTS = {"collectives": ("all_reduce",), "min_bytes": 1 << 20, "max_bytes": 16 << 20, "iters": 5, "warmup": 1,
-            "group_timeout_s": 60.0}
 
 
 def add_parser(sub) -> None:
@@ -61,17 +54,18 @@ def add_parser(sub) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    check_threshold(args.threshold)
-    user = expected_from_args(args)
+    options = QualifyOptions(threshold=args.threshold, min_fraction=args.min_fraction, seed=args.seed,
+                             expected=args.expected)
+    user = user_expected(options.expected)
     spec = spec_from_qualify_args(args)
     check_writable(spec.output)
     from orchestrator.execution.qualifying import qualification
 
-    from orchestrator.execution.jobs import COMMAND_LINE, Voice
+    from orchestrator.execution.voice import COMMAND_LINE, Voice
 
     log = sys.stderr if args.format == "json" else sys.stdout  # stdout: the JSON alone
     voice = Voice(lambda line: print(line, file=log, flush=True), COMMAND_LINE.problem)
-    result = qualification(spec, threshold=args.threshold, min_fraction=args.min_fraction, seed=args.seed,
+    result = qualification(spec, threshold=options.threshold, min_fraction=options.min_fraction, seed=options.seed,
                            user_entries=user, voice=voice, log=log, doctor=not args.no_doctor)
     if result.state != "finished":
         return result.exit_code
@@ -90,12 +84,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def spec_from_qualify_args(args: argparse.Namespace) -> SweepSpec:
-    from orchestrator.commands.options import spec_from_args
-
-    spec = spec_from_args(args)
-    for name, values in (("--collectives", spec.collectives), ("--dtypes", spec.dtypes)):
-        if len(values) != 1 or ALL in values:  # -d all: every dtype the backend has
-            raise UsageError(f"{name} {','.join(values)}: qualify measures one (the verdicts compare like with like)")
+    spec = check_spec(spec_from_args(args))
     return dataclasses.replace(spec, output=resolve_output(spec.output))
 
 

@@ -12,17 +12,11 @@ import os
 import sys
 
 from orchestrator.analysis import report
-from orchestrator.analysis.frame import COLUMNS, Frame
-from orchestrator.commands.options import (
-    UNITS,
-    add_analysis_options,
-    add_expected_options,
-    check_threshold,
-    expected_from_args,
-)
+from orchestrator.commands.options import add_analysis_options, add_expected_options
 from orchestrator.commands.render import render_csv, render_tables
 from orchestrator.errors import UsageError
-from orchestrator.results import dataset
+from orchestrator.operations import report as reporting
+from orchestrator.operations.checks import UNITS
 from orchestrator.results.location import check_writable, is_uri
 
 TABLE_NAMES = (*report.TABLES, "flags")
@@ -54,8 +48,9 @@ def add_parser(sub) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    check_threshold(args.threshold)
-    user = expected_from_args(args)
+    options = reporting.ReportOptions(path=args.path, run_id=args.run, collective=args.collective,
+                                      threshold=args.threshold, unit=args.unit, expected=args.expected,
+                                      min_fraction=args.min_fraction)
     if args.format == "csv" and not (args.table or args.csv_dir):
         raise UsageError("--format csv: name one table with --table NAME, or a folder for all of them with --csv-dir")
     if args.csv_dir is not None:
@@ -67,10 +62,9 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError("--format html: the whole report in one page; drop --table/--csv-dir")
     if args.plots is not None or args.format == "html":
         _require_matplotlib()
-    frame = run_frame(args.path, args.run, args.collective)
-    run_id = frame.df.run_id.iloc[0]
-    plots_dir = _plots_dir(args.path, args.plots, run_id) if args.plots is not None else None
-    rep = read_report(args.path, frame, args.threshold, args.unit, args.collective, user, args.min_fraction)
+    found = reporting.report(options)
+    frame, rep = found.frame, found.report
+    plots_dir = _plots_dir(args.path, args.plots, found.run_id) if args.plots is not None else None
     if args.format == "html":
         from orchestrator.analysis import html
 
@@ -83,28 +77,6 @@ def main(args: argparse.Namespace) -> int:
         for path in plots.write(frame, plots_dir, UNITS[args.unit], args.unit):
             print(f"wrote {path}", file=sys.stderr)
     return 1 if rep.flags else 0
-
-
-def run_frame(path: str, run_id: str | None = None, collective: str | None = None) -> Frame:
-    """One run's rows (the latest without `run_id`), checked to hold `collective` where one is named."""
-    frame = Frame(dataset.load_table(path, run_id, columns=COLUMNS))
-    if collective is not None and collective not in set(frame.df.collective):
-        measured = ", ".join(dict.fromkeys(frame.df.collective.dropna()))
-        raise UsageError(f"--collective {collective[:80]!r}: not in run {frame.df.run_id.iloc[0]} "
-                         f"(measured: {measured})")
-    return frame
-
-
-def read_report(path: str, frame: Frame, threshold: float = 0.10, unit: str = "GBps", collective: str | None = None,
-                user: list | None = None, min_fraction: float = 0.8) -> report.Report:
-    """The report of `frame`'s run of the dataset at `path` (its manifest read there; a corrupt one
-    is a warning of the report, the rows are still worth one)."""
-    try:
-        manifest, problem = dataset.manifest(path, frame.df.run_id.iloc[0]), None
-    except dataset.CorruptManifest as e:
-        manifest, problem = None, str(e)
-    return report.build(frame, manifest, threshold, unit, UNITS[unit], collective, user or [], min_fraction,
-                        manifest_problem=problem)
 
 
 def _print(rep: report.Report, args: argparse.Namespace) -> None:

@@ -7,10 +7,11 @@ import dataclasses
 import time
 
 from orchestrator import yamlfile
-from orchestrator.commands import resume
 from orchestrator.commands.options import add_doctor_option, add_spec_options, spec_from_args
 from orchestrator.errors import UsageError
 from orchestrator.results.location import check_writable, resolve_output
+from orchestrator.sweep import resume
+from orchestrator.sweep.spec import spec_fields
 
 
 def add_parser(sub) -> None:
@@ -40,7 +41,7 @@ def main(args: argparse.Namespace) -> int:
     saved = None
     if resuming:
         saved = _resumed_run(spec.output, args.resume)
-        spec = resume.resumed_spec(saved, spec, resume.given_fields(args, _config_keys(args)), args.resume)
+        spec = resume.resumed_spec(saved, spec, _given_fields(args), args.resume)
     check_writable(spec.output)
     # Ray and everything that needs it are imported here, after the cheap checks.
     from orchestrator.execution import console, jobs
@@ -64,6 +65,11 @@ def _resumed_run(output: str, run_id: str) -> resume.SavedRun:
         raise UsageError(f"--resume {run_id}: a replay (one group of every traced rank) is not resumed; "
                          "run `collbench replay` again")
     return resume.saved_run(record, run_id)
+
+
+def _given_fields(args: argparse.Namespace) -> set[str]:
+    """The sweep options the user gave: on the command line (parsed as None when absent) or in --config."""
+    return {f.name for f in spec_fields() if getattr(args, f.name, None) is not None} | _config_keys(args)
 
 
 def _config_keys(args: argparse.Namespace) -> set[str]:

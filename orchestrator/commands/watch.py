@@ -7,14 +7,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from orchestrator.commands.options import (
-    add_doctor_option,
-    add_expected_options,
-    add_spec_options,
-    check_threshold,
-    expected_from_args,
-)
+from orchestrator.commands.options import add_doctor_option, add_expected_options, add_spec_options, expected_from_args
 from orchestrator.errors import UsageError
+from orchestrator.operations.checks import check_threshold
 from orchestrator.results.location import check_writable, resolve_output
 
 OPTIONS = ("collectives", "dtypes", "min_bytes", "max_bytes", "step_factor", "iters", "warmup", "check_iters",

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import ray
 
-from orchestrator.errors import UsageError, first_line
+from orchestrator.errors import ConnectTimeout, UsageError, first_line
 from orchestrator.timeouts import connect_timeout_s
 
 _GCS_HINT = "collbench joins the cluster's GCS address (HOST:6379)"
@@ -146,8 +146,8 @@ def _join(address: str, deadline: float, where: str, timeout_s: float) -> None:
     """ray.init(address), bounded by the deadline; Ray's warnings while it fails stay unprinted.
 
     ray.init runs in a daemon thread: a listener that speaks gRPC but is not a GCS can keep it
-    waiting with no bound of its own. Past the deadline the process says so in one line and exits
-    2 at once (os._exit: Ray's exit hooks would wait on the stuck join)."""
+    waiting with no bound of its own. Past the deadline ConnectTimeout is raised, the thread left
+    waiting (the command line then ends its process at once: errors.ConnectTimeout)."""
     # One attempt, not Ray's 20 (each waits ~40 s on a listener that does not answer as a GCS).
     # Ray reads its other waits (RAY_py_gcs_connect_timeout_s) when it is imported, too late here.
     outcome: list[BaseException | None] = []
@@ -166,11 +166,9 @@ def _join(address: str, deadline: float, where: str, timeout_s: float) -> None:
         error = outcome[0] if outcome else None
         if not outcome or isinstance(error, _JOIN_ERRORS):
             held.drop()
-    if not outcome:  # stderr is the terminal's again; said as the CLI says a UsageError
-        print(f"collbench: error: {where}: could not join a Ray cluster there in {timeout_s:g} s (no answer to "
-              f"ray.init); {_GCS_HINT}", file=sys.stderr, flush=True)
-        sys.stdout.flush()
-        os._exit(2)
+    if not outcome:
+        raise ConnectTimeout(f"{where}: could not join a Ray cluster there in {timeout_s:g} s (no answer to ray.init); "
+                             f"{_GCS_HINT}")
     if error is None:
         return
     if isinstance(error, _JOIN_ERRORS):

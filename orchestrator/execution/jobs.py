@@ -10,48 +10,20 @@ passes, and its `Voice` receives the run's own lines (what it does; what went wr
 from __future__ import annotations
 
 import datetime as dt
-import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from orchestrator.commands import resume
 from orchestrator.errors import UsageError
 from orchestrator.execution.events import RunObserver
 from orchestrator.execution.outcome import Outcome
+from orchestrator.execution.voice import COMMAND_LINE, Voice
+from orchestrator.sweep import resume
 from orchestrator.sweep.planner import Group, Plan
 from orchestrator.sweep.spec import SweepSpec
 from workloads.messages import Case
-
-Say = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class Voice:
-    """Where a run's own lines go: `info` (what it is doing: the command line's stdout) and
-    `problem` (what went wrong or was cut short: stderr); None says nothing."""
-
-    info: Say | None = None
-    problem: Say | None = None
-
-    def say(self, line: str) -> None:
-        if self.info:
-            self.info(line)
-
-    def warn(self, line: str) -> None:
-        if self.problem:
-            self.problem(line)
-
-
-def _print_to(stream_name: str) -> Say:
-    return lambda line: print(line, file=getattr(sys, stream_name), flush=True)  # the stream at call time
-
-
-COMMAND_LINE = Voice(_print_to("stdout"), _print_to("stderr"))
-QUIET = Voice()
-
 
 @dataclass
 class RunResult:
@@ -97,7 +69,7 @@ def sweep(spec: SweepSpec, *, run_id: str | None = None, saved: resume.SavedRun 
     known. `planner`: a plan of its own and its groups' cases (a replay), instead of the sweep's.
     Raises UsageError for what makes the sweep impossible (before anything is measured)."""
     from orchestrator.execution.pool import PlacementError
-    from orchestrator.execution.session import Session, exit_code, is_disk_full, print_late_interrupt
+    from orchestrator.execution.session import Session, exit_code, is_disk_full, say_late_interrupt
     from orchestrator.sweep.planner import check_plan, make_plan
 
     now = dt.datetime.now(dt.timezone.utc)
@@ -109,7 +81,7 @@ def sweep(spec: SweepSpec, *, run_id: str | None = None, saved: resume.SavedRun 
     result = RunResult(run_id, spec.output, "failed", 1)
     try:
         with Session(spec, run_id, now, placement_group=placement_group, partition=partition,
-                     cpus_per_rank=cpus_per_rank, doctor=doctor) as session:
+                     cpus_per_rank=cpus_per_rank, doctor=doctor, voice=voice) as session:
             inv, backend = session.cluster()
             change = resume.cluster_change(saved.nodes, inv) if saved else None
             if change:
@@ -160,7 +132,7 @@ def sweep(spec: SweepSpec, *, run_id: str | None = None, saved: resume.SavedRun 
         voice.warn(result.message)
         return _closed(result, session)
     except KeyboardInterrupt as e:  # before the workers started, or while they were being released
-        print_late_interrupt(session, "group")
+        say_late_interrupt(session, "group", voice)
         result.state, result.exit_code = session.manifest.get("state", "interrupted") if session else "interrupted", \
             exit_code(e)
         return _closed(result, session)

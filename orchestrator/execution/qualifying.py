@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 from orchestrator.errors import UsageError
 from orchestrator.execution.events import GroupEnded, GroupFailure, GroupStarted, RunObserver
-from orchestrator.execution.jobs import COMMAND_LINE, Voice, new_run_id, say_warnings
+from orchestrator.execution.jobs import new_run_id, say_warnings
+from orchestrator.execution.voice import COMMAND_LINE, Voice
 from orchestrator.sweep.inventory import Inventory
 from orchestrator.sweep.qualify import ALL_PAIRS_NODES, Deadlines, Outcome, Probe, Qualifier, Reference, Result
 from orchestrator.sweep.sizes import format_bytes
@@ -56,7 +57,7 @@ def qualification(spec: SweepSpec, *, threshold: float = 0.10, min_fraction: flo
     from orchestrator.analysis import report
     from orchestrator.execution import console
     from orchestrator.execution.pool import PlacementError
-    from orchestrator.execution.session import Session, exit_code, is_disk_full, print_late_interrupt
+    from orchestrator.execution.session import Session, exit_code, is_disk_full, say_late_interrupt
     from orchestrator.sweep.planner import Group, Plan
 
     t_start = time.monotonic()
@@ -67,7 +68,7 @@ def qualification(spec: SweepSpec, *, threshold: float = 0.10, min_fraction: flo
     groups = 0
     try:
         with Session(spec, run_id, now, placement_group=placement_group, cpus_per_rank=cpus_per_rank,
-                     partition=partition, doctor=doctor) as session:
+                     partition=partition, doctor=doctor, voice=voice) as session:
             inv, backend = session.cluster()
             rpn = max(n.ranks for n in inv.nodes)
             if len(inv.nodes) < 2 and rpn < 2:
@@ -114,7 +115,7 @@ def qualification(spec: SweepSpec, *, threshold: float = 0.10, min_fraction: flo
         voice.warn(result.message)
         return _closed(result, session, t_start, groups)
     except KeyboardInterrupt as e:  # before the workers started, or while they were being released
-        print_late_interrupt(session, "probe")
+        say_late_interrupt(session, "probe", voice)
         result.state, result.exit_code = "interrupted", exit_code(e)
         return _closed(result, session, t_start, groups)
     except PlacementError as e:

@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import signal
-import sys
 import threading
 import time
 
@@ -25,6 +24,7 @@ from orchestrator.execution.outcome import Outcome
 from orchestrator.execution.pool import ActorPool, placement_bundles
 from orchestrator.execution.rows import RunRef
 from orchestrator.execution.runner import Runner
+from orchestrator.execution.voice import COMMAND_LINE, Voice
 from orchestrator.results.store import ResultStore
 from orchestrator.sweep import inventory
 from orchestrator.sweep.devices import FLOAT8, check_driver, check_memory, float8_for_cluster
@@ -39,12 +39,14 @@ class Session:
     `interrupted()`; a step called before the one it needs says which (SessionOrder)."""
 
     def __init__(self, spec: SweepSpec, run_id: str, started: dt.datetime, placement_group=None,
-                 partition: str | None = None, cpus_per_rank: float = 0.0, doctor: bool = True) -> None:
+                 partition: str | None = None, cpus_per_rank: float = 0.0, doctor: bool = True,
+                 voice: Voice = COMMAND_LINE) -> None:
         """`placement_group`: a caller's Ray placement group whose bundles hold the ranks (its nodes
         only, one rank per bundle); `partition`: a folder of the output the run's rows go under
         (`watch`: date=YYYY-MM-DD); `cpus_per_rank`: what each CPU rank asks Ray for (0: none, as a
         benchmark that may share nodes; `watch` asks, to take only idle capacity); `doctor`: the
-        quick checks (execution.doctor) in the workers before anything is written (--no-doctor)."""
+        quick checks (execution.doctor) in the workers before anything is written (--no-doctor);
+        `voice`: where the session's own notes go (the run's)."""
         self.spec, self.run_id, self.started = spec, run_id, started
         self.placement_group, self.cpus_per_rank = placement_group, cpus_per_rank
         self.store = ResultStore(spec.output, run_id, partition=partition)
@@ -58,6 +60,7 @@ class Session:
         self.platforms: dict = {}  # check_devices(): node id -> platform (tags, key)
         self.startup = StartupTimes()
         self.doctor = doctor
+        self.voice = voice
         self.diagnosis = None  # the quick doctor's, once the workers started
         self._checked = False
         self._probe_in_workers = False  # a CPU-only run probes its nodes in its workers, once started
@@ -94,7 +97,7 @@ class Session:
 
     def cluster(self) -> tuple[Inventory, str]:
         """The nodes that hold ranks and the backend (a resumed run compares them with its own:
-        commands.resume.cluster_change)."""
+        sweep.resume.cluster_change)."""
         if not self.where:
             raise SessionOrder("Session.cluster() runs inside `with Session(...)`")
         if self.placement_group is not None:
@@ -127,7 +130,7 @@ class Session:
         check_driver(self.backend, self.inv, self.caps)  # before float8 and memory: their facts need a working torch
         self.spec, note = float8_for_cluster(self.spec, self.backend, self.inv, self.caps, self._float8_from_all)
         if note:
-            print(f"collbench: {note}", file=sys.stderr, flush=True)
+            self.voice.warn(f"collbench: {note}")
         check_memory(self.spec, self.backend, self.inv, group_sizes, self.caps)
         self._checked = True
 
@@ -306,15 +309,15 @@ def _interrupt(signum, frame) -> None:
     raise Terminated()
 
 
-def print_late_interrupt(session: Session | None, unit: str) -> None:
+def say_late_interrupt(session: Session | None, unit: str, voice: Voice) -> None:
     """Say what an interrupt outside the measuring loop left: nothing yet, or a finished run (an
     interrupted one has been said where it was caught)."""
     state = session.manifest.get("state") if session is not None else None
     if state == "finished":
-        print(f"\ncollbench: interrupted while releasing the workers; the run had finished and its rows are saved "
-              f"in {session.store.location}", file=sys.stderr)
+        voice.warn(f"\ncollbench: interrupted while releasing the workers; the run had finished and its rows are "
+                   f"saved in {session.store.location}")
     elif state != "interrupted":
-        print(f"\ncollbench: interrupted before any {unit} was measured", file=sys.stderr)
+        voice.warn(f"\ncollbench: interrupted before any {unit} was measured")
 
 
 def exit_code(e: KeyboardInterrupt) -> int:

@@ -31,7 +31,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from orchestrator.errors import UsageError, first_line
+from orchestrator.errors import ConnectTimeout, UsageError, first_line
+from orchestrator.execution.voice import QUIET
 from orchestrator.sweep.inventory import Inventory, Node
 from orchestrator.sweep.planner import nodes_needed
 from orchestrator.sweep.spec import SweepSpec
@@ -253,7 +254,7 @@ class Watch:
         spec = dataclasses.replace(self.spec, nodes=tuple(n.node_id for n in idle), exclude=(), patterns=patterns)
         partition = PARTITION.format(started)
         try:
-            result = jobs.sweep(spec, voice=jobs.QUIET, partition=partition, cpus_per_rank=CPUS_PER_RANK,
+            result = jobs.sweep(spec, voice=QUIET, partition=partition, cpus_per_rank=CPUS_PER_RANK,
                                 command="watch", doctor=self.doctor)
         except DoctorRefusal as e:  # a node that would hang or fail the canary: an alert, not a silence
             cycle.alerts = [Alert(node, "doctor", None, None, f"{node} ({host}): {c.name}: {c.detail}; {c.hint}")
@@ -301,14 +302,13 @@ class Watch:
     def _flags(self, run_id: str) -> list:
         """The report's flags of the cycle: its peers (slow pairs, nodes, rails), expected values,
         and its failed groups (failed_group, with their nodes)."""
-        from orchestrator.commands.report import read_report, run_frame
+        from orchestrator.operations.report import read_report, run_frame
 
         frame = run_frame(self.spec.output, run_id)
         return read_report(self.spec.output, frame, self.threshold, "GBps", None, self.user_entries,
                            self.min_fraction).flags
 
     def _qualify(self, idle: list[Node], doubted: set[str], drops: list[str], evidence: dict, partition: str):
-        from orchestrator.execution.jobs import QUIET
         from orchestrator.execution.qualifying import qualification
 
         checked = [n.ip for n in idle]
@@ -350,6 +350,8 @@ class Watch:
             try:
                 self.connection = connect.connect(self.spec.address)
                 return True
+            except ConnectTimeout:  # ray.init stuck in its thread: the command line ends the process
+                raise
             except (UsageError, ConnectionError, RuntimeError):
                 time.sleep(min(5.0, max(0.0, deadline - time.monotonic())))
         raise _Lost(f"lost the Ray cluster at {self.spec.address or _env_address()} and could not join it again "
@@ -357,15 +359,15 @@ class Watch:
 
     def _earlier_runs(self) -> list[str]:
         """Watch cycles already in the output, of this sweep, newest last: the baseline to start from."""
-        from orchestrator.commands.compare import _NOT_THE_SWEEP, _sweep
+        from orchestrator.operations.compare import sweep_key, sweep_of
         from orchestrator.results import dataset
 
         try:
             known = dataset.runs(self.spec.output)
         except UsageError:  # no rows yet
             return []
-        mine = json.dumps({k: v for k, v in self.spec.to_json().items() if k not in _NOT_THE_SWEEP}, sort_keys=True)
-        same = [r for r in known if _sweep(self.spec.output, r) == ("watch", mine)]
+        mine = sweep_key("watch", self.spec.to_json())
+        same = [r for r in known if sweep_of(self.spec.output, r) == mine]
         return same[-self.baseline_cycles:]
 
     def _export(self, cycle: Cycle) -> None:

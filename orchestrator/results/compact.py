@@ -26,7 +26,6 @@ import re
 import shutil
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -34,13 +33,11 @@ import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from orchestrator.results.dataset import load_table
 from orchestrator.results import location
+from orchestrator.results.dataset import load_table
 from orchestrator.results.location import PART_PREFIX, row_file
+from orchestrator.results.run_folder import RunFolder
 from orchestrator.results.schema import ROW_SCHEMA
-
-if TYPE_CHECKING:
-    from orchestrator.results.store import ResultStore
 
 STAGING_SUFFIX = ".compacting"
 # How long a compaction waits for the run's lock held by another process (a compaction takes
@@ -55,57 +52,57 @@ def _no_crash(step: str) -> None:
 after_step: Callable[[str], None] = _no_crash
 
 
-def compact(store: ResultStore, wait_s: float = COMPACT_WAIT_S) -> int:
+def compact(folder: RunFolder, wait_s: float = COMPACT_WAIT_S) -> int:
     """Rewrite the run's rows as part files of up to PART_ROWS rows (a group file replaces its
     group's rows in older part files); returns the number of group files merged."""
-    held = store.lock.held  # a run compacting as it ends holds its lock already
+    held = folder.lock.held  # a run compacting as it ends holds its lock already
     if not held:
-        store.acquire(wait_s)
+        folder.lock.acquire(wait_s)
     try:
         after_step("locked")
-        clear_leftovers(store)
-        return _compact(store)
+        clear_leftovers(folder)
+        return _compact(folder)
     finally:
         if not held:
-            store.release()
+            folder.lock.release()
 
 
 def staging_name(run_id: str) -> str:
     return f".{run_id}{STAGING_SUFFIX}-{os.getpid()}-{uuid.uuid4().hex}"
 
 
-def clear_leftovers(store: ResultStore) -> list[str]:
+def clear_leftovers(folder: RunFolder) -> list[str]:
     """Delete the staging folders of killed compactions of this run (only the lock's holder may:
     while it holds the lock no other compaction of the run is under way). Returns their names."""
-    if not store.local:
+    if not folder.local:
         return []
-    own = re.compile(re.escape(f".{store.run_id}{STAGING_SUFFIX}") + r"(-\d+-[0-9a-f]{32})?")
+    own = re.compile(re.escape(f".{folder.run_id}{STAGING_SUFFIX}") + r"(-\d+-[0-9a-f]{32})?")
     try:
-        names = [n for n in os.listdir(store.root) if own.fullmatch(n)]
+        names = [n for n in os.listdir(folder.root) if own.fullmatch(n)]
     except FileNotFoundError:
         return []
     for name in names:
-        shutil.rmtree(os.path.join(store.root, name), ignore_errors=True)
+        shutil.rmtree(os.path.join(folder.root, name), ignore_errors=True)
     return names
 
 
-def _compact(store: ResultStore) -> int:
-    infos = store.fs.get_file_info(pafs.FileSelector(store.run_dir, allow_not_found=True))
+def _compact(folder: RunFolder) -> int:
+    infos = folder.fs.get_file_info(pafs.FileSelector(folder.run_dir, allow_not_found=True))
     rows = [i for i in infos if row_file(i.base_name)]
     groups = sorted(i.path for i in rows if not i.base_name.startswith(PART_PREFIX))
     old_parts = sorted(i.path for i in rows if i.base_name.startswith(PART_PREFIX))
     if not groups or (len(groups) < 2 and not old_parts):
         return 0
-    if store.local and _exchange is not None:
+    if folder.local and _exchange is not None:
         try:
-            _swap(store)
+            _swap(folder)
             return len(groups)
         except OSError as e:
             if e.errno not in _NO_EXCHANGE:
                 raise
             # a filesystem without RENAME_EXCHANGE (NFS, FUSE, overlay mounts): nothing was
             # swapped and the staging copy is gone; part files first, then the group files
-    _write_then_delete(store, groups, old_parts)
+    _write_then_delete(folder, groups, old_parts)
     return len(groups)
 
 
@@ -119,7 +116,7 @@ def _sliced(table: pa.Table, first: int = 0) -> dict[str, pa.Table]:
             for k, lo in enumerate(range(0, table.num_rows, location.PART_ROWS))}
 
 
-def _write_then_delete(store: ResultStore, groups: list[str], old_parts: list[str]) -> None:
+def _write_then_delete(folder: RunFolder, groups: list[str], old_parts: list[str]) -> None:
     """Without an atomic swap: each step leaves a folder that collbench's reader reads whole, a
     group file replacing its group's rows in every part file. (1) Each older part that holds rows
     of a group with a group file is rewritten without them; (2) the group files' rows are written
@@ -128,34 +125,34 @@ def _write_then_delete(store: ResultStore, groups: list[str], old_parts: list[st
     some twice and lose others."""
     replaced = pa.array([posixpath.basename(g)[: -len(".parquet")] for g in groups])
     for path in old_parts:
-        part = _read(store, [path])
+        part = _read(folder, [path])
         kept = part.filter(pc.invert(pc.is_in(part.column("group_id"), value_set=replaced)))
         if kept.num_rows == part.num_rows:
             continue
         if kept.num_rows:
-            store.write_table(kept, path)  # one atomic put (or rename) per file
+            folder.write_table(kept, path)  # one atomic put (or rename) per file
         else:
-            store.fs.delete_file(path)
+            folder.fs.delete_file(path)
         after_step("part-rewritten")
     numbers = [int(m.group(1)) for p in old_parts if (m := re.fullmatch(rf"{PART_PREFIX}(\d+)\.parquet",
                                                                           posixpath.basename(p)))]
-    for name, part in _sliced(_read(store, groups), max(numbers, default=-1) + 1).items():
-        store.write_table(part, f"{store.run_dir}/{name}")
+    for name, part in _sliced(_read(folder, groups), max(numbers, default=-1) + 1).items():
+        folder.write_table(part, f"{folder.run_dir}/{name}")
         after_step("part-written")
     for path in groups:
-        store.fs.delete_file(path)
+        folder.fs.delete_file(path)
         after_step("old-file-deleted")
 
 
-def _read(store: ResultStore, paths: list[str]) -> pa.Table:
+def _read(folder: RunFolder, paths: list[str]) -> pa.Table:
     """Rows of these files, older schema versions with the columns they lack as nulls."""
-    return pads.dataset(paths, filesystem=store.fs, format="parquet", schema=ROW_SCHEMA).to_table()
+    return pads.dataset(paths, filesystem=folder.fs, format="parquet", schema=ROW_SCHEMA).to_table()
 
 
-def _swap(store: ResultStore) -> None:
+def _swap(folder: RunFolder) -> None:
     """The run's rows (as collbench reads them) staged as parts, then swapped in atomically."""
-    parts = _sliced(load_table(store.location_of_run(), columns=ROW_SCHEMA.names))
-    staging = os.path.join(store.root, staging_name(store.run_id))
+    parts = _sliced(load_table(folder.location_of_run(), columns=ROW_SCHEMA.names))
+    staging = os.path.join(folder.root, staging_name(folder.run_id))
     os.makedirs(staging)
     after_step("staging-made")
     try:  # glob readers (duckdb's **/*.parquet) look into hidden folders too: never leave it
@@ -165,10 +162,10 @@ def _swap(store: ResultStore) -> None:
             _fsync(path)  # on disk before the exchange makes it the run's only copy
             after_step("part-written")
         _fsync(staging)
-        _exchange(staging, store.run_dir)  # readers see the group files or the parts, never both
-        _fsync(store.root)
-        if os.path.dirname(store.run_dir) != store.root:  # a partitioned run (watch): its folder's parent too
-            _fsync(os.path.dirname(store.run_dir))
+        _exchange(staging, folder.run_dir)  # readers see the group files or the parts, never both
+        _fsync(folder.root)
+        if os.path.dirname(folder.run_dir) != folder.root:  # a partitioned run (watch): its folder's parent too
+            _fsync(os.path.dirname(folder.run_dir))
         after_step("exchanged")
         for entry in sorted(os.scandir(staging), key=lambda e: e.name):  # the replaced files
             if entry.is_dir(follow_symlinks=False):

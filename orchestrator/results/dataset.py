@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import posixpath
-import sys
+import warnings
 
 import pandas as pd
 import pyarrow as pa
@@ -22,7 +22,7 @@ import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from orchestrator.errors import UsageError, first_line
+from orchestrator.errors import CollbenchWarning, UsageError, first_line
 from orchestrator.results.schema import MANIFEST_SCHEMA, ROW_SCHEMA, SCHEMA_VERSION
 from orchestrator.results.location import MANIFEST_DIR, PART_PREFIX, resolve
 
@@ -121,8 +121,8 @@ class _Rows:
         return True
 
     def warn(self) -> None:
-        for line in self.skipped:
-            print(f"collbench: warning: {line}", file=sys.stderr)
+        for line in self.skipped:  # a warning, not a print: a Python caller's stderr is its own
+            warnings.warn(line, CollbenchWarning, stacklevel=3)
 
 
 def load(path: str, run_id: str | None = None, latest: bool = True, columns: list[str] | None = None) -> pd.DataFrame:

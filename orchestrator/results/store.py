@@ -12,7 +12,7 @@ names starting with `_` or `.` (manifests, plots written to `_plots`, temporary 
 Directories are not named `run_id=...`: the rows carry run_id themselves, and pandas' hive
 discovery would add a second, dictionary-typed run_id column that clashes with it.
 Local files are written under a hidden temporary name and renamed, so a crash never leaves a
-torn file; object stores make each put atomic by themselves. One process writes a run at a time:
+torn file; object stores make each put atomic by themselves (run_folder.py). One process writes a run at a time:
 it holds the run's lock, <root>/_runs/<run_id>.lock (lock.py). Compaction (compact.py) swaps a
 finished run's folder for its compacted twin in one atomic rename (Linux renameat2), so a reader
 sees either all group files or the part files, never both; on object stores the part files are
@@ -22,57 +22,38 @@ replace its group's rows in part files.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import urllib.parse
-import uuid
 
-import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 
-from orchestrator.errors import RunStopped
 from orchestrator.results import compact as compaction
 from orchestrator.results.dataset import load_table
-from orchestrator.results.location import MANIFEST_DIR, is_uri, resolve, row_file
-from orchestrator.results.lock import run_lock
+from orchestrator.results.location import MANIFEST_DIR, row_file
+from orchestrator.results.run_folder import RunFolder
 from orchestrator.results.schema import MANIFEST_SCHEMA, SCHEMA_VERSION, rows_table
 
-class ResultStore:
-    def __init__(self, output: str, run_id: str, partition: str | None = None) -> None:
-        """`partition`: a folder under the root that holds the run's folder (`watch` writes each
-        cycle under date=YYYY-MM-DD); the manifest and the lock stay in the root's _runs."""
-        self.output = output
-        self.run_id = run_id
-        self.partition = partition
-        self.fs, self.root = resolve(output)
-        self.run_dir = f"{self.root}/{partition}/{run_id}" if partition else f"{self.root}/{run_id}"
-        self.local = isinstance(self.fs, pafs.LocalFileSystem)
-        self.lock = run_lock(self.fs, self.root, MANIFEST_DIR, run_id, self.location)
 
-    @property
-    def location(self) -> str:
-        return self.output if is_uri(self.output) else self.root
+class ResultStore(RunFolder):
+    """A run's folder (run_folder.py) that holds rows of ROW_SCHEMA and a manifest."""
 
     def create(self) -> None:
         self.fs.create_dir(self.run_dir, recursive=True)
         self.fs.create_dir(f"{self.root}/{MANIFEST_DIR}", recursive=True)
 
     def write_group(self, group_id: str, rows: list[dict]) -> None:
-        self._still_the_writer()
+        self.still_the_writer()
         self.write_table(rows_table(rows), f"{self.run_dir}/{group_id}.parquet")
 
     def write_manifest(self, manifest: dict) -> None:
         """The manifest as one JSON object (its types are MANIFEST_SCHEMA's; times in ISO 8601)."""
-        self._still_the_writer()
+        self.still_the_writer()
         record = {"schema_version": SCHEMA_VERSION, "run_id": self.run_id, **manifest}
         unknown = sorted(set(record) - set(MANIFEST_SCHEMA.names))
         if unknown:
             raise KeyError(f"not a manifest field: {', '.join(unknown)}")
         text = json.dumps(record, default=_iso, indent=1).encode()
-        self._put(text, f"{self.root}/{MANIFEST_DIR}/{self.run_id}.json")
+        self.put(text, f"{self.root}/{MANIFEST_DIR}/{self.run_id}.json")
 
     def finished_groups(self, ok_only: bool = False) -> set[str]:
         """Group ids of this run already on disk (for --resume), in group files and compacted
@@ -100,61 +81,10 @@ class ResultStore:
     def release(self) -> None:
         self.lock.release()
 
-    def _still_the_writer(self) -> None:
-        """Stop before a write once another process took the run's lease over (an object store's
-        lock whose heartbeats did not get through): two writers never write one run."""
-        taker = getattr(self.lock, "lost", None)
-        if taker is not None:
-            raise RunStopped(f"run {self.run_id} in {self.location}: its lock was taken over by {taker.describe()} "
-                             "(this process's lease ran out while the object store did not answer); stopped without "
-                             "writing more, so that one process writes the run")
-
     def compact(self, wait_s: float | None = None) -> int:
         """Rewrite the run's rows as a few part files, under the run's lock (compact.py); returns
         the number of group files merged."""
         return compaction.compact(self, compaction.COMPACT_WAIT_S if wait_s is None else wait_s)
-
-    def location_of_run(self) -> str:
-        """The run's folder as a path or URI, for the dataset reader."""
-        if not is_uri(self.output):
-            return self.run_dir
-        parts = urllib.parse.urlsplit(self.output)
-        below = f"{self.partition}/{self.run_id}" if self.partition else self.run_id
-        return urllib.parse.urlunsplit(parts._replace(path=f"{parts.path.rstrip('/')}/{below}"))
-
-    def write_table(self, table: pa.Table, path: str) -> None:
-        if not self.local:
-            pq.write_table(table, path, filesystem=self.fs)
-            return
-        directory, name = os.path.split(path)
-        tmp = os.path.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
-        with _removed_on_failure(tmp):
-            pq.write_table(table, tmp)
-            os.replace(tmp, path)
-
-    def _put(self, data: bytes, path: str) -> None:
-        if not self.local:
-            with self.fs.open_output_stream(path) as f:
-                f.write(data)
-            return
-        directory, name = os.path.split(path)
-        tmp = os.path.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
-        with _removed_on_failure(tmp):
-            with open(tmp, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
-
-
-@contextlib.contextmanager
-def _removed_on_failure(tmp: str):
-    """An atomic write's temporary goes when the write fails (a full disk, an interrupt): it holds
-    room the next write may need, and a half-written file is litter either way."""
-    try:
-        yield
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def _iso(value: object) -> str:

@@ -1,6 +1,6 @@
 """Qualify: localise slow and hanging nodes in a few rounds, not N-1. Pure: it proposes rounds of
 probes (groups of whole nodes) and reads their outcomes; `collbench qualify` runs the probes on
-Ray, `sweep.qualify_sim.simulate` runs them against a model of N nodes.
+Ray, `benchmarks/qualify_simulator.py` runs them against a model of N nodes.
 
 Rounds (each probe of a round runs at the same time, on disjoint nodes):
 1. intra: every node alone (its ranks together), when nodes have more than one rank;

@@ -5,8 +5,8 @@ import math
 
 import pytest
 
+from benchmarks.qualify_simulator import Model, simulate
 from orchestrator.sweep.qualify import Outcome, Phase, Probe, Qualifier, Reference, Result, Verdict
-from orchestrator.sweep.qualify_sim import Model, simulate
 
 
 def _bad(q: Qualifier) -> dict[int, str]:
@@ -265,7 +265,7 @@ def test_an_intermittent_fault_slow_in_its_pair_and_fast_in_its_retest_passes():
 @pytest.mark.parametrize("fault", ["none", "slow 2x", "slow 4x", "slow NIC 2x", "hang"])
 @pytest.mark.parametrize("expected", [False, True])
 def test_error_rates_with_the_labs_noise_are_at_most_one_percent(fault, expected):
-    from orchestrator.sweep.qualify_rates import NOISE, measure
+    from benchmarks.qualify_rates import NOISE, measure
 
     for n, clusters in ((3, 100), (4, 100), (5, 100), (6, 100), (7, 100), (8, 100), (16, 100), (64, 100), (256, 8)):
         r = measure(fault, n, NOISE["lab"].noise, clusters, expected, seed=21)
@@ -276,8 +276,8 @@ def test_error_rates_with_the_labs_noise_are_at_most_one_percent(fault, expected
 def test_heavy_noise_no_longer_condemns_healthy_nodes_by_the_dozen():
     """The issue's 30% run-to-run noise (uniform) condemned 13-16% of healthy nodes at N 8-256; a
     node slow once is measured again, and a round's own spread widens the allowed drop."""
-    from orchestrator.sweep.qualify_rates import measure
-    from orchestrator.sweep.qualify_sim import Noise
+    from benchmarks.qualify_rates import measure
+    from benchmarks.qualify_simulator import Noise
 
     for n, clusters in ((16, 100), (64, 40), (256, 10)):
         r = measure("slow 2x", n, Noise(0.3), clusters, expected=False, seed=21)

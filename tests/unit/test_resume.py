@@ -9,10 +9,10 @@ import os
 
 import pytest
 
-from orchestrator.commands import resume
 from orchestrator.errors import UsageError
 from orchestrator.results import dataset
 from orchestrator.results.store import ResultStore
+from orchestrator.sweep import resume
 from orchestrator.sweep.inventory import Inventory, Node
 from orchestrator.sweep.spec import SweepSpec, for_backend
 from tests.helpers import run_main

@@ -56,18 +56,18 @@ def test_a_full_disk_marks_the_manifest_interrupted_or_says_it_could_not(tmp_pat
 def test_a_failed_write_leaves_no_temporary_file_and_its_folder_is_named(tmp_path, monkeypatch):
     s = _session(tmp_path)
     s.store.create()
-    from orchestrator.results import store as store_mod
-    real_replace = store_mod.os.replace
+    from orchestrator.results import run_folder
+    real_replace = run_folder.os.replace
 
     def no_room(src, dst):
         raise OSError(errno.ENOSPC, "No space left on device", src)
 
-    monkeypatch.setattr(store_mod.os, "replace", no_room)
+    monkeypatch.setattr(run_folder.os, "replace", no_room)
     with pytest.raises(OSError) as raised:  # the manifest and a group file: each written through a temporary
         s.store.write_manifest({"run_id": "run-1", "state": "running", "groups_total": 3, "groups_done": 1})
     with pytest.raises(OSError):
         s.store.write_group("r0-g0", [{"run_id": "run-1", "group_id": "r0-g0", "status": "ok"}])
-    monkeypatch.setattr(store_mod.os, "replace", real_replace)
+    monkeypatch.setattr(run_folder.os, "replace", real_replace)
     assert not list((tmp_path / "out").rglob(".*.tmp"))  # the room it took is given back
     s.manifest = {"state": "running", "groups_total": 3, "groups_done": 1}
     line = s.stopped_by_full_disk(raised.value)

@@ -1,4 +1,4 @@
-"""Qualify's error rates, measured: the real `Qualifier` (through `qualify_sim.simulate`) against
+"""Qualify's error rates, measured: the real `Qualifier` (through `qualify_simulator.simulate`) against
 many seeded simulated clusters per fault, cluster size, noise and reference, counting healthy
 nodes not passed (false positives) and culprits passed (false negatives).
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from orchestrator.sweep.qualify_sim import Model, Noise, simulate
+from benchmarks.qualify_simulator import Model, Noise, simulate
 from orchestrator.sweep.qualify_types import Outcome, Reference
 
 BASE_GBPS = 40.0

@@ -1,4 +1,4 @@
-"""`collbench run --resume RUN_ID`: what a run id may be, the run's own sweep and cluster from its
+"""What `collbench run --resume RUN_ID` relies on: what a run id may be, the run's own sweep and cluster from its
 manifest, what today's options may change of it, and the command that resumes a run.
 
 Pure (no Ray): the checks run before Ray starts, and before anything is written.
@@ -15,7 +15,6 @@ container, measures the same groups.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -74,11 +73,6 @@ def saved_run(record: dict, run_id: str) -> SavedRun:
     if not isinstance(spec_values, dict):
         raise UsageError(f"{source}: its manifest's spec is not a mapping; start a new run")
     return SavedRun(SweepSpec(**from_mapping(spec_values, source=source)), nodes, record.get("backend"))
-
-
-def given_fields(args: argparse.Namespace, config_keys: set[str]) -> set[str]:
-    """The sweep options the user gave: on the command line (parsed as None when absent) or in --config."""
-    return {f.name for f in spec_fields() if getattr(args, f.name, None) is not None} | config_keys
 
 
 def resumed_spec(saved: SavedRun, today: SweepSpec, given: set[str], run_id: str) -> SweepSpec:

@@ -1,0 +1,135 @@
+"""Two stored runs compared link by link (or shape by shape): which runs are the baseline, and
+what matched, changed and was flagged (`collbench compare` and `api.compare`; `watch` finds its
+earlier cycles of the same sweep here)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Literal
+
+import pandas as pd
+import pyarrow as pa
+
+from orchestrator.analysis import compare as comparing
+from orchestrator.errors import UsageError
+from orchestrator.operations.checks import check_threshold
+from orchestrator.results import dataset
+
+By = Literal["link", "shape"]
+# Spec fields that say where and how patiently a sweep ran, not what it measured: two runs that
+# differ only in these are runs of the same sweep.
+NOT_THE_SWEEP = ("output", "address", "group_timeout_s", "deadline_rate_gbps", "allow_failures", "nodes", "exclude")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompareOptions:
+    """What to compare, checked when made."""
+
+    baseline: str
+    """The results dataset of the baseline."""
+    new: str
+    """The results dataset of the new run (the baseline's own: its latest run against those before)."""
+    baseline_runs: tuple[str, ...] = ()
+    """Baseline run ids; empty: the baseline's latest run, with every other run of its sweep."""
+    new_run: str | None = None
+    """The new run; None: the new dataset's latest, not a baseline run."""
+    threshold: float = 0.05
+    """Flag a busbw drop beyond this fraction (and beyond the noise between runs)."""
+    by: By = "link"
+    """Match groups by their devices as well as their shape (link), or by shape only (two clusters)."""
+
+    def __post_init__(self) -> None:
+        check_threshold(self.threshold)
+        if self.by not in ("link", "shape"):
+            raise UsageError(f"--by {self.by!r}: link or shape")
+
+
+@dataclass
+class Comparison:
+    """Matched keys with their changes, noise and flag, keys on one side only, and which runs."""
+
+    matched: pd.DataFrame
+    only_in_baseline: pd.DataFrame
+    only_in_new: pd.DataFrame
+    baseline_runs: list[str]
+    new_run: str
+    by: str
+
+    @property
+    def flagged(self) -> pd.DataFrame:
+        return self.matched[self.matched.flag]
+
+
+def compare(options: CompareOptions) -> Comparison:
+    """Compare the new run with the baseline run(s); UsageError when nothing matches."""
+    baseline, new, by = options.baseline, options.new, options.by
+    base_runs, new_run = pick_runs(baseline, new, options.baseline_runs, options.new_run)
+    base = pa.concat_tables([dataset.load_table(baseline, r, columns=comparing.COLUMNS) for r in base_runs])
+    matched, only_base, only_new = comparing.compare(
+        base, dataset.load_table(new, new_run, columns=comparing.COLUMNS), options.threshold, by)
+    if matched.empty:
+        if only_new.empty:
+            why = f"run {new_run} has no ok row"
+        elif only_base.empty:
+            why = f"baseline run(s) {','.join(base_runs)} have no ok row"
+        else:
+            why = f"no ok row of run {new_run} matches one of baseline run(s) {','.join(base_runs)} by {by}"
+        raise UsageError(f"{why}: nothing to compare" + (" (another cluster? --by shape)"
+                                                         if by == "link" and not only_new.empty
+                                                         and not only_base.empty else ""))
+    return Comparison(matched, only_base, only_new, base_runs, new_run, by)
+
+
+def pick_runs(baseline: str, new: str, baseline_runs: tuple[str, ...] = (), new_run: str | None = None
+              ) -> tuple[list[str], str]:
+    """(Baseline run ids, oldest first; the new run id) from the options and the datasets."""
+    same = baseline == new
+    base_known = dataset.runs(baseline)
+    new_known = base_known if same else dataset.runs(new)
+    named = [r.strip() for r in baseline_runs]
+    for r in named:
+        _check_run("--baseline-run", r, baseline, base_known)
+    if new_run is not None:
+        new_run = _check_run("--new-run", new_run, new, new_known)
+        if new_run in named:  # run ids are unique: the same id in two folders is one run copied
+            raise UsageError(f"--new-run {new_run}: is also a --baseline-run; a run compared with itself shows nothing")
+    else:
+        candidates = [r for r in new_known if not (same and r in named)]
+        if not candidates:
+            raise UsageError(f"{new}: holds no run besides the baseline run(s); name one with --new-run")
+        new_run = candidates[-1]
+    if named:
+        return list(dict.fromkeys(named)), new_run
+    candidates = [r for r in base_known if not (same and r == new_run)]
+    if not candidates:
+        raise UsageError(f"{baseline}: holds {len(base_known)} run(s); name two with --baseline-run/--new-run")
+    primary = candidates[-1]
+    sweep = sweep_of(baseline, primary)
+    if sweep is None:
+        return [primary], new_run
+    return [r for r in candidates if r == primary or sweep_of(baseline, r) == sweep], new_run
+
+
+def sweep_key(command: str | None, spec: dict) -> tuple[str | None, str]:
+    """What a run measured, as one comparable value: its command and its spec less NOT_THE_SWEEP."""
+    return command, json.dumps({k: v for k, v in spec.items() if k not in NOT_THE_SWEEP}, sort_keys=True)
+
+
+def sweep_of(path: str, run_id: str) -> tuple[str | None, str] | None:
+    """The sweep_key of a stored run, from its manifest; None when unknown."""
+    m = dataset.manifest(path, run_id)
+    try:
+        spec = json.loads(m["spec"]) if m and m.get("spec") else None
+    except ValueError:
+        return None
+    if not isinstance(spec, dict):
+        return None
+    return sweep_key(m.get("command"), spec)
+
+
+def _check_run(option: str, run_id: str, path: str, known: list[str]) -> str:
+    if run_id not in known:
+        shown = run_id if run_id.strip() and run_id.isprintable() else repr(run_id)
+        raise UsageError(f"{option} {shown}: no such run in {path} (runs: {', '.join(known[-5:]) or 'none'})")
+    return run_id

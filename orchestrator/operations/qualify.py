@@ -1,0 +1,44 @@
+"""What a qualification takes besides its sweep, checked when made, and the sweep it measures:
+qualify's own defaults and its one collective and one element type (`collbench qualify`,
+`api.qualify` and `api.preflight`; the body that runs it is execution.qualifying)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from orchestrator.errors import UsageError
+from orchestrator.operations.checks import check_min_fraction, check_threshold
+from orchestrator.sweep.spec import ALL, SweepSpec
+
+# Where qualify's sweep differs from a run's: one collective at a few large sizes, few iterations,
+# and a short deadline, since a probe is a health check, not a measurement to keep.
+DEFAULTS = MappingProxyType({"collectives": ("all_reduce",), "min_bytes": 1 << 20, "max_bytes": 16 << 20,
+                             "iters": 5, "warmup": 1, "group_timeout_s": 60.0})
+
+
+@dataclass(frozen=True, kw_only=True)
+class QualifyOptions:
+    """How probes are judged, checked when made."""
+
+    threshold: float = 0.10
+    """Without an expected value, a probe this fraction below its round's median is slow."""
+    min_fraction: float = 0.8
+    """With an expected value, a probe below this fraction of it is slow."""
+    seed: int = 0
+    """Seed of the random pairing."""
+    expected: str | None = None
+    """A YAML file of the user's expected values, over the shipped table."""
+
+    def __post_init__(self) -> None:
+        check_threshold(self.threshold)
+        check_min_fraction(self.min_fraction)
+
+
+def check_spec(spec: SweepSpec) -> SweepSpec:
+    """`spec`, refused unless it measures one collective and one element type: the verdicts
+    compare like with like (`-d all` is every dtype the backend has)."""
+    for name, values in (("--collectives", spec.collectives), ("--dtypes", spec.dtypes)):
+        if len(values) != 1 or ALL in values:
+            raise UsageError(f"{name} {','.join(values)}: qualify measures one (the verdicts compare like with like)")
+    return spec

@@ -1,0 +1,140 @@
+"""The layers import downward only, and no module imports itself back through others (issue 31).
+
+Every module of orchestrator/ and workloads/ is parsed, not imported: an import counts wherever
+it is written (at the top, inside a function, under `if TYPE_CHECKING:`), since a lazy import is
+still a dependency, only a later one."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("orchestrator", "workloads")
+FACES = "orchestrator.commands"  # the command line's face; api.py is the other
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _known(name: str) -> str | None:
+    """The project module `name` is, or lies in (its longest known prefix); None outside the project."""
+    while name:
+        if name in MODULES:
+            return name
+        name = name.rpartition(".")[0]
+    return None
+
+
+def _imports(module: str) -> set[str]:
+    """The project modules that `module` imports, at any depth of its code."""
+    path = MODULES[module]
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            # `from a import b`: b is the module a.b where there is one, else a name in a
+            names = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
+        else:
+            continue
+        out.update(m for m in map(_known, names) if m and m != module)
+    return out
+
+
+GRAPH = {m: _imports(m) for m in MODULES}
+
+
+def _is_face(module: str) -> bool:
+    return module == FACES or module.startswith(FACES + ".")
+
+
+def test_the_graph_is_read():
+    assert len(MODULES) > 50 and "orchestrator.operations.report" in GRAPH["orchestrator.commands.report"]
+    assert "orchestrator.commands.report" in GRAPH["orchestrator.cli"]
+
+
+def test_nothing_below_the_command_line_imports_it():
+    upward = sorted(f"{m} imports {t}" for m, targets in GRAPH.items() if not _is_face(m) and m != "orchestrator.cli"
+                    for t in targets if _is_face(t))
+    assert upward == []
+
+
+def test_the_api_imports_no_command():
+    assert sorted(t for t in GRAPH["orchestrator.api"] if _is_face(t) or t == "orchestrator.cli") == []
+
+
+def test_operations_sit_under_the_run_bodies():
+    """execution/ (watch) reuses report and compare: operations/ importing execution back would
+    make the two layers one."""
+    above = ("orchestrator.execution", "orchestrator.api", "orchestrator.cli", FACES)
+    upward = sorted(f"{m} imports {t}" for m, targets in GRAPH.items() if m.startswith("orchestrator.operations")
+                    for t in targets if any(t == a or t.startswith(a + ".") for a in above))
+    assert upward == []
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan's, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return sorted(found)
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"e"}}
+    assert _cycles(graph) == [["a", "b", "c"]]
+
+
+def test_no_module_imports_itself_back():
+    assert _cycles(GRAPH) == []
