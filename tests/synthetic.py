@@ -64,7 +64,7 @@ def write_cluster_run(out: str, run_id: str, *, nodes: int = 4, ranks_per_node: 
                       sizes: list[int] | None = None, intra_gbps: float = 40.0, inter_gbps: float = 10.0,
                       alpha_us: float = 20.0, faults: tuple = (), noise: float = 0.0, iters: int = 20, seed: int = 0,
                       minute: int = 0, collective: str = "all_reduce", failed_groups: tuple[str, ...] = (),
-                      one_file: bool = False, platform: str | None = None) -> None:
+                      one_file: bool = False, platform: str | None = None, backend: str = "nccl") -> None:
     """A run over the groups the real planner makes for `nodes` x `ranks_per_node`, with a known
     bus bandwidth per topology and planted faults, written through the product's store.
 
@@ -124,7 +124,7 @@ def write_cluster_run(out: str, run_id: str, *, nodes: int = 4, ranks_per_node: 
         n = len(group.ranks)
         factor = factor_of(n) if n > 1 else 1.0
         base = {
-            "run_id": run_id, "started_at": started, "collective": collective, "backend": "nccl", "dtype": "float32",
+            "run_id": run_id, "started_at": started, "collective": collective, "backend": backend, "dtype": "float32",
             "op": "sum", "in_place": True, "world_size": n, "n_nodes": len(spanned),
             "ranks_per_node": max(members.count(m) for m in spanned), "topology": topology, "pattern": group.pattern,
             "group_id": group.group_id, "round": group.round, "groups_in_round": 1, "ranks": list(group.ranks),

@@ -8,17 +8,17 @@ rank, in rank order), so a pair that lost 40% among many is compared with itself
 median. `by="shape"` pools every group of a shape instead (two different clusters).
 
 The change of a matched key is measured on log times: d = mean(log t_new) - mean(log t_base)
-over the iterations of its rows (all baseline runs together). A drop is flagged when busbw fell by
-more than `threshold` AND d exceeds the noise limit, the larger of
-- the run-to-run noise of the key's shape (analysis/noise.py: from several baseline runs, else
-  from the spread of the changes of the shape's matched links), times Student's t at 1 - 0.05/m
-  with the estimate's degrees of freedom, and
-- the row's own iteration noise, z * se with se = sqrt(var_base / n_base + var_new / n_new),
-m being the number of matched keys (Bonferroni), so that comparing a run with a repeat of itself
-flags nothing in 95% of comparisons however many rows there are. `noise_source` says which
-estimate set the limit; `noise_floor` is the busbw change that noise alone can explain:
-1 - exp(-limit). A key with no run-to-run estimate is `unjudged` and never flagged (its noise
-floor is its iterations' alone, shown but not trusted).
+over the iterations of its rows (all baseline runs together), and judged by the one judge
+(analysis/judge.py) against the key's own past: how far a healthy link moves between runs is read
+from several baseline runs where they exist (`runs`), else from the other matched links of its
+shape, the judged one left out (`peers`), each pooled with the platform's prior (gloo inside a
+node, gloo across nodes, NCCL), or from the prior alone where the shape has one or two links
+(`prior`); Student's t at 1 - 0.05/m (m matched keys, Bonferroni), capped at a 3x drop, which is
+never passed as noise. A drop is flagged when busbw fell by more than `threshold` AND d exceeds
+that limit and the row's own iteration noise (z * se, se = sqrt(var_base / n_base + var_new /
+n_new); `iterations` where it is the larger). `noise_floor` is the busbw change that noise alone
+can explain: 1 - exp(-limit). So 4 links flag a 10x drop (issue 32: a 50x drop on 4 links once
+passed, its floor 99.9%) and not a 30% wobble.
 """
 
 from __future__ import annotations
@@ -28,11 +28,14 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from orchestrator.analysis.noise import FAMILY_ALPHA, NoiseSource, peer_sigma, quantile, run_sigma
+from orchestrator.analysis.judge import Source, limit, prior_for, robust_sigma
+from orchestrator.analysis.noise import FAMILY_ALPHA, MAD_EFFICIENCY, quantile, run_sigma
 
 SHAPE_KEY = ["collective", "dtype", "op", "in_place", "msg_bytes", "topology", "world_size", "ranks_per_node",
              "pattern"]
-COLUMNS = [*SHAPE_KEY, "status", "busbw_gbps", "time_us", "iter_time_us", "node_ips", "local_ranks", "run_id"]
+COLUMNS = [*SHAPE_KEY, "status", "busbw_gbps", "time_us", "iter_time_us", "node_ips", "local_ranks", "run_id",
+           "backend"]
+EXACT_LEAVE_ONE_OUT = 32  # above this many links, leaving one out moves a robust spread by little: one spread for all
 
 
 def _links(table: pa.Table) -> np.ndarray:
@@ -49,7 +52,10 @@ def _links(table: pa.Table) -> np.ndarray:
 def _rows(table: pa.Table, by: str) -> pd.DataFrame:
     """The ok rows: shape, link, key, shape id, run, busbw, time and their iterations' log sums."""
     ok = table.filter(pc.equal(table.column("status"), "ok"))
-    df = ok.select(SHAPE_KEY + ["busbw_gbps", "time_us", "run_id"]).to_pandas()
+    extra = ["backend"] if "backend" in ok.column_names else []
+    df = ok.select(SHAPE_KEY + ["busbw_gbps", "time_us", "run_id", *extra]).to_pandas()
+    if not extra:
+        df["backend"] = None
     link = pa.array(_links(ok), pa.string()) if by == "link" else pa.array([""] * ok.num_rows, pa.string())
     shape = pc.binary_join_element_wise(*(pc.cast(ok.column(c), pa.string()) for c in SHAPE_KEY), "|")
     df["link"] = link.to_numpy(zero_copy_only=False)
@@ -68,7 +74,7 @@ def _rows(table: pa.Table, by: str) -> pd.DataFrame:
 def _side(df: pd.DataFrame) -> pd.DataFrame:
     """Per key: its shape and link, median busbw and time, iterations n, mean and variance of log(time)."""
     g = df.groupby("key", sort=False)
-    out = df.drop_duplicates("key").set_index("key")[SHAPE_KEY + ["link", "shape"]]
+    out = df.drop_duplicates("key").set_index("key")[SHAPE_KEY + ["link", "shape", "backend"]]
     out = out.join(g[["busbw_gbps", "time_us"]].median()).join(g[["n", "s1", "s2"]].sum())
     out["runs"] = g.run_id.nunique()
     n = out.n.where(out.n > 0)
@@ -77,28 +83,35 @@ def _side(df: pd.DataFrame) -> pd.DataFrame:
     return out.drop(columns=["s1", "s2"])
 
 
-def _between(both: pd.DataFrame, base_rows: pd.DataFrame, d: pd.Series, p: float) -> pd.DataFrame:
-    """Per matched key: the run-to-run noise limit on d and its source (NaN and None where none)."""
-    limit = pd.Series(np.nan, index=both.index)
+def _between(both: pd.DataFrame, base_rows: pd.DataFrame, d: pd.Series, m: int) -> pd.DataFrame:
+    """Per matched key: the judge's limit on d (its run-to-run noise) and where it was read."""
+    limit_log = pd.Series(np.nan, index=both.index)
     source = pd.Series(None, index=both.index, dtype=object)
     per_run = base_rows[base_rows.n > 0].groupby(["key", "run_id"]).agg(shape=("shape", "first"), n=("n", "sum"),
                                                                         s1=("s1", "sum")).reset_index()
     per_run["mean"] = per_run.s1 / per_run.n
     run_groups = dict(iter(per_run.groupby("shape")))
     for shape, idx in both.groupby("shape").groups.items():
+        first = both.loc[idx[0]]
+        prior = prior_for(first.backend, first.topology != "intra")
         runs = run_groups.get(shape)
         sigma, df = run_sigma(runs["mean"].to_numpy(), runs.key.to_numpy()) if runs is not None else (None, 0)
         if sigma is not None:
             k = both.loc[idx, "runs_base"].to_numpy()
-            # the new run against the mean of k baseline runs: var sigma^2 (1 + 1/k)
-            limit[idx] = quantile(p, df) * sigma * np.sqrt(1 + 1 / k)
-            source[idx] = NoiseSource.RUNS.value
+            for key, runs_k in zip(idx, k):
+                # the new run against the mean of k baseline runs: var sigma^2 (1 + 1/k)
+                lim = limit(prior, m, sigma, df, Source.RUNS, inflation=float(np.sqrt(1 + 1 / runs_k)))
+                limit_log[key], source[key] = lim.log_drop, lim.source.value
             continue
-        sigma, df = peer_sigma(d[idx].dropna().to_numpy())
-        if sigma is not None:
-            limit[idx] = quantile(p, df) * sigma
-            source[idx] = NoiseSource.PEERS.value
-    return pd.DataFrame({"between": limit, "between_source": source})
+        changes = d[idx].to_numpy()
+        whole = robust_sigma(changes) if len(changes) > EXACT_LEAVE_ONE_OUT else None
+        for i, key in enumerate(idx):
+            others = np.delete(changes, i)
+            others = others[np.isfinite(others)]
+            sigma = whole if whole is not None else (robust_sigma(others) if len(others) >= 2 else None)
+            lim = limit(prior, m, sigma, MAD_EFFICIENCY * len(others) if sigma is not None else 0.0)
+            limit_log[key], source[key] = lim.log_drop, lim.source.value
+    return pd.DataFrame({"between": limit_log, "between_source": source})
 
 
 def compare(base: pa.Table, new: pa.Table, threshold: float, by: str = "link"
@@ -113,18 +126,19 @@ def compare(base: pa.Table, new: pa.Table, threshold: float, by: str = "link"
     p = 1 - FAMILY_ALPHA / m
     d = both.mean_new - both.mean_base
     iterations = quantile(p, None) * np.sqrt(both.var_base / both.n_base + both.var_new / both.n_new)
-    between = _between(both, base_rows, d, p)
-    limit = np.fmax(between.between, iterations)
+    between = _between(both, base_rows, d, m)
+    noise = np.fmax(between.between, iterations)
     judged = between.between.notna()
-    source = between.between_source.where(~(iterations > between.between), NoiseSource.ITERATIONS.value)
+    source = between.between_source.where(~(iterations > between.between), "iterations")
     both = both.assign(
         busbw_change=both.busbw_gbps_new / both.busbw_gbps_base - 1,
         time_change=both.time_us_new / both.time_us_base - 1,
         log_change=d,
-        noise_floor=1 - np.exp(-limit),
-        noise_source=source.where(judged, NoiseSource.UNJUDGED.value),
+        noise_floor=1 - np.exp(-noise),
+        noise_source=source.where(judged, Source.UNJUDGED.value),
     )
-    both["flag"] = judged & (both.busbw_change < -threshold) & (d > limit)
+    both["flag"] = judged & (both.busbw_change < -threshold) & (d > noise)
+    both = both.drop(columns=["backend"])
     cols = SHAPE_KEY + (["link"] if by == "link" else [])
     only_base = a.loc[a.index.difference(b.index), cols]
     only_new = b.loc[b.index.difference(a.index), cols]

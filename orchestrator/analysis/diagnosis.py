@@ -2,9 +2,11 @@
 Pure functions of a `Frame` (one run's rows); no Ray, no I/O.
 
 Every group is compared with its peers of the same shape (collective, dtype, op, placement,
-pattern, world size, ranks per node) at the largest size the shape measured: a group whose busbw
-is more than `threshold` below the shape's median of at least three groups is slow, and the
-slowness is named where it can be placed:
+pattern, world size, ranks per node) at the largest size the shape measured, through the one
+judge (analysis/judge.py): with at least three groups, one is slow when its busbw is more than
+`threshold` below the median of the others AND lower than their spread, pooled with the
+platform's prior, lets a healthy group fall (a 3x drop always is); the slowness is named where it
+can be placed:
 - pairwise (and 2-rank inter) groups: the slow node pair, and a node whose pairs are slow;
 - intra-pairwise groups: the slow GPU pair of a node, and a GPU whose pairs are slow;
 - intra groups: their node;
@@ -22,12 +24,13 @@ from dataclasses import asdict, dataclass, field
 import pandas as pd
 
 from orchestrator.analysis.frame import Frame
+from orchestrator.analysis.judge import MIN_VALUES, against_peers, prior_for
 from orchestrator.sweep.sizes import format_bytes
 from workloads.messages import Topology
 
 TOPOLOGIES = tuple(t.value for t in Topology)
 SHAPE = ["collective", "dtype", "op", "in_place", "pattern", "world_size", "ranks_per_node"]
-MIN_PEERS = 3
+MIN_PEERS = MIN_VALUES
 
 
 @dataclass(frozen=True)
@@ -119,8 +122,18 @@ def shape_scores(df: pd.DataFrame) -> pd.DataFrame:
     top = d[d.msg_bytes == d.groupby(SHAPE).msg_bytes.transform("max")]
     top = top.groupby("group_id", sort=False).head(1)  # one row per group
     grouped = top.groupby(SHAPE).busbw_gbps
-    top = top.assign(peers=grouped.transform("size"), peer_median=grouped.transform("median"))
-    return top.assign(ratio=top.busbw_gbps / top.peer_median)
+    top = top.assign(peers=grouped.transform("size"), peer_median=grouped.transform("median"), floor=0.0)
+    top = top.assign(ratio=top.busbw_gbps / top.peer_median)
+    m = len(top)  # every group judged in this report: the family of the judge's error rate
+    for _, shape in top.groupby(SHAPE):
+        first = shape.iloc[0]
+        prior = prior_for(first.get("backend"), first.topology != "intra")
+        judged = against_peers(shape.busbw_gbps.to_numpy(), prior, m)
+        # each group against the others' median (leave one out) and the floor of their spread
+        top.loc[shape.index, "peer_median"] = [j.reference for j in judged]
+        top.loc[shape.index, "ratio"] = [j.ratio for j in judged]
+        top.loc[shape.index, "floor"] = [j.limit.floor for j in judged]
+    return top
 
 
 def flags(frame: Frame, threshold: float) -> list[Flag]:
@@ -161,12 +174,14 @@ def _severity(f: Flag) -> float:
 
 
 def _slow(scores: pd.DataFrame, threshold: float) -> pd.DataFrame:
-    return scores[scores.ratio < 1 - threshold].sort_values("ratio")
+    """Groups below both the threshold and the judge's floor of their shape."""
+    return scores[(scores.ratio < 1 - threshold) & (scores.ratio < scores.floor)].sort_values("ratio")
 
 
 def _msg(row, what: str) -> str:
     return (f"{what}: {row.collective} {format_bytes(int(row.msg_bytes))} busbw {row.busbw_gbps:.4g} GB/s, "
-            f"{1 - row.ratio:.0%} below the median {row.peer_median:.4g} of {int(row.peers)} peer groups")
+            f"{1 - row.ratio:.0%} below the median {row.peer_median:.4g} of its {int(row.peers) - 1} peer groups "
+            f"(noise floor {1 - row.floor:.0%})")
 
 
 def _flag(kind, frame: Frame, row, nodes, ranks, what: str) -> Flag:
@@ -174,10 +189,13 @@ def _flag(kind, frame: Frame, row, nodes, ranks, what: str) -> Flag:
                 float(row.peer_median), _msg(row, what))
 
 
-def _by_member(scores: pd.DataFrame, a: str, b: str) -> pd.Series:
-    """Median ratio of every member (node or GPU) over the groups it is in (columns a, b)."""
+def _by_member(scores: pd.DataFrame, a: str, b: str, threshold: float) -> pd.Series:
+    """Median ratio of every member (node or GPU) over the groups it is in (columns a, b), where it
+    is below the threshold and the judge's floor (the shape's median floor)."""
     both = pd.concat([scores[[a, "ratio"]].rename(columns={a: "m"}), scores[[b, "ratio"]].rename(columns={b: "m"})])
-    return both.groupby("m").ratio.median()
+    per = both.groupby("m").ratio.median()
+    floor = float(scores.floor.median()) if len(scores) else 0.0
+    return per[(per < 1 - threshold) & (per < floor)]
 
 
 def _pair_flags(frame: Frame, scores: pd.DataFrame, threshold: float) -> list[Flag]:
@@ -187,8 +205,8 @@ def _pair_flags(frame: Frame, scores: pd.DataFrame, threshold: float) -> list[Fl
             nodes = [row.node_first, row.node_last]
             out.append(_flag("slow_pair", frame, row, nodes, [], "slow node pair "
                              + " - ".join(frame.label(n) for n in nodes)))
-        per_node = _by_member(shape, "node_first", "node_last")
-        for node, ratio in per_node[per_node < 1 - threshold].sort_values().items():
+        per_node = _by_member(shape, "node_first", "node_last", threshold)
+        for node, ratio in per_node.sort_values().items():
             row = shape.iloc[0]
             out.append(Flag("slow_node", [frame.nodes[node]], [], row.collective, int(row.msg_bytes), None, None,
                             f"slow node {frame.label(node)}: its {row.collective} pairs at a median "
@@ -213,9 +231,10 @@ def _gpu_pair_flags(frame: Frame, scores: pd.DataFrame, threshold: float) -> lis
                 gpus = [int(pair.local_first), int(pair.local_last)]
                 out.append(_flag("slow_gpu_pair", frame, pair, [node], gpus,
                                  f"slow GPU pair {gpus[0]}-{gpus[1]} on {frame.label(node)}"))
-            per_gpu = _by_member(mine, "local_first", "local_last")
-            for gpu, ratio in per_gpu[per_gpu < 1 - threshold].items():
-                if len(per_gpu) > 2:  # with two GPUs, the pair cannot say which
+            per_gpu = _by_member(mine, "local_first", "local_last", threshold)
+            gpus_of_node = set(mine.local_first) | set(mine.local_last)
+            for gpu, ratio in per_gpu.items():
+                if len(gpus_of_node) > 2:  # with two GPUs, the pair cannot say which
                     out.append(Flag("slow_gpu", [frame.nodes[node]], [int(gpu)], row.collective, int(row.msg_bytes),
                                     None, None, f"slow GPU {gpu} on {frame.label(node)}: its pairs at a median "
                                     f"{ratio:.0%} of their peers'", extra={"ratio": float(ratio)}))

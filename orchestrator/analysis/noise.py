@@ -1,29 +1,16 @@
-"""How much a link's time may move from one run to the next without anything having changed,
-estimated from what the data holds. Pure numpy; no I/O.
+"""The statistics under the judge (analysis/judge.py): the run-to-run spread read from several
+baseline runs, Student's t quantiles, and the constants of robust estimates. Pure numpy; no I/O.
 
-Three estimates, best first (README: Comparisons):
 - runs: several baseline runs of the same sweep. Each link's mean log time in each run, less the
   mean of its other runs (leave-one-out), scaled to one run's spread and pooled over the links of
   a shape: sigma = 1.4826 * median |residual| (robust: one odd link or run does not widen it).
-- peers: one run on each side. The log changes d of the matched links of one shape spread as
-  wide as the runs vary; sigma is the smaller of two robust spreads, 1.4826 * the median of
-  |d - median d| (a shift of every link, a regression everywhere, does not widen it) and 1.4826 *
-  the lower median of |d| (a slow node in half of a small cluster's links does not widen it).
-- iterations: the row's own per-iteration times (standard error of the change of mean log
-  time), which cannot see the variation between runs: it sets the limit wherever it is the larger
-  of the two, never alone. A row with neither run-to-run estimate (a shape of fewer than
-  MIN_PEERS links and one baseline run) is `unjudged`: nothing it holds says how far a healthy
-  link moves between runs, and its iterations alone flagged noise as drops (a -24% move of a
-  3-node cluster's intra link, issue 21).
 An estimate from a few values is itself noisy, so its quantile is Student's t, not the normal
 one, with the degrees of freedom a median of absolute deviations is worth: 37% of its values (its
-asymptotic efficiency). Calibrated on normal samples of 4 to 256 links, this keeps the chance that
-a comparison of two healthy runs flags any link at 2-5% (benchmarks/compare_errors.py).
+asymptotic efficiency); the judge pools it with a prior for the platform.
 """
 
 from __future__ import annotations
 
-import enum
 import math
 from statistics import NormalDist
 
@@ -31,27 +18,8 @@ import numpy as np
 
 FAMILY_ALPHA = 0.05  # chance that comparing a run with a repeat of itself flags anything
 MAD_SCALE = 1.4826  # median |x| of a normal sample is 0.6745 sigma
-MIN_PEERS = 4  # links of one shape needed to read the run-to-run spread from their changes
 MIN_RUN_DF = 3  # independent residuals needed to read it from several baseline runs
 MAD_EFFICIENCY = 0.37  # a MAD of n normal values is as precise as a standard deviation of 0.37 n
-
-
-class NoiseSource(enum.Enum):
-    RUNS = "runs"
-    PEERS = "peers"
-    ITERATIONS = "iterations"
-    UNJUDGED = "unjudged"
-
-
-def peer_sigma(d: np.ndarray) -> tuple[float | None, float]:
-    """(Run-to-run sigma of one shape's log changes `d`, one per matched link, or None when there
-    are fewer than MIN_PEERS links; its degrees of freedom)."""
-    d = np.asarray(d, dtype=float)
-    if len(d) < MIN_PEERS:
-        return None, 0.0
-    about_median = np.median(np.abs(d - np.median(d)))
-    about_zero = np.sort(np.abs(d))[(len(d) - 1) // 2]  # the lower median
-    return float(MAD_SCALE * min(about_median, about_zero)), MAD_EFFICIENCY * len(d)
 
 
 def run_sigma(means: np.ndarray, owner: np.ndarray) -> tuple[float | None, float]:

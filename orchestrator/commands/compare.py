@@ -14,7 +14,7 @@ import json
 import sys
 
 from orchestrator.analysis.compare import SHAPE_KEY
-from orchestrator.analysis.noise import MIN_PEERS, NoiseSource
+from orchestrator.analysis.judge import Source
 from orchestrator.commands.options import add_analysis_options
 from orchestrator.commands.render import render_csv, render_tables
 from orchestrator.errors import UsageError
@@ -76,17 +76,17 @@ def main(args: argparse.Namespace) -> int:
         "matched": len(matched), "flagged_drops": flagged, "unit": args.unit,
         "median_busbw_change": float(matched.busbw_change.median()),
         "worst_busbw_change": float(matched.busbw_change.min()),
-        **{f"noise_{s.value}": int(sources.get(s.value, 0)) for s in NoiseSource},
+        **{f"noise_{s}": int(sources.get(s, 0)) for s in [*(s.value for s in Source), "iterations"]},
         "only_in_baseline": len(only_base), "only_in_new": len(only_new),
     }]
     tables = {"summary": summary, "matched": rows, "only_in_baseline": only_base.to_dict("records"),
               "only_in_new": only_new.to_dict("records")}
-    unjudged = int(sources.get(NoiseSource.UNJUDGED.value, 0))
-    if unjudged:
-        print(f"collbench: {unjudged} of {len(matched)} matched row(s) not judged (noise_source unjudged): their "
-              f"shape has fewer than {MIN_PEERS} links and there is one baseline run, so nothing says how far a "
-              "healthy link moves between runs; run the baseline sweep again and compare with every run "
-              "(--baseline-run A,B,C)", file=sys.stderr)
+    prior_only = int(sources.get(Source.PRIOR.value, 0))
+    if prior_only:
+        print(f"collbench: {prior_only} of {len(matched)} matched row(s) judged against the platform's prior alone "
+              "(noise_source prior): their shape has one or two links and there is one baseline run, so only a drop "
+              "beyond any healthy move of that platform is flagged; run the baseline sweep again and compare with "
+              "every run (--baseline-run A,B,C) to judge finer", file=sys.stderr)
     if args.table:
         tables = {args.table: tables[args.table]}
     if args.format == "json":

@@ -1,0 +1,157 @@
+"""The one judge of "slower than it should be": is a value low against its reference (its peers in
+a run, its own past runs, an expected value)? Pure numpy; no I/O. Compare, the report's peer
+flags and watch's drift (through compare) read every such verdict here.
+
+Everything is in log space (a 2x drop is as far below as a 2x rise is above). The judged value
+never widens its own reference: its peers' median and spread are read from the others (leave one
+out). How far a healthy value may fall below its reference is estimated from the data where there
+is some and from a stated prior for the platform where there is little: the prior's sigma counts
+as `df` degrees of freedom of evidence, the data's robust spread as MAD_EFFICIENCY x its count,
+pooled (a normal-inverse-chi-square update), and the limit is Student's t at the pooled degrees
+of freedom, Bonferroni over the values judged at once (FAMILY_ALPHA). So 4 links flag a 10x drop
+and not a 30% wobble, and 256 links read their own noise. A drop of GROSS_DROP or more is never
+passed as noise where three values or more were measured (it is beyond any healthy spread seen on
+any platform: the widest, this shared 2-core host, moves healthy links -34% to +93%).
+
+Priors (sigma of a healthy value's log about its reference, between runs or between peers):
+- gloo, inside a node (CPU memory copies on a shared host): 0.30. Measured: the same intra-node
+  sweep run twice a minute apart moved healthy links -34% to +93% (docs/PERFORMANCE.md, issue
+  21); benchmarks/compare_errors.py's host profile (Student-t(3) run effect of scale 0.2) has a
+  robust sigma of 0.23 per run, 0.32 for a change between two.
+- gloo across nodes (a network link): 0.10; the lab's tc-shaped links vary 5.6% (docs/PERFORMANCE.md,
+  section 8), a real Ethernet link under other traffic more.
+- nccl (GPU fabrics): 0.04; NCCL busbw on H100-class nodes repeats within 1-3% run to run
+  (issue 21's figure): a change between two runs at 3% each is 4.2%.
+Each prior counts as PRIOR_DF degrees of freedom.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from orchestrator.analysis.noise import FAMILY_ALPHA, MAD_EFFICIENCY, MAD_SCALE, quantile
+
+GROSS_DROP = 3.0  # a value this many times below its reference is never noise (3 or more values measured)
+MIN_VALUES = 3  # values of one shape needed to judge one against the others (a median of one is not a reference)
+
+
+@dataclass(frozen=True)
+class Prior:
+    """What a healthy value's spread about its reference is, before any data: sigma of its log, and
+    how many degrees of freedom of evidence that is worth against the data's."""
+
+    platform: str
+    sigma_log: float
+    df: float
+    source: str
+
+
+PRIOR_DF = 8.0  # each prior rests on many measured runs: worth the spread of 8 / 0.37 ~ 22 links' changes
+PRIORS = {
+    ("gloo", False): Prior("cpu-intra", 0.30, PRIOR_DF, "shared CPU host, intra-node: -34%..+93% run to run"),
+    ("gloo", True): Prior("cpu-network", 0.10, PRIOR_DF, "network link: the lab's shaped links vary 5.6%"),
+    ("nccl", False): Prior("gpu", 0.04, PRIOR_DF, "GPU fabrics: 1-3% run to run"),
+    ("nccl", True): Prior("gpu", 0.04, PRIOR_DF, "GPU fabrics: 1-3% run to run"),
+}
+
+
+def prior_for(backend: str | None, across_nodes: bool) -> Prior:
+    """The prior of a backend ("gloo", "nccl"; anything else: the widest) inside a node or across."""
+    return PRIORS.get((backend or "gloo", bool(across_nodes)), PRIORS[("gloo", False)])
+
+
+class Source(enum.Enum):
+    """Where the spread a value was judged against came from."""
+
+    RUNS = "runs"  # several baseline runs of the same sweep
+    PEERS = "peers"  # the other values of its shape, with the prior
+    PRIOR = "prior"  # the prior alone (too few values to read a spread from)
+    UNJUDGED = "unjudged"
+
+
+@dataclass(frozen=True)
+class Limit:
+    """How far (log) a healthy value may fall below its reference, and what that rests on."""
+
+    log_drop: float
+    sigma_log: float
+    df: float
+    source: Source
+
+    @property
+    def floor(self) -> float:
+        """The fraction of its reference below which a value is low (1 / the allowed drop)."""
+        return math.exp(-self.log_drop)
+
+
+def robust_sigma(deviations: np.ndarray) -> float | None:
+    """A robust sigma of deviations already centred on their reference: the smaller of the MAD
+    about their median and the lower median of their absolute values, x 1.4826 (a shift of all
+    of them, or a slow half of a small set, does not widen it). None for no values."""
+    d = np.asarray(deviations, dtype=float)
+    d = d[np.isfinite(d)]
+    if not len(d):
+        return None
+    about_median = np.median(np.abs(d - np.median(d)))
+    about_zero = np.sort(np.abs(d))[(len(d) - 1) // 2]
+    return float(MAD_SCALE * min(about_median, about_zero))
+
+
+def limit(prior: Prior, m: int, sigma_data: float | None = None, df_data: float = 0.0,
+          source: Source = Source.PEERS, inflation: float = 1.0, gross: bool = True) -> Limit:
+    """The allowed log drop: the prior pooled with the data's sigma (df_data degrees of freedom),
+    Student's t at 1 - FAMILY_ALPHA / m, times `inflation` (the reference's own uncertainty),
+    capped at log(GROSS_DROP) where `gross` (three values or more)."""
+    if sigma_data is None or df_data <= 0:
+        sigma_data, df_data, source = 0.0, 0.0, Source.PRIOR
+    df = prior.df + df_data
+    sigma = math.sqrt((prior.df * prior.sigma_log ** 2 + df_data * sigma_data ** 2) / df)
+    log_drop = quantile(1 - FAMILY_ALPHA / max(m, 1), df) * sigma * inflation
+    if gross:
+        log_drop = min(log_drop, math.log(GROSS_DROP))
+    return Limit(log_drop, sigma, df, source)
+
+
+@dataclass(frozen=True)
+class PeerJudgement:
+    """One value against the others of its shape (leave one out)."""
+
+    reference: float  # the others' median (in the values' own units)
+    ratio: float  # value / reference
+    limit: Limit
+
+    @property
+    def low(self) -> bool:
+        return self.limit.source is not Source.UNJUDGED and math.log(max(self.ratio, 1e-300)) < -self.limit.log_drop
+
+
+def against_peers(values: np.ndarray, prior: Prior, m: int | None = None) -> list[PeerJudgement]:
+    """Each of `values` (a rate: higher is better) against the median of the others, the others'
+    log spread about it pooled with `prior`. Fewer than MIN_VALUES values: each UNJUDGED (which of
+    two is off cannot be said). `m`: values judged at once (default len(values))."""
+    v = np.log(np.maximum(np.asarray(values, dtype=float), 1e-300))
+    n = len(v)
+    m = n if m is None else m
+    out = []
+    for i in range(n):
+        others = np.delete(v, i)
+        if n < MIN_VALUES:
+            ref = float(np.exp(np.median(others))) if len(others) else float("nan")
+            out.append(PeerJudgement(ref, float(np.exp(v[i])) / ref if len(others) else float("nan"),
+                                     Limit(math.inf, prior.sigma_log, prior.df, Source.UNJUDGED)))
+            continue
+        centre = float(np.median(others))
+        sigma = robust_sigma(others - centre)
+        # the reference is a median of n-1 values: its own error adds ~1.25^2 / (n-1) of a variance
+        inflation = math.sqrt(1 + 1.57 / len(others))
+        lim = limit(prior, m, sigma, MAD_EFFICIENCY * len(others), Source.PEERS, inflation)
+        out.append(PeerJudgement(float(np.exp(centre)), float(np.exp(v[i] - centre)), lim))
+    return out
+
+
+def unjudged_reason(count: int) -> str:
+    return f"{count} value(s) of this shape: fewer than {MIN_VALUES}, so which one is off cannot be said"
