@@ -14,7 +14,7 @@ Layouts: `links`, N links of one shape, one link slowed (a node's intra-node fab
 pair of M nodes (N = M(M-1)/2 links), one node slowed, so its M-1 pairs are. Baselines: one run
 (noise from the shape's peers) or three runs of the same sweep (noise from the runs).
 
-    python benchmarks/compare_errors.py [--trials 20] [--seed 0]
+    python benchmarks/compare_errors.py [--healthy-links 600] [--slow-trials 60] [--seed 0]
 """
 
 from __future__ import annotations
@@ -52,14 +52,14 @@ PROFILES = {
 }
 
 
-def _links(layout: str, n: int) -> tuple[list[list[str]], list[bool]]:
-    """(Each link's node IPs, whether the planted fault slows it) for n nodes."""
+def _links(layout: str, n: int, culprits: int = 1) -> tuple[list[list[str]], list[bool]]:
+    """(Each link's node IPs, whether the planted fault slows it) for n nodes, `culprits` of them slowed."""
     ips = [f"10.1.{i // 250}.{i % 250}" for i in range(n)]
-    culprit = n // 2
+    bad = {(n // 2 + k) % n for k in range(culprits)}
     if layout == "links":
-        return [[ip, ip] for ip in ips], [i == culprit for i in range(n)]
+        return [[ip, ip] for ip in ips], [i in bad for i in range(n)]
     pairs = [(a, b) for a in range(n) for b in range(a + 1, n)]
-    return [[ips[a], ips[b]] for a, b in pairs], [culprit in p for p in pairs]
+    return [[ips[a], ips[b]] for a, b in pairs], [bool(bad & {a, b}) for a, b in pairs]
 
 
 def run_table(rng: np.random.Generator, run_id: str, nodes: list[list[str]], profile: Profile,
@@ -87,13 +87,13 @@ def run_table(rng: np.random.Generator, run_id: str, nodes: list[list[str]], pro
 
 
 def error_rates(profile: str, layout: str, nodes: int, factor: float, baselines: int, trials: int,
-                seed: int) -> tuple[float, float, int]:
+                seed: int, culprits: int = 1) -> tuple[float, float, int]:
     """(False-positive rate over healthy links, false-negative rate over slowed links (nan when
     none), links) over `trials` comparisons of `baselines` healthy runs with one run slowed by
     `factor` (1: healthy)."""
     rng = np.random.default_rng(seed)
     prof = PROFILES[profile]
-    ips, faulty = _links(layout, nodes)
+    ips, faulty = _links(layout, nodes, culprits)
     faulty = np.array(faulty) & (factor != 1.0)
     healthy = np.zeros(len(ips), dtype=bool)
     fp = fn = 0
@@ -111,26 +111,35 @@ def error_rates(profile: str, layout: str, nodes: int, factor: float, baselines:
     return fp / healthy_links, (fn / slow_links if slow_links else float("nan")), len(ips)
 
 
+SHAPES = (2, 3, 4, 6, 8, 16, 64, 256)  # links of one shape (issue 32's grid)
+DROPS = (1.25, 2.0, 4.0, 10.0, 50.0)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--trials", type=int, default=20, help="comparisons per case (fewer above 500 links)")
+    ap.add_argument("--healthy-links", type=int, default=600, help="healthy links judged per cell (false positives)")
+    ap.add_argument("--slow-trials", type=int, default=60, help="comparisons per cell with a planted drop")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--profiles", default=",".join(PROFILES), help="noise profiles, comma-separated")
     args = ap.parse_args()
-    print("| noise | layout | nodes | links | baseline runs | slowed | false positives | false negatives |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| noise | links | baseline runs | false positives | " + " | ".join(
+        f"missed {f:g}x (1 / 2 culprits)" for f in DROPS) + " |")
+    print("|---|---|---|---|" + "---|" * len(DROPS))
     started = time.monotonic()
-    for profile in PROFILES:
-        for layout, sizes in (("links", (4, 16, 256)), ("pairs", (4, 8, 64))):
-            for nodes in sizes:
-                for baselines in (1, 3):
-                    # a 1.25x drop is below what the host's noise lets anything see
-                    for factor in (1.0, 2.0) if profile == "host" else (1.0, 1.25, 2.0):
-                        links = len(_links(layout, nodes)[0])
-                        trials = max(10, args.trials * 64 // max(links, 64))
-                        fp, fn, _ = error_rates(profile, layout, nodes, factor, baselines, trials, args.seed)
-                        miss = "-" if factor == 1.0 else f"{fn:.1%}"
-                        print(f"| {profile} | {layout} | {nodes} | {links} | {baselines} | "
-                              f"{'none' if factor == 1.0 else f'{factor:g}x'} | {fp:.2%} | {miss} |", flush=True)
+    for profile in args.profiles.split(","):
+        for links in SHAPES:
+            for baselines in (1, 3):
+                trials = max(5, args.healthy_links // links)
+                fp, _, _ = error_rates(profile, "links", links, 1.0, baselines, trials, args.seed)
+                cells = []
+                for factor in DROPS:
+                    misses = []
+                    for culprits in (1, 2) if links >= 3 else (1,):
+                        fn = error_rates(profile, "links", links, factor, baselines,
+                                         max(3, args.slow_trials * 4 // max(links, 4)), args.seed + 1, culprits)[1]
+                        misses.append(f"{fn:.0%}")
+                    cells.append(" / ".join(misses))
+                print(f"| {profile} | {links} | {baselines} | {fp:.2%} | " + " | ".join(cells) + " |", flush=True)
     print(f"\n{time.monotonic() - started:.0f} s")
 
 

@@ -20,9 +20,13 @@ import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
+from workloads.comm_env import COMM_ENV_PREFIXES
+
 Run = Callable[[list[str]], str]  # stdout of a command; raises OSError/CalledProcessError/TimeoutExpired
 
-COMM_PREFIXES = ("NCCL_", "FI_", "UCX_")
+# Every prefix a run records (workloads.comm_env), less what Ray sets per worker
+COMM_PREFIXES = COMM_ENV_PREFIXES
+PER_WORKER = ("CUDA_VISIBLE_DEVICES",)
 
 @dataclass(frozen=True)
 class Gpu:
@@ -114,7 +118,7 @@ def gather(ip: str, root: str = "/", run: Run = _run, env: dict | None = None, g
     env = dict(os.environ if env is None else env)
     problems: list[str] = []
     facts: dict = {"ip": ip, "hostname": socket.gethostname(), "python": sys.version.split()[0],
-                   "env": {k: v for k, v in sorted(env.items()) if k.startswith(COMM_PREFIXES)}}
+                   "env": {k: v for k, v in sorted(env.items()) if k.startswith(COMM_PREFIXES) and k not in PER_WORKER}}
     facts.update(_software(run, problems))
     facts.update(interface_facts(ip, root, run, problems))
     facts.update(limits(root))

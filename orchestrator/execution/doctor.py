@@ -156,11 +156,19 @@ class DoctorRefusal(UsageError):
 
 
 def refusal(d: Diagnosis) -> str | None:
-    """The one line a run refuses with when the quick checks failed; None when they did not."""
+    """The one line a run refuses with when the quick checks failed: every failing node with every
+    check it failed, and the one --exclude that leaves them all out; None when none failed."""
     failed = d.failures(QUICK)
     if not failed:
         return None
-    node, host, check = failed[0]
-    more = f" (and {len(failed) - 1} more failed check(s): collbench doctor lists them)" if len(failed) > 1 else ""
-    return (f"node {node} ({host}): {check.name}: {check.detail}{more}; {check.hint}; leave it out with --exclude "
-            f"{node}, or skip these checks with --no-doctor")
+    by_node: dict[tuple[str, str], list] = {}
+    for node, host, check in failed:
+        by_node.setdefault((node, host), []).append(check)
+    parts = []
+    for (node, host), checks in by_node.items():
+        said = "; ".join(f"{c.name}: {c.detail}" + (f" ({c.hint})" if c.hint else "") for c in checks)
+        parts.append(f"node {node} ({host}): {said}")
+    nodes = ",".join(node for node, _ in by_node)
+    return (f"{len(by_node)} node(s) failed the quick checks: " + " | ".join(parts)
+            + f"; leave {'it' if len(by_node) == 1 else 'them'} out with --exclude {nodes}, or skip these checks "
+            "with --no-doctor")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import secrets
 import shutil
+import re
 import time
 
 import pandas as pd
@@ -82,11 +83,16 @@ def test_run_refuses_before_its_first_group_and_runs_without_the_faulty_nodes(fa
     proc = run_cli(["run", *sweep], env=_env(st), timeout=300)
     elapsed = time.monotonic() - t0
     line = proc.stderr.strip().splitlines()[-1]
-    assert proc.returncode == 2 and line.startswith("collbench: error: node "), proc.stderr[-2000:]
-    assert ("same MTU" in line or "reachable" in line) and "--exclude" in line and "--no-doctor" in line
+    # every failing node and check in the one line, and the one --exclude that leaves them all out
+    assert proc.returncode == 2 and line.startswith("collbench: error: 2 node(s) failed the quick checks: node "), \
+        proc.stderr[-2000:]
+    assert f"node {st.node_ip(MTU_NODE)} (" in line and f"node {st.node_ip(FIREWALL_NODE)} (" in line
+    assert "same MTU: " in line and "reachable: " in line and "--no-doctor" in line
+    excluded = re.search(r"--exclude (\S+), or skip", line).group(1)
+    assert set(excluded.split(",")) == {st.node_ip(MTU_NODE), st.node_ip(FIREWALL_NODE)}
     assert not out.exists()  # nothing written
     assert elapsed < 120, elapsed  # no group waited for its deadline
-    bad = f"{st.node_ip(MTU_NODE)},{st.node_ip(FIREWALL_NODE)}"
+    bad = excluded
     proc = run_cli(["run", *sweep, "--exclude", bad], env=_env(st), timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "doctor: node" in proc.stderr and "NCCL_ALGO=Tree" in proc.stderr  # the warning is said, not refused

@@ -110,3 +110,33 @@ def test_limits_are_judged_by_what_the_node_has():
     cpu = {c.name: c for c in ck.node_checks(_node(IPS[0], shm_bytes=64 << 20))}  # gloo on CPUs: shm is no matter
     assert cpu["/dev/shm"].status == "ok" and "memlock" not in cpu
     assert {c.name: c for c in ck.node_checks(small, ray_gpus=7)}["GPUs in Ray"].status == "fail"
+
+
+def test_a_refusal_names_every_failing_node_and_check_and_one_exclude():
+    """Issue 32: node 2 at MTU 1280 and node 3 unreachable were refused naming node 2 alone."""
+    from orchestrator.execution.doctor import Diagnosis, refusal
+
+    fail, ok = ck.FAIL, "ok"
+    d = Diagnosis(nodes=[
+        {"node": "10.0.0.1", "host": "a", "checks": [ck.Check("same MTU", ok, "1500")]},
+        {"node": "10.0.0.2", "host": "b", "checks": [ck.Check("same MTU", fail, "1280 where the others have 1500",
+                                                              "set one MTU"), ck.Check("/dev/shm", fail, "64 MiB")]},
+        {"node": "10.0.0.3", "host": "c", "checks": [ck.Check("reachable", fail, "no peer could connect to it")]},
+        {"node": "10.0.0.4", "host": "d", "checks": [ck.Check("same variables", fail, "not a quick check")]},
+    ])
+    assert refusal(d) == (
+        "2 node(s) failed the quick checks: node 10.0.0.2 (b): same MTU: 1280 where the others have 1500 (set one "
+        "MTU); /dev/shm: 64 MiB | node 10.0.0.3 (c): reachable: no peer could connect to it; leave them out with "
+        "--exclude 10.0.0.2,10.0.0.3, or skip these checks with --no-doctor")
+    assert refusal(Diagnosis(nodes=d.nodes[:1])) is None
+
+
+def test_the_same_environment_is_read_for_every_prefix_a_run_records():
+    from orchestrator.doctor.facts import COMM_PREFIXES
+    from workloads.comm_env import COMM_ENV_PREFIXES
+
+    assert COMM_PREFIXES == COMM_ENV_PREFIXES and {"GLOO_", "CUDA_", "TORCH_"} <= set(COMM_PREFIXES)
+    nodes = [_node(IPS[0], env={"TORCH_NCCL_BLOCKING_WAIT": "1"}), _node(IPS[1])]
+    same, _ = ck.same_everywhere(nodes)
+    variables = next(c for c in same if c.name == "same variables")
+    assert variables.status == "warn" and "TORCH_NCCL_BLOCKING_WAIT" in variables.detail
