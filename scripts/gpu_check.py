@@ -203,7 +203,8 @@ while time.monotonic() < deadline and not [n for n in ray.nodes() if n["Alive"] 
     time.sleep(0.5)
 nodes = [n for n in ray.nodes() if n["Alive"]]
 res = ray.cluster_resources()
-print(f"Ray {ray.__version__} at {sys.argv[1]}: {len(nodes)} node(s), {res.get('CPU', 0):g} CPU, {res.get('GPU', 0):g} GPU")
+cpus, gpus = res.get("CPU", 0), res.get("GPU", 0)
+print(f"Ray {ray.__version__} at {sys.argv[1]}: {len(nodes)} node(s), {cpus:g} CPU, {gpus:g} GPU")
 sys.exit(0 if nodes else 1)
 """
 

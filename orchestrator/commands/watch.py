@@ -76,4 +76,4 @@ def main(args: argparse.Namespace) -> int:
     return watch.Watch(spec, every_s=every_s, cycles=args.cycles, threshold=args.threshold,
                        min_fraction=args.min_fraction, user_entries=user, baseline_cycles=args.baseline_cycles,
                        retention_days=retention, reconnect_s=reconnect_s, emit=emit, say=watch.stderr,
-                       doctor=not args.no_doctor).run()
+                       doctor=not args.no_doctor, fit_ranks=args.ranks_per_node is None).run()

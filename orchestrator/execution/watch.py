@@ -29,116 +29,32 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from orchestrator.errors import ConnectTimeout, UsageError, first_line
+from orchestrator.execution.canary import (
+    BLIND_CYCLES,
+    Alert,
+    Cycle,
+    alerts_from,
+    blind_alert,
+    busy_nodes,
+    expired,
+    fit_cpu_ranks,
+    line,
+    suspects,
+    with_partners,
+)
 from orchestrator.execution.voice import QUIET
-from orchestrator.sweep.inventory import Inventory, Node
+from orchestrator.sweep.inventory import Node
 from orchestrator.sweep.planner import nodes_needed
 from orchestrator.sweep.spec import SweepSpec
 
 PARTITION = "date={:%Y-%m-%d}"
+RELEASE_TIMEOUT_S = 15.0  # at most this long for a cycle's own workers to be gone before the next reads what is free
+RELEASE_SETTLE_S = 0.5
 # exported as ray_<name> (counters with _total): docs/prometheus/collbench-alerts.yml, the Grafana board
 METRICS = ("collbench_alerts", "collbench_watch_last_cycle_seconds", "collbench_watch_last_cycle_timestamp_seconds",
            "collbench_watch_nodes_checked", "collbench_watch_nodes_busy")
-
-
-@dataclass(frozen=True)
-class Alert:
-    node: str  # the node's IP
-    kind: str  # a qualify verdict (slow, hang, failed, lost); drift (a drop qualify could not judge); doctor
-    # (a quick check failed: unreachable, another software version, another MTU, ...)
-    value: float | None  # what was measured (busbw GB/s), where a number says it
-    reference: float | None  # what it was compared with
-    message: str
-
-
-@dataclass
-class Cycle:
-    cycle: int
-    started_at: dt.datetime
-    nodes_checked: list[str] = field(default_factory=list)
-    nodes_busy: list[str] = field(default_factory=list)
-    alerts: list[Alert] = field(default_factory=list)
-    run_id: str | None = None
-    qualify_run_id: str | None = None
-    wall_s: float = 0.0
-    note: str | None = None  # why nothing was measured, or what was cut short
-
-    def to_json(self) -> dict:
-        return {"cycle": self.cycle, "started_at": self.started_at.isoformat(), "nodes_checked": self.nodes_checked,
-                "nodes_busy": self.nodes_busy, "alerts": [dataclasses.asdict(a) for a in self.alerts],
-                "run_id": self.run_id, "qualify_run_id": self.qualify_run_id, "wall_s": round(self.wall_s, 3),
-                "note": self.note}
-
-
-# -- what a cycle decides (pure) ------------------------------------------------------------
-def busy_nodes(inv: Inventory, available: dict[str, dict[str, float]], cpus_per_rank: float) -> list[Node]:
-    """Nodes another job holds part of: fewer GPUs free than the node has (GPU nodes), or fewer CPUs
-    than its ranks ask for (CPU ranks asking `cpus_per_rank` each). A node Ray reports nothing
-    free for is busy."""
-    out = []
-    for node in inv.nodes:
-        free = available.get(node.node_id, {})
-        if node.gpus:
-            if free.get("GPU", 0.0) < node.ranks:
-                out.append(node)
-        elif free.get("CPU", 0.0) < cpus_per_rank * node.ranks:
-            out.append(node)
-    return out
-
-
-def suspects(drops, flags) -> set[str]:
-    """Node IPs a cycle has reason to doubt: every node of a link that dropped beyond noise, and of
-    a report flag (a slow pair, node or rail among its peers, below an expected value, a failed
-    group)."""
-    found: set[str] = set()
-    for link in drops:
-        found.update(part.split(":")[0] for part in link.split(","))
-    for flag in flags:
-        found.update(flag.nodes)
-    return found
-
-
-def with_partners(checked: list[str], doubted: set[str], at_least: int = 3) -> list[str]:
-    """The suspects and enough good partners to tell them apart: as many partners as suspects, and
-    at least `at_least` nodes in all (three let qualify judge speed without an expected value); all
-    checked nodes when fewer are left. In the cluster's order."""
-    good = [ip for ip in checked if ip not in doubted]
-    want = max(len(doubted), at_least - len(doubted), 0)
-    chosen = set(doubted) | set(good[:want])
-    return [ip for ip in checked if ip in chosen]
-
-
-def alerts_from(nodes: list[dict], evidence: dict[str, tuple[float | None, float | None, str]]) -> list[Alert]:
-    """An alert per node a qualification did not pass, with the canary's evidence for it where there
-    is some (`evidence[ip]`: value, reference, what the canary saw)."""
-    out = []
-    for v in nodes:
-        if v["verdict"] == "pass":
-            continue
-        value, reference, seen = evidence.get(v["node"], (None, None, ""))
-        last = next((e for e in reversed(v["evidence"]) if e["status"] == v["verdict"]), {})
-        value = last.get("busbw_gbps", value) if last else value
-        reference = last.get("reference_gbps", reference) if last else reference
-        detail = last.get("detail") or ""
-        message = f"{v['node']} ({v['host']}) {v['verdict']}" + (f": {detail}" if detail else "") + \
-            (f"; canary: {seen}" if seen else "")
-        out.append(Alert(v["node"], v["verdict"], value, reference, message))
-    return out
-
-
-def expired(partitions: list[str], today: dt.date, keep_days: int) -> list[str]:
-    """The `date=YYYY-MM-DD` partitions older than `keep_days` days before `today`."""
-    out = []
-    for name in partitions:
-        try:
-            day = dt.date.fromisoformat(name.removeprefix("date="))
-        except ValueError:
-            continue
-        if name.startswith("date=") and (today - day).days > keep_days:
-            out.append(name)
-    return out
 
 
 def parse_duration(text: str, flag: str) -> float:
@@ -159,11 +75,16 @@ class Watch:
 
     def __init__(self, spec: SweepSpec, *, every_s: float, cycles: int, threshold: float, min_fraction: float,
                  user_entries: list, baseline_cycles: int, retention_days: int | None, reconnect_s: float,
-                 emit: Callable[[Cycle], None], say: Callable[[str], None], doctor: bool = True) -> None:
+                 emit: Callable[[Cycle], None], say: Callable[[str], None], doctor: bool = True,
+                 fit_ranks: bool = False) -> None:
         self.spec, self.every_s, self.cycles = spec, every_s, cycles
         self.threshold, self.min_fraction, self.user_entries = threshold, min_fraction, user_entries
         self.baseline_cycles, self.retention_days, self.reconnect_s = baseline_cycles, retention_days, reconnect_s
         self.emit, self.say, self.doctor = emit, say, doctor
+        self.fit_ranks = fit_ranks  # CPU ranks fitted to the nodes (no --ranks-per-node given)
+        self.recent: list[Cycle] = []  # the last cycles, for the blind alert
+        self.said_small: set[str] = set()  # nodes already said to be too small (said once)
+        self.cycle_ranks = spec.ranks_per_node
         self.clean_runs: list[str] = []  # runs of cycles that raised no alert: the rolling baseline
         self.connection = None
         self.stopping = False
@@ -202,7 +123,9 @@ class Watch:
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
             connect.disconnect(self.connection)
-        self.say("collbench: watch ended" + (" (signal)" if self.stopping else ""))
+        blind = next((a for a in self.recent[-1].alerts if a.kind == "blind"), None) if self.recent else None
+        self.say("collbench: watch ended" + (" (signal)" if self.stopping else "")
+                 + (f"; {blind.message}" if blind else ""))
         return 0
 
     def _sleep(self, seconds: float) -> None:
@@ -225,6 +148,11 @@ class Watch:
             if not self._cluster_lost(e):
                 raise
             cycle.note = f"the Ray cluster stopped answering ({first_line(e)}); joined it again"
+        self._wait_released([cycle.run_id, cycle.qualify_run_id])
+        self.recent = (self.recent + [cycle])[-BLIND_CYCLES:]
+        blind = blind_alert(self.recent, BLIND_CYCLES)
+        if blind:
+            cycle.alerts.append(blind)
         cycle.wall_s = time.monotonic() - t0
         self._export(cycle)
         if self.retention_days is not None:
@@ -239,19 +167,34 @@ class Watch:
         from orchestrator.execution.doctor import QUICK, DoctorRefusal
         from orchestrator.sweep import inventory
 
-        inv = inventory.select(inventory.from_ray_nodes(ray.nodes(), self.spec.ranks_per_node), self.spec.nodes,
+        nodes = ray.nodes()
+        totals = {n["NodeID"]: n.get("Resources", {}) for n in nodes if n.get("Alive")}
+        inv = inventory.select(inventory.from_ray_nodes(nodes, self.spec.ranks_per_node), self.spec.nodes,
                                self.spec.exclude)
-        busy = busy_nodes(inv, state.available_resources_per_node(), CPUS_PER_RANK)
+        ranks, small = fit_cpu_ranks(inv, totals, CPUS_PER_RANK, self.spec.ranks_per_node, self.fit_ranks)
+        if ranks != self.spec.ranks_per_node:
+            inv = inventory.select(inventory.from_ray_nodes(nodes, ranks), self.spec.nodes, self.spec.exclude)
+        cycle.ranks_per_node = ranks if any(not n.gpus for n in inv.nodes) else None
+        self.cycle_ranks = ranks
+        cycle.nodes_too_small = sorted(small)
+        for ip in sorted(set(small) - self.said_small):  # said once, with the fix
+            self.say(f"collbench: watch: node {ip} is {small[ip]}")
+        self.said_small |= set(small)
+        fit = [n for n in inv.nodes if n.ip not in small]
+        busy = busy_nodes(inventory.Inventory(fit), state.available_resources_per_node(), CPUS_PER_RANK)
         cycle.nodes_busy = [n.ip for n in busy]
-        idle = [n for n in inv.nodes if n not in busy]
+        idle = [n for n in fit if n not in busy]
         cycle.nodes_checked = [n.ip for n in idle]
+        if not fit:
+            raise UsageError(f"every node is too small for {ranks} rank(s): nothing measured this cycle")
         if not idle:
             raise UsageError("every node is busy: nothing measured this cycle")
         # the patterns this cycle's nodes can form (a cycle of one idle node has no pairs)
         patterns = tuple(p for p in self.spec.patterns if nodes_needed(p) <= len(idle))
         if not patterns:
             raise UsageError(f"{len(idle)} idle node(s): no group of --patterns {','.join(self.spec.patterns)} to run")
-        spec = dataclasses.replace(self.spec, nodes=tuple(n.node_id for n in idle), exclude=(), patterns=patterns)
+        spec = dataclasses.replace(self.spec, nodes=tuple(n.node_id for n in idle), exclude=(), patterns=patterns,
+                                   ranks_per_node=ranks)
         partition = PARTITION.format(started)
         try:
             result = jobs.sweep(spec, voice=QUIET, partition=partition, cpus_per_rank=CPUS_PER_RANK,
@@ -316,7 +259,7 @@ class Watch:
         ids = {n.ip: n.node_id for n in idle}
         spec = dataclasses.replace(self.spec, nodes=tuple(ids[ip] for ip in chosen), exclude=(),
                                    collectives=self.spec.collectives[:1], dtypes=self.spec.dtypes[:1],
-                                   min_bytes=self.spec.max_bytes)
+                                   min_bytes=self.spec.max_bytes, ranks_per_node=self.cycle_ranks)
         found = qualification(spec, threshold=self.threshold, min_fraction=self.min_fraction,
                               user_entries=self.user_entries, voice=QUIET, cpus_per_rank=CPUS_PER_RANK,
                               partition=partition, doctor=False)
@@ -329,6 +272,27 @@ class Watch:
                              "its speed: too few nodes without an expected value)")
                        for ip in sorted(evidence) if ip not in named and ip in chosen]
         return found.run_id, alerts
+
+    def _wait_released(self, run_ids: list[str | None], timeout_s: float = RELEASE_TIMEOUT_S) -> None:
+        """Until the cycle's own workers (named collbench-RUN-rankR) are gone, so that the next
+        cycle does not read what they held as another job's (one cycle after a qualify, two nodes
+        read busy). Bounded: a worker Ray has not reaped by then is left to it."""
+        import ray
+
+        prefixes = tuple(f"collbench-{r}-rank" for r in run_ids if r)
+        if not prefixes:
+            return
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                alive = [a for a in ray.util.list_named_actors(all_namespaces=True)
+                         if (a["name"] if isinstance(a, dict) else a).startswith(prefixes)]
+            except Exception:  # noqa: BLE001 - the cluster went away: the next cycle finds out
+                return
+            if not alive:
+                time.sleep(RELEASE_SETTLE_S)  # the raylet returns the resources just after the actor dies
+                return
+            time.sleep(0.2)
 
     # -- what a long job meets ------------------------------------------------------------
     def _cluster_lost(self, error: Exception) -> bool:
@@ -429,15 +393,6 @@ def _env_address() -> str | None:
     import os
 
     return os.environ.get("RAY_ADDRESS")
-
-
-def line(cycle: Cycle) -> str:
-    """A cycle as one line of text (--format table)."""
-    alerts = "; ".join(a.message for a in cycle.alerts) or "no alert"
-    busy = f", busy: {','.join(cycle.nodes_busy)}" if cycle.nodes_busy else ""
-    note = f" ({cycle.note})" if cycle.note else ""
-    return (f"collbench: watch cycle {cycle.cycle} at {cycle.started_at:%Y-%m-%dT%H:%M:%SZ}: "
-            f"{len(cycle.nodes_checked)} node(s) checked{busy}; {alerts}; {cycle.wall_s:.1f}s{note}")
 
 
 def stdout_jsonl(cycle: Cycle) -> None:

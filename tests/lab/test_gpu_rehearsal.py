@@ -119,8 +119,8 @@ def test_the_gpu_check_rehearsed_offline_on_the_gpu_machines_layout(tmp_path: Pa
         assert re.search(rf"^\[gpu_check\] step {re.escape(step)}: ok in \d+\.\d s", out, re.M), (step, out[-4000:])
     assert "[gpu_check] step cuda-graph: not run in 0.0 s: no GPU" in out
     # installed beside the image's python: its own torch, nothing of it replaced
-    installed = re.search(r"installed from the bundle into (\S+): collbench \S+, ray 2\.\d+\.\d+, (\d+) wheel\(s\) beside "
-                          r"the image's \| torch (\S+) from (\S+)", out)
+    installed = re.search(r"installed from the bundle into (\S+): collbench \S+, ray 2\.\d+\.\d+, (\d+) wheel\(s\) "
+                          r"beside the image's \| torch (\S+) from (\S+)", out)
     assert installed, out[-4000:]
     assert installed.group(3) == torch_version and installed.group(4).startswith(str(image))
     assert int(installed.group(2)) > 5  # Ray and what it needs that the image lacks (numpy, pandas, pyarrow here)

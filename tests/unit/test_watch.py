@@ -83,3 +83,40 @@ def test_the_alerting_rules_query_what_watch_exports():
     assert used and used <= exported
     assert {r["alert"] for r in rules} == {"CollbenchNodeDegraded", "CollbenchWatchStalled", "CollbenchNothingChecked"}
     assert all({"summary", "description"} <= set(r["annotations"]) for r in rules)
+
+
+def test_nodes_too_small_for_their_ranks_are_said_not_called_busy():
+    """Issue 32: 4 lab nodes of 1 CPU each, the default 2 CPU ranks a node: every cycle read 'every
+    node is busy' forever. Fitted (no --ranks-per-node), they measure with one rank each; with
+    --ranks-per-node 2 each is named too small, with the fix."""
+    from orchestrator.execution.canary import fit_cpu_ranks
+    from orchestrator.sweep.inventory import Inventory, Node
+
+    inv = Inventory([Node(f"id{i}", f"10.0.0.{i}", f"h{i}", 0, 2) for i in range(1, 5)])
+    one_cpu = {f"id{i}": {"CPU": 1.0} for i in range(1, 5)}
+    assert fit_cpu_ranks(inv, one_cpu, 1.0, 2, fit=True) == (1, {})
+    ranks, small = fit_cpu_ranks(inv, one_cpu, 1.0, 2, fit=False)
+    assert ranks == 2 and sorted(small) == ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"]
+    assert small["10.0.0.1"] == ("too small for 2 rank(s) (has 1 CPU(s) for them): give it more CPUs (ray start "
+                                 "--num-cpus) or run watch with --ranks-per-node 1")
+    # big enough nodes keep what was asked; a node with no CPU at all is too small even when fitting
+    mixed = {"id1": {"CPU": 8.0}, "id2": {"CPU": 4.0}, "id3": {"CPU": 0.0}, "id4": {"CPU": 3.0}}
+    ranks, small = fit_cpu_ranks(inv, mixed, 1.0, 2, fit=True)
+    assert ranks == 2 and list(small) == ["10.0.0.3"]
+    gpus = Inventory([Node("g1", "10.0.1.1", "g", 8, 8)])
+    assert fit_cpu_ranks(gpus, {"g1": {"CPU": 1.0, "GPU": 8.0}}, 1.0, 2, fit=False) == (2, {})
+
+
+def test_a_watch_blind_for_three_cycles_in_a_row_raises_an_alert():
+    from orchestrator.execution.canary import BLIND_CYCLES, blind_alert
+
+    at = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.timezone.utc)
+    measured = watch.Cycle(1, at, ["10.0.0.1"], run_id="r1")
+    blind = [watch.Cycle(i, at, note="every node is busy: nothing measured this cycle") for i in range(2, 5)]
+    assert BLIND_CYCLES == 3
+    assert blind_alert([measured, *blind[:2]], BLIND_CYCLES) is None  # one of the last three measured
+    alert = blind_alert([measured, *blind], BLIND_CYCLES)
+    assert (alert.node, alert.kind) == ("*", "blind")
+    assert alert.message == ("watch measured nothing in the last 3 cycles (every node is busy: nothing measured this "
+                             "cycle)")
+    assert blind_alert(blind[:2], BLIND_CYCLES) is None  # too few cycles yet

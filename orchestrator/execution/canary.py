@@ -1,0 +1,160 @@
+"""What a watch cycle is and decides, pure (no Ray): its record and alerts, which nodes it can
+measure (idle, and big enough for its ranks), whom it doubts and with which partners, when it has
+been blind too long, which partitions have expired, and its line. execution/watch.py is the loop
+that acts on them."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from dataclasses import dataclass, field
+
+from orchestrator.sweep.inventory import Inventory, Node
+
+BLIND_CYCLES = 3  # cycles in a row that measured nothing before a `blind` alert
+
+
+@dataclass(frozen=True)
+class Alert:
+    node: str  # the node's IP
+    kind: str  # a qualify verdict (slow, hang, failed, lost); drift (a drop qualify could not judge); doctor
+    # (a quick check failed: unreachable, another software version, another MTU, ...); blind (cycles in a
+    # row that measured nothing: node "*", the whole watch)
+    value: float | None  # what was measured (busbw GB/s), where a number says it
+    reference: float | None  # what it was compared with
+    message: str
+
+
+@dataclass
+class Cycle:
+    cycle: int
+    started_at: dt.datetime
+    nodes_checked: list[str] = field(default_factory=list)
+    nodes_busy: list[str] = field(default_factory=list)
+    alerts: list[Alert] = field(default_factory=list)
+    run_id: str | None = None
+    qualify_run_id: str | None = None
+    wall_s: float = 0.0
+    note: str | None = None  # why nothing was measured, or what was cut short
+    nodes_too_small: list[str] = field(default_factory=list)  # fewer CPUs (GPUs) in all than their ranks need
+    ranks_per_node: int | None = None  # CPU ranks a node measured with (fitted to the nodes unless given)
+
+    def to_json(self) -> dict:
+        return {"cycle": self.cycle, "started_at": self.started_at.isoformat(), "nodes_checked": self.nodes_checked,
+                "nodes_busy": self.nodes_busy, "alerts": [dataclasses.asdict(a) for a in self.alerts],
+                "run_id": self.run_id, "qualify_run_id": self.qualify_run_id, "wall_s": round(self.wall_s, 3),
+                "note": self.note, "nodes_too_small": self.nodes_too_small, "ranks_per_node": self.ranks_per_node}
+
+    @property
+    def measured(self) -> bool:
+        return self.run_id is not None
+
+
+# -- what a cycle decides (pure) ------------------------------------------------------------
+def fit_cpu_ranks(inv: Inventory, totals: dict[str, dict[str, float]], cpus_per_rank: float, ranks: int,
+                  fit: bool) -> tuple[int, dict[str, str]]:
+    """(CPU ranks a node gets this cycle, {node IP: why it is too small}) from each node's total CPUs
+    (Ray's `Resources`, free or not). `fit`: the ranks are what the smallest node holds, up to
+    `ranks` (a node of one CPU measures with one rank); else `ranks` exactly, and a node with fewer
+    CPUs than they ask is too small. GPU nodes have a rank per GPU and are never too small here."""
+    small: dict[str, str] = {}
+    have = {n.ip: int(totals.get(n.node_id, {}).get("CPU", 0.0) // cpus_per_rank) if cpus_per_rank else ranks
+            for n in inv.nodes if not n.gpus}
+    if fit and have:
+        usable = [h for h in have.values() if h >= 1]
+        ranks = min(ranks, min(usable)) if usable else ranks
+    for ip, holds in have.items():
+        if holds < ranks:
+            small[ip] = (f"too small for {ranks} rank(s) (has {holds} CPU(s) for them): give it more CPUs (ray start "
+                         f"--num-cpus) or run watch with --ranks-per-node {max(holds, 1)}")
+    return ranks, small
+
+
+def blind_alert(cycles: list[Cycle], after: int) -> Alert | None:
+    """An alert when the last `after` cycles measured nothing (every node busy, too small, or a
+    cycle that failed before its first group): a watch that measures nothing says so."""
+    last = cycles[-after:]
+    if len(last) < after or any(c.measured for c in last):
+        return None
+    why = last[-1].note or "nothing measured"
+    return Alert("*", "blind", None, None, f"watch measured nothing in the last {after} cycles ({why})")
+
+
+def busy_nodes(inv: Inventory, available: dict[str, dict[str, float]], cpus_per_rank: float) -> list[Node]:
+    """Nodes another job holds part of: fewer GPUs free than the node has (GPU nodes), or fewer CPUs
+    than its ranks ask for (CPU ranks asking `cpus_per_rank` each). A node Ray reports nothing
+    free for is busy."""
+    out = []
+    for node in inv.nodes:
+        free = available.get(node.node_id, {})
+        if node.gpus:
+            if free.get("GPU", 0.0) < node.ranks:
+                out.append(node)
+        elif free.get("CPU", 0.0) < cpus_per_rank * node.ranks:
+            out.append(node)
+    return out
+
+
+def suspects(drops, flags) -> set[str]:
+    """Node IPs a cycle has reason to doubt: every node of a link that dropped beyond noise, and of
+    a report flag (a slow pair, node or rail among its peers, below an expected value, a failed
+    group)."""
+    found: set[str] = set()
+    for link in drops:
+        found.update(part.split(":")[0] for part in link.split(","))
+    for flag in flags:
+        found.update(flag.nodes)
+    return found
+
+
+def with_partners(checked: list[str], doubted: set[str], at_least: int = 3) -> list[str]:
+    """The suspects and enough good partners to tell them apart: as many partners as suspects, and
+    at least `at_least` nodes in all (three let qualify judge speed without an expected value); all
+    checked nodes when fewer are left. In the cluster's order."""
+    good = [ip for ip in checked if ip not in doubted]
+    want = max(len(doubted), at_least - len(doubted), 0)
+    chosen = set(doubted) | set(good[:want])
+    return [ip for ip in checked if ip in chosen]
+
+
+def alerts_from(nodes: list[dict], evidence: dict[str, tuple[float | None, float | None, str]]) -> list[Alert]:
+    """An alert per node a qualification did not pass, with the canary's evidence for it where there
+    is some (`evidence[ip]`: value, reference, what the canary saw)."""
+    out = []
+    for v in nodes:
+        if v["verdict"] == "pass":
+            continue
+        value, reference, seen = evidence.get(v["node"], (None, None, ""))
+        last = next((e for e in reversed(v["evidence"]) if e["status"] == v["verdict"]), {})
+        value = last.get("busbw_gbps", value) if last else value
+        reference = last.get("reference_gbps", reference) if last else reference
+        detail = last.get("detail") or ""
+        message = f"{v['node']} ({v['host']}) {v['verdict']}" + (f": {detail}" if detail else "") + \
+            (f"; canary: {seen}" if seen else "")
+        out.append(Alert(v["node"], v["verdict"], value, reference, message))
+    return out
+
+
+def expired(partitions: list[str], today: dt.date, keep_days: int) -> list[str]:
+    """The `date=YYYY-MM-DD` partitions older than `keep_days` days before `today`."""
+    out = []
+    for name in partitions:
+        try:
+            day = dt.date.fromisoformat(name.removeprefix("date="))
+        except ValueError:
+            continue
+        if name.startswith("date=") and (today - day).days > keep_days:
+            out.append(name)
+    return out
+
+
+
+
+def line(cycle: Cycle) -> str:
+    """A cycle as one line of text (--format table)."""
+    alerts = "; ".join(a.message for a in cycle.alerts) or "no alert"
+    busy = f", busy: {','.join(cycle.nodes_busy)}" if cycle.nodes_busy else ""
+    busy += f", too small: {','.join(cycle.nodes_too_small)}" if cycle.nodes_too_small else ""
+    note = f" ({cycle.note})" if cycle.note else ""
+    return (f"collbench: watch cycle {cycle.cycle} at {cycle.started_at:%Y-%m-%dT%H:%M:%SZ}: "
+            f"{len(cycle.nodes_checked)} node(s) checked{busy}; {alerts}; {cycle.wall_s:.1f}s{note}")
