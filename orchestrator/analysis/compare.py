@@ -9,7 +9,7 @@ median. `by="shape"` pools every group of a shape instead (two different cluster
 
 The change of a matched key is measured on log times: d = mean(log t_new) - mean(log t_base)
 over the iterations of its rows (all baseline runs together), and judged by the one judge
-(analysis/judge.py) against the key's own past: how far a healthy link moves between runs is read
+(judging/judge.py) against the key's own past: how far a healthy link moves between runs is read
 from several baseline runs where they exist (`runs`), else from the other matched links of its
 shape, the judged one left out (`peers`), each pooled with the platform's prior (gloo inside a
 node, gloo across nodes, NCCL), or from the prior alone where the shape has one or two links
@@ -28,8 +28,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from orchestrator.analysis.judge import Source, limit, prior_for, robust_sigma
-from orchestrator.analysis.noise import FAMILY_ALPHA, MAD_EFFICIENCY, quantile, run_sigma
+from orchestrator.judging.judge import Source, limit, prior_for, robust_sigma
+from orchestrator.judging.stats import FAMILY_ALPHA, MAD_EFFICIENCY, quantile, run_sigma
 
 SHAPE_KEY = ["collective", "dtype", "op", "in_place", "msg_bytes", "topology", "world_size", "ranks_per_node",
              "pattern"]

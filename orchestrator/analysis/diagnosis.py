@@ -3,7 +3,7 @@ Pure functions of a `Frame` (one run's rows); no Ray, no I/O.
 
 Every group is compared with its peers of the same shape (collective, dtype, op, placement,
 pattern, world size, ranks per node) at the largest size the shape measured, through the one
-judge (analysis/judge.py): with at least three groups, one is slow when its busbw is more than
+judge (judging/judge.py): with at least three groups, one is slow when its busbw is more than
 `threshold` below the median of the others AND lower than their spread, pooled with the
 platform's prior, lets a healthy group fall (a 3x drop always is); the slowness is named where it
 can be placed:
@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 import pandas as pd
 
 from orchestrator.analysis.frame import Frame
-from orchestrator.analysis.judge import MIN_VALUES, against_peers, prior_for
+from orchestrator.judging.judge import MIN_VALUES, against_peers, prior_for
 from orchestrator.sweep.sizes import format_bytes
 from workloads.messages import Topology
 

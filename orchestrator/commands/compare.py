@@ -14,7 +14,7 @@ import json
 import sys
 
 from orchestrator.analysis.compare import SHAPE_KEY
-from orchestrator.analysis.judge import Source
+from orchestrator.judging.judge import Source
 from orchestrator.commands.options import add_analysis_options
 from orchestrator.commands.render import render_csv, render_tables
 from orchestrator.errors import UsageError

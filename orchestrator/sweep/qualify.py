@@ -21,7 +21,8 @@ is known (so one bad node is caught even when most of the cluster is bad). Other
 reference is the median of the round's probes of its kind (all of them, slow ones included: the
 same median judges them and carries to retests, gates and bisections), and a probe is slow
 `threshold` below it, or further when the round's own spread says the measurements are noisier
-(3 robust standard deviations, at most 35%); gates and bisections twice that, at most 45%. With
+(3 robust standard deviations of its log, from the one judge's estimate, at most 25%); gates and
+bisections twice that, at most 45%. With
 3 to 5 nodes the reference is the median over nodes of each node's best pair, and a node is named
 when it is slow in its pairs with every other node. With 2 nodes (or 2 intra probes) and no
 expected value there is no reference: the speed is not judged, and `unjudged` says so.

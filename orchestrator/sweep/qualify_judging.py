@@ -1,15 +1,23 @@
 """How qualify judges a probe's speed: a reference and the fraction of it a healthy probe reaches
 (`Cut`), drawn from expected values or from what the cluster measured, and the every-pair rounds
-that small clusters without expected values are judged by. Pure."""
+that small clusters without expected values are judged by. Pure.
+
+The round's spread is the one judge's robust estimate (judging/judge.py: in log space, robust to
+a slow half of a small round), and its minimum of values is the judge's; qualify keeps its own
+policy on top: a probe is slow `threshold` below the median, or 3 robust sigmas where the round is
+noisier, at most _MAX_DROP (a noisy round still calls a node at half speed slow: qualify retests
+before it names, so its false positives are bounded by the retest, not by a wide line)."""
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 
+from orchestrator.judging.judge import MIN_VALUES, robust_sigma
 from orchestrator.sweep.qualify_types import Outcome, Phase, Probe, Result
 
-MIN_PEERS = 3  # a median of two cannot say which one is off: without expected values, speed needs three
+MIN_PEERS = MIN_VALUES  # a median of two cannot say which one is off: without expected values, speed needs three
 ALL_PAIRS_NODES = range(3, 6)  # without expected values, these cluster sizes are judged by every pair
 _SPREAD_PROBES = 4  # a round's spread is estimated from this many probes or more
 _SPREAD_Z = 3.0  # robust standard deviations a healthy probe may fall below the median
@@ -43,10 +51,11 @@ def median_cut(values: list[float], threshold: float) -> Cut | None:
 
 def allowed_drop(values: list[float], median: float, threshold: float) -> float:
     """`threshold`, widened to the round's own noise where there are enough probes to see it."""
-    if len(values) < _SPREAD_PROBES:
+    if len(values) < _SPREAD_PROBES or median <= 0:
         return threshold
-    spread = 1.4826 * statistics.median(abs(v - median) for v in values) / median
-    return max(threshold, min(_SPREAD_Z * spread, _MAX_DROP))
+    logs = [math.log(v / median) for v in values if v > 0]
+    sigma = robust_sigma(logs) or 0.0
+    return max(threshold, min(1 - math.exp(-_SPREAD_Z * sigma), _MAX_DROP))
 
 
 def node_pair_cut(results: list[Result], threshold: float) -> Cut | None:

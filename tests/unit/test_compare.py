@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from benchmarks.compare_errors import error_rates
-from orchestrator.analysis.judge import robust_sigma
-from orchestrator.analysis.noise import quantile, run_sigma
+from orchestrator.judging.judge import robust_sigma
+from orchestrator.judging.stats import quantile, run_sigma
 from orchestrator.results.store import ResultStore
 from tests.helpers import run_main
 from tests.synthetic import SIZES, write_cluster_run

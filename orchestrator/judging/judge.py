@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from orchestrator.analysis.noise import FAMILY_ALPHA, MAD_EFFICIENCY, MAD_SCALE, quantile
+from orchestrator.judging.stats import FAMILY_ALPHA, MAD_EFFICIENCY, MAD_SCALE, quantile
 
 GROSS_DROP = 3.0  # a value this many times below its reference is never noise (3 or more values measured)
 MIN_VALUES = 3  # values of one shape needed to judge one against the others (a median of one is not a reference)

@@ -1,4 +1,4 @@
-"""The statistics under the judge (analysis/judge.py): the run-to-run spread read from several
+"""The statistics under the judge (judging/judge.py): the run-to-run spread read from several
 baseline runs, Student's t quantiles, and the constants of robust estimates. Pure numpy; no I/O.
 
 - runs: several baseline runs of the same sweep. Each link's mean log time in each run, less the
