@@ -11,7 +11,7 @@ from orchestrator.commands.options import add_doctor_option, add_spec_options, s
 from orchestrator.errors import UsageError
 from orchestrator.results.location import check_writable, resolve_output
 from orchestrator.sweep import resume
-from orchestrator.sweep.spec import spec_fields
+from orchestrator.sweep.spec import field_of, spec_fields
 
 
 def add_parser(sub) -> None:
@@ -73,8 +73,8 @@ def _given_fields(args: argparse.Namespace) -> set[str]:
 
 
 def _config_keys(args: argparse.Namespace) -> set[str]:
-    """The sweep keys of --config (already read and checked by spec_from_args)."""
+    """The sweep fields that --config's keys name (the file already read and checked by spec_from_args)."""
     if not args.config:
         return set()
     data = yamlfile.read(args.config, "--config")
-    return set(data) if isinstance(data, dict) else set()
+    return {field_of(key).name for key in data} if isinstance(data, dict) else set()

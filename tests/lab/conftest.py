@@ -33,7 +33,7 @@ class Lab:
         self.subnet = f"10.214.{Lab._third_octet}.0/24"
         self.link = link
         slow = [a for i, rate in (node_links or {}).items() for a in ("--node-link", f"{i}={rate}")]
-        proc = run_cli(["lab", "up", "--name", self.name, "--nodes", str(nodes), "--ranks-per-node",
+        proc = run_cli(["lab", "up", "--name", self.name, "--nodes", str(nodes), "--cpus-per-node",
                         str(ranks_per_node), "--link", link, "--subnet", self.subnet, *slow,
                         *([] if declared else ["--undeclared"])], timeout=240)
         assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -151,11 +151,13 @@ def _cases() -> list[tuple[str, list[str]]]:
         ["--nodes", "10.0.0.1", "--exclude", "10.0.0.1"], ["--config", "{bin}"], ["nope"])]
     cases += [(f"lab {a!r}", ["lab", *a]) for a in (
         [], ["nope"], *(["up", f"--nodes={v}"] for v in BAD_INT + ["0", "201", "100000000"]),
-        *(["up", f"--ranks-per-node={v}"] for v in ("", "0", "-1", "x", "nan", "9" * 40)),
+        *(["up", f"--{flag}={v}"] for flag in ("cpus-per-node", "ranks-per-node")
+          for v in ("", "0", "-1", "x", "nan", "9" * 40)),
+        ["up", "--cpus-per-node=2", "--ranks-per-node=3"],
         *(["up", f"--link={v}"] for v in ("", "x", "fast", "1e30gbit", "nan", "-1gbit", "\x00")),
         *(["up", f"--node-link={v}"] for v in ("1=fast", "", "=", "x=1gbit", "9=1gbit", "1=", "-1=1gbit", "1=\x00")),
         *(["up", f"--subnet={v}"] for v in ("", "x", "10.0.0.0/31", "::1/128", "\x00")),
-        *(["up", f"--timeout={v}"] for v in ("", "x", "nan", "inf", "-1", "0", "1e30")),
+        *(["up", f"--timeout={v}"] for v in ("", "x", "nan", "inf", "-1", "0", "1e30", "2h", "5 m", "5M")),
         *([verb, f"--name={v}"] for verb in ("up", "down", "exec") for v in (
             "", "Lab", "1lab", "toolong", "a/b", "../x", "\x00", "💥", "x" * 300)))]
     return cases
@@ -208,7 +210,7 @@ def _files(tmp) -> dict[str, str]:
         "bomb": write("bomb.yaml", bomb + "collectives: *i\n"), "deep": write("deep.yaml", "[" * 10_000),
         "yaml_list": write("list.yaml", "- 1\n- 2\n"), "yaml_scalar": write("scalar.yaml", "42\n"),
         "yaml_broken": write("broken.yaml", "a: [\n"),
-        "cfg_nan": write("nan.yaml", "group_timeout_s: .nan\n"), "cfg_inf": write("inf.yaml", "deadline_rate_gbps: .inf\n"),
+        "cfg_nan": write("nan.yaml", "group_timeout: .nan\n"), "cfg_inf": write("inf.yaml", "deadline_rate: .inf\n"),
         "cfg_huge": write("huge.yaml", "iters: 1000000000000000000000000000000\n"),
         "cfg_env_list": write("env.yaml", "env: [1, 2]\n"), "cfg_nested": write("nested.yaml", "dtypes: [[a, b]]\n"),
         "cfg_unknown": write("unknown.yaml", "max_byte: 1K\n"), "cfg_flops_nan": write("flops.yaml", "compute_flops: .nan\n"),
