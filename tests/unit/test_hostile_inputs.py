@@ -61,7 +61,7 @@ BAD_EXPECTED = ["{bin}", "{dir}", "{missing}", "/proc/self/mem", "{yaml_broken}"
                 "{exp_nan}", "{exp_coll}", "{exp_keys}", "{exp_topology}", "{exp_min_world_inf}", "{exp_min_bytes}",
                 "{exp_neg}", "{exp_str}", "{exp_scalars}", "{exp_platform}", "{bomb}", "{deep}", "{bad_utf8}"]
 PREDICT_INTS = ("--dp", "--tp", "--pp", "--layers", "--hidden", "--seq", "--micro-batch", "--micro-batches",
-                "--gpus-per-node")
+                "--ranks-per-node", "--gpus-per-node")
 
 
 DUMPS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "flight_recorder",
@@ -122,6 +122,9 @@ def _cases() -> list[tuple[str, list[str]]]:
     for opt in PREDICT_INTS:
         cases += [(f"predict {opt}={v!r}", [*good_predict, f"{opt}={v}"]) for v in BAD_INT + ["0", "1e10"]]
     cases += [(f"predict --bucket-mb={v!r}", [*good_predict, "--dp", "8", f"--bucket-mb={v}"]) for v in BAD_FLOAT + ["0"]]
+    cases += [(f"predict --bucket={v!r}", [*good_predict, "--dp", "8", f"--bucket={v}"]) for v in BAD_BYTES + ["2T"]]
+    cases += [("predict --bucket and --bucket-mb", [*good_predict, "--dp", "8", "--bucket=1M", "--bucket-mb=1"]),
+              ("predict two ranks per node", [*good_predict, "--ranks-per-node=2", "--gpus-per-node=4"])]
     cases += [(f"predict {a!r}", [*good_predict, *a]) for a in (
         ["--dtype", "nope"], ["--dp", "10000000000"], ["--tp", "3"], ["--pp", "64"], ["--pp", "3"], [],
         ["--format", "xml"])]
@@ -129,7 +132,8 @@ def _cases() -> list[tuple[str, list[str]]]:
     cases += [(f"predict --trace {a!r}", ["predict", "{good}", *a]) for a in (
         ["--trace", "{bin}"], ["--trace", "\x00"], ["--trace", "/proc/collbench"], ["--trace", DUMPS, "--what-if", "dp=2"],
         ["--params", "7B", "--dp", "8", "--replay-run", "r"], ["--params", "7B", "--dp", "8", "--ops-per-step", "2"],
-        ["--trace", DUMPS, "--ops-per-step", "0"], ["--trace", DUMPS, "--gpus-per-node", "0"])]
+        ["--trace", DUMPS, "--ops-per-step", "0"], ["--trace", DUMPS, "--gpus-per-node", "0"],
+        ["--trace", DUMPS, "--ranks-per-node", "0"])]
     cases += [(f"replay {a!r}", ["replay", *a]) for a in (
         [], ["{bin}"], ["\x00"], ["/proc/collbench"], ["{good}"], [DUMPS, "--repeat", "0"], [DUMPS, "--repeat", "x"],
         [DUMPS, "--repeat", "1e9"], [DUMPS, "--ops-per-step", "0"], [DUMPS, "--ops-per-step", "x"],
