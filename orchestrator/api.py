@@ -150,7 +150,7 @@ def compare(baseline: str, new: str | None = None, *, baseline_runs: Sequence[st
     """Compare a new run with baseline runs of the same sweep, as `collbench compare` does; the
     flagged drops are `.flagged` (a DataFrame: empty when nothing regressed)."""
     return comparing.compare(comparing.CompareOptions(
-        baseline=baseline, new=new or baseline, baseline_runs=tuple(baseline_runs or ()), new_run=new_run,
+        baseline=baseline, new=new, baseline_runs=tuple(baseline_runs or ()), new_run=new_run,
         threshold=threshold, by=by))
 
 
