@@ -40,6 +40,7 @@ from orchestrator.operations import report as reporting
 from orchestrator.operations.checks import Unit, user_expected
 from orchestrator.operations.compare import By, Comparison
 from orchestrator.results.location import check_writable, resolve_output
+from orchestrator.results.schema import RunState
 from orchestrator.sweep.spec import SweepSpec, field_of, from_mapping
 
 __all__ = ["Comparison", "Preflight", "Qualification", "Report", "RunResult", "UsageError", "compare", "preflight",
@@ -119,7 +120,7 @@ class Preflight:
 
     @property
     def ok(self) -> bool:
-        return self.qualification.state == "finished" and not self.exclude
+        return self.qualification.state == RunState.FINISHED and not self.exclude
 
 
 def preflight(target=None, /, *, timeout_s: float = 60.0, verbose: bool = False, **options: Any) -> Preflight:

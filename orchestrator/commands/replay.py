@@ -10,6 +10,7 @@ import time
 from orchestrator.commands.options import add_doctor_option, add_spec_options, spec_from_args
 from orchestrator.execution.replaying import MAX_REPEAT
 from orchestrator.results.location import check_writable, resolve_output
+from orchestrator.results.schema import RunState
 
 OPTIONS = ("backend", "ranks_per_node", "nodes", "exclude", "group_timeout_s", "deadline_rate_gbps", "output",
            "address", "env", "allow_failures")
@@ -60,7 +61,7 @@ def main(args: argparse.Namespace) -> int:
 
     result = jobs.sweep(spec, console_for=lambda groups: console.Console(groups), doctor=not args.no_doctor,
                         command="replay", planner=planner)
-    if result.state == "finished":
+    if result.state == RunState.FINISHED:
         for line in jobs.closing_lines(result, t_start):
             print(line, flush=True)
     return result.exit_code

@@ -10,6 +10,7 @@ from orchestrator import yamlfile
 from orchestrator.commands.options import add_doctor_option, add_spec_options, spec_from_args
 from orchestrator.errors import UsageError
 from orchestrator.results.location import check_writable, resolve_output
+from orchestrator.results.schema import RunState
 from orchestrator.sweep import resume
 from orchestrator.sweep.spec import field_of, spec_fields
 
@@ -48,7 +49,7 @@ def main(args: argparse.Namespace) -> int:
 
     result = jobs.sweep(spec, run_id=args.resume, saved=saved, retry_failed=args.retry_failed,
                         console_for=lambda groups: console.Console(groups), doctor=not args.no_doctor)
-    if result.state == "finished":
+    if result.state == RunState.FINISHED:
         for line in jobs.closing_lines(result, t_start):
             print(line, flush=True)
     return result.exit_code
