@@ -56,3 +56,16 @@ def lab2x2():
     lab = Lab(nodes=2, ranks_per_node=2, link="1gbit")
     yield lab
     lab.down()
+
+
+PLAIN_LINK = "400mbit"  # plain4's links; test_watch shapes its slowed node back to it
+
+
+@pytest.fixture(scope="module")
+def plain4():
+    """A plain 4-node lab (no declared rate, one CPU rank per node, 400mbit links), one per module:
+    compare and watch each shape a node's link, so they do not share one."""
+    require_lab()
+    lab = Lab(nodes=4, ranks_per_node=1, link=PLAIN_LINK, declared=False)
+    yield lab
+    lab.down()
