@@ -87,7 +87,7 @@ def validate(st, mode: str, work: str, steps: int, layers: int, width: int, iter
         out = cli(["replay", dumps, "--trace-ranks-per-node", "1", "--repeat", "3", *per_step, *where,
                    *(["--gaps"] if how == "gaps" else [])], env)
         replay_run = re.search(r"collbench: run (\S+)", out).group(1)
-        pred = json.loads(cli(["predict", results, "--run", sweep_run, "--trace", dumps, "--gpus-per-node", "1",
+        pred = json.loads(cli(["predict", results, "--run", sweep_run, "--trace", dumps, "--ranks-per-node", "1",
                                "--replay-run", replay_run, *per_step, "--format", "json"], env))["tables"]
         summaries[how] = pred["summary"][0]
     s, g = summaries["back-to-back"], summaries["gaps"]

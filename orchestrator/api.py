@@ -12,8 +12,8 @@ line, for Ray users' own drivers and notebooks (README: "Python API").
     bad = api.preflight(my_placement_group).exclude  # nodes to leave out before trainer.fit()
     api.replay("/dumps/", repeat=3).rows()           # a job's collectives, from its Flight Recorder dumps
 
-Options are the sweep options' names with underscores, as in a `--config` YAML file (`max_bytes`
-for --max-bytes), with the same values and the same checks: a bad value raises `UsageError` with
+Options are the sweep options' long names with underscores, as in a `--config` YAML file (`max_bytes`
+for --max-bytes, `group_timeout="5m"` for --group-timeout), with the same values and the same checks: a bad value raises `UsageError` with
 the one line the command prints. In a process whose Ray is initialised already, that session is
 used as it is: collbench neither calls ray.init again nor shuts it down. By default nothing is
 printed (`verbose=True` prints what the command prints); an unreadable results file is a
@@ -40,7 +40,8 @@ from orchestrator.operations import report as reporting
 from orchestrator.operations.checks import Unit, user_expected
 from orchestrator.operations.compare import By, Comparison
 from orchestrator.results.location import check_writable, resolve_output
-from orchestrator.sweep.spec import SweepSpec, from_mapping
+from orchestrator.results.schema import RunState
+from orchestrator.sweep.spec import SweepSpec, field_of, from_mapping
 
 __all__ = ["Comparison", "Preflight", "Qualification", "Report", "RunResult", "UsageError", "compare", "preflight",
            "qualify", "replay", "report", "run", "spec"]
@@ -96,8 +97,9 @@ def qualify(sweep: SweepSpec | None = None, /, *, nodes: Sequence[str] | None = 
     from orchestrator.execution.qualifying import qualification
 
     judged = qualifying.QualifyOptions(threshold=threshold, min_fraction=min_fraction, seed=seed, expected=expected)
-    chosen = qualifying.check_spec(_spec(sweep, nodes, {**{k: v for k, v in qualifying.DEFAULTS.items()
-                                                           if k not in options}, **options}))
+    given = {f.name for f in map(field_of, options) if f is not None}  # a bad key is refused by _spec
+    base = dataclasses.replace(sweep or SweepSpec(), **{k: v for k, v in qualifying.DEFAULTS.items() if k not in given})
+    chosen = qualifying.check_spec(_spec(base, nodes, options))
     check_writable(chosen.output)
     entries = user_expected(judged.expected)
     return qualification(chosen, threshold=judged.threshold, min_fraction=judged.min_fraction, seed=judged.seed,
@@ -118,7 +120,7 @@ class Preflight:
 
     @property
     def ok(self) -> bool:
-        return self.qualification.state == "finished" and not self.exclude
+        return self.qualification.state == RunState.FINISHED and not self.exclude
 
 
 def preflight(target=None, /, *, timeout_s: float = 60.0, verbose: bool = False, **options: Any) -> Preflight:
@@ -127,9 +129,9 @@ def preflight(target=None, /, *, timeout_s: float = 60.0, verbose: bool = False,
     None: every node. `timeout_s` bounds each probe group (forming it and each size). Returns the
     nodes to exclude (`.exclude`) with the evidence (`.qualification`)."""
     if isinstance(target, (list, tuple)):
-        found = qualify(nodes=target, verbose=verbose, group_timeout_s=timeout_s, **options)
+        found = qualify(nodes=target, verbose=verbose, group_timeout=timeout_s, **options)
     else:
-        found = qualify(placement_group=target, verbose=verbose, group_timeout_s=timeout_s, **options)
+        found = qualify(placement_group=target, verbose=verbose, group_timeout=timeout_s, **options)
     return Preflight(found)
 
 
@@ -149,7 +151,7 @@ def compare(baseline: str, new: str | None = None, *, baseline_runs: Sequence[st
     """Compare a new run with baseline runs of the same sweep, as `collbench compare` does; the
     flagged drops are `.flagged` (a DataFrame: empty when nothing regressed)."""
     return comparing.compare(comparing.CompareOptions(
-        baseline=baseline, new=new or baseline, baseline_runs=tuple(baseline_runs or ()), new_run=new_run,
+        baseline=baseline, new=new, baseline_runs=tuple(baseline_runs or ()), new_run=new_run,
         threshold=threshold, by=by))
 
 

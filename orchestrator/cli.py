@@ -10,7 +10,7 @@ import warnings
 
 from orchestrator import __version__
 from orchestrator.commands import compare, doctor, lab, plan, predict, qualify, replay, report, run, watch
-from orchestrator.errors import CollbenchWarning, ConnectTimeout, UsageError
+from orchestrator.errors import CollbenchWarning, ConnectTimeout, RenamedOption, UsageError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -74,9 +74,12 @@ def _dispatch(argv: list[str] | None) -> int:
 
 
 def _one_line(shown):
-    """warnings.showwarning that prints a CollbenchWarning as `collbench: warning: ...` (others as before)."""
+    """warnings.showwarning that prints a CollbenchWarning as `collbench: warning: ...`, an old
+    spelling as `collbench: note: ...` (others as before)."""
     def show(message, category, *rest) -> None:
-        if issubclass(category, CollbenchWarning):
+        if issubclass(category, RenamedOption):
+            print(f"collbench: note: {message}", file=sys.stderr)
+        elif issubclass(category, CollbenchWarning):
             print(f"collbench: warning: {message}", file=sys.stderr)
         else:
             shown(message, category, *rest)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 
 class UsageError(ValueError):
     """Bad input or an unusable environment. str() is the one line shown to the user; the CLI
@@ -26,6 +28,16 @@ class ConnectTimeout(UsageError):
 class CollbenchWarning(UserWarning):
     """A problem said and gone past (a results file that cannot be read is left out): the command
     line prints it as `collbench: warning: ...`; a Python caller filters it as any warning."""
+
+
+class RenamedOption(CollbenchWarning):
+    """An old spelling of an option, a key or a what-if, still taken for one release: the command
+    line says it as `collbench: note: ...`; a Python caller sees a warning it can filter."""
+
+
+def renamed(old: str, now: str) -> None:
+    """Say that `old` is now `now` and goes in the next release (one line, once per use)."""
+    warnings.warn(f"{old} is now {now}; it goes in the next release", RenamedOption, stacklevel=3)
 
 
 def first_line(e: BaseException) -> str:

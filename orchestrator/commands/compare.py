@@ -1,4 +1,4 @@
-"""`collbench compare BASELINE NEW`: busbw and time per matched link or shape, drops flagged
+"""`collbench compare BASELINE [NEW]`: busbw and time per matched link or shape, drops flagged
 only beyond the run-to-run noise: read from several baseline runs of the same sweep when there
 are, else from the spread of the changes of a shape's links (where larger, the rows' own
 iterations); a row with neither is not judged, and said so.
@@ -34,11 +34,13 @@ def add_parser(sub) -> None:
         "a shape's groups); print the change of busbw and time and the noise floor, and exit 1 when a drop exceeds "
         "--threshold and the noise between runs: read from several baseline runs (every run of the baseline's sweep "
         "in BASELINE, or those named), else from how the shape's other links moved, else from the rows' "
-        "per-iteration times (the noise_source column says which). With the same PATH twice and no run ids, the "
-        "latest run is compared with the runs before it.",
+        "per-iteration times (the noise_source column says which). With one PATH (or the same PATH twice), runs of "
+        "that folder are compared: --baseline-run A --new-run B, or without run ids its latest run with the runs "
+        "before it.",
     )
     p.add_argument("baseline", help="results dataset of the baseline")
-    p.add_argument("new", help="results dataset of the new run")
+    p.add_argument("new", nargs="?", default=None,
+                   help="results dataset of the new run (default: BASELINE itself, to compare two of its runs)")
     p.add_argument("--baseline-run", metavar="RUN_ID[,RUN_ID...]",
                    help="baseline run(s) in BASELINE, comma-separated (default: its latest run, with every other run "
                    "of the same command and sweep in BASELINE; the new run itself excluded)")

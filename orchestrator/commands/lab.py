@@ -7,9 +7,10 @@ import os
 import subprocess
 import sys
 
-from orchestrator.errors import UsageError
+from orchestrator.errors import UsageError, renamed
 from orchestrator.lab import cluster
 from orchestrator.sweep.spec import MAX_RANKS_PER_NODE
+from orchestrator.sweep.units import parse_duration
 
 MAX_TIMEOUT_S = 3600.0  # --timeout: nodes join in seconds; an hour is already a hung lab
 
@@ -24,7 +25,10 @@ def add_parser(sub) -> None:
     verbs = p.add_subparsers(dest="verb", metavar="VERB", required=True, parser_class=type(p))
     u = verbs.add_parser("up", help="build the lab and print how to run against it")
     u.add_argument("--nodes", type=int, default=2, help="nodes, one network namespace each (default: 2)")
-    u.add_argument("--ranks-per-node", type=int, default=2, help="CPUs each node advertises (default: 2)")
+    u.add_argument("--cpus-per-node", type=int, default=None,
+                   help="CPUs each node advertises to Ray: a run's CPU ranks per node (default: 2)")
+    u.add_argument("--ranks-per-node", type=int, default=None, dest="old_cpus_per_node",
+                   help="the old name of --cpus-per-node, taken until the next release")
     u.add_argument("--link", default="1gbit", help="rate of every node's link, tc units: 400mbit, 1gbit (default: 1gbit)")
     u.add_argument("--node-link", action="append", metavar="NODE=RATE",
                    help="give node NODE (0-based) its own link rate, a planted slow link: 1=500mbit (repeatable)")
@@ -32,8 +36,9 @@ def add_parser(sub) -> None:
                    help="declare no expected rate (no platform tag): a plain cluster, as one whose fabric "
                    "collbench has no expected value for; verdicts then rest on what is measured alone")
     u.add_argument("--subnet", default="10.213.0.0/24", help="addresses of the lab (default: 10.213.0.0/24)")
-    u.add_argument("--timeout", type=float, default=120.0,
-                   help=f"seconds to wait for the nodes to join, at most {MAX_TIMEOUT_S:g} (default: 120)")
+    u.add_argument("--timeout", default="2m",
+                   help="how long to wait for the nodes to join: 90s, 2m; a bare number is seconds; at most 1h "
+                   "(default: 2m)")
     d = verbs.add_parser("down", help="remove exactly what `up` created")
     e = verbs.add_parser("exec", help="run a command with RAY_ADDRESS and token auth set for the lab")
     e.add_argument("cmd", nargs=argparse.REMAINDER, help="the command, after --")
@@ -45,10 +50,8 @@ def add_parser(sub) -> None:
 
 def main(args: argparse.Namespace) -> int:
     if args.verb == "up":
-        if not 0 < args.timeout <= MAX_TIMEOUT_S:  # nan too
-            raise UsageError(f"--timeout {args.timeout:g}: must be above 0 and at most {MAX_TIMEOUT_S:g} seconds")
-        if not 1 <= args.ranks_per_node <= MAX_RANKS_PER_NODE:
-            raise UsageError(f"--ranks-per-node {args.ranks_per_node}: must be between 1 and {MAX_RANKS_PER_NODE}")
+        timeout_s = parse_duration(args.timeout, "--timeout", MAX_TIMEOUT_S)
+        cpus = _cpus_per_node(args)
         for item in args.node_link or []:
             try:
                 cluster.parse_node_links([item], max(args.nodes, 1))
@@ -58,7 +61,7 @@ def main(args: argparse.Namespace) -> int:
                 raise UsageError(f"--node-link {item!r}: expected NODE=RATE with a rate such as 500mbit") from None
         try:
             node_links = cluster.parse_node_links(args.node_link, args.nodes)
-            st = cluster.up(args.name, args.nodes, args.ranks_per_node, args.link, args.subnet, args.timeout,
+            st = cluster.up(args.name, args.nodes, cpus, args.link, args.subnet, timeout_s,
                             node_links, declared=not args.undeclared)
         except cluster.LabError as e:
             print(f"collbench: lab up failed and was cleaned up: {e}", file=sys.stderr)
@@ -84,3 +87,19 @@ def main(args: argparse.Namespace) -> int:
     cmd = [c for c in args.cmd if c != "--"] or [os.environ.get("SHELL", "/bin/sh")]
     env = {**os.environ, **st.auth_env(), "RAY_ADDRESS": st.address}
     return subprocess.call(cmd, env=env)
+
+
+def _cpus_per_node(args: argparse.Namespace) -> int:
+    """--cpus-per-node, or its old name (--ranks-per-node, which a run's option means otherwise)."""
+    flag, cpus = "--cpus-per-node", args.cpus_per_node
+    if args.old_cpus_per_node is not None:
+        if cpus is not None and cpus != args.old_cpus_per_node:
+            raise UsageError(f"--ranks-per-node {args.old_cpus_per_node}: the old name of --cpus-per-node "
+                             f"{cpus}; give one")
+        flag, cpus = "--ranks-per-node", args.old_cpus_per_node
+    cpus = 2 if cpus is None else cpus
+    if not 1 <= cpus <= MAX_RANKS_PER_NODE:
+        raise UsageError(f"{flag} {cpus}: must be between 1 and {MAX_RANKS_PER_NODE}")
+    if flag != "--cpus-per-node":  # said once the value is good: a refusal stays one line
+        renamed("lab up --ranks-per-node", "--cpus-per-node")
+    return cpus

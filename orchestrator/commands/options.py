@@ -9,7 +9,8 @@ from orchestrator import yamlfile
 from orchestrator.errors import UsageError
 from orchestrator.operations.checks import UNITS, check_min_fraction, user_expected
 from orchestrator.sweep.sizes import format_bytes
-from orchestrator.sweep.spec import SweepSpec, convert, from_mapping, spec_fields
+from orchestrator.sweep.spec import SweepSpec, convert, from_mapping, key_of, spec_fields
+from orchestrator.sweep.units import format_duration
 
 FORMATS = ("table", "markdown", "csv", "json")
 
@@ -20,7 +21,7 @@ def add_spec_options(p: argparse.ArgumentParser, only: tuple[str, ...] | None = 
     help; `defaults` are the command's own (shown in the help, applied by spec_from_args), and
     `helps` the command's own help of a field it accepts less of (qualify: one collective)."""
     g = p.add_argument_group("sweep options (also accepted as keys of a --config YAML file)")
-    p.set_defaults(spec_defaults=defaults or {})
+    p.set_defaults(spec_defaults=defaults or {}, spec_only=only, spec_command=p.prog)
     for f in spec_fields():
         if only is not None and f.name not in only:
             continue
@@ -28,7 +29,7 @@ def add_spec_options(p: argparse.ArgumentParser, only: tuple[str, ...] | None = 
         default = f.default if not callable(f.default_factory) else f.default_factory()  # type: ignore[misc]
         default = (defaults or {}).get(f.name, default)
         shown = ",".join(map(str, default)) if isinstance(default, tuple) else \
-            format_bytes(default) if kind == "bytes" else default
+            format_bytes(default) if kind == "bytes" else format_duration(default) if kind == "duration" else default
         help_text = (helps or {}).get(f.name, f.metadata["help"])
         if "(default" not in help_text:  # a help that says its own default (--address) keeps it alone
             help_text += f" (default: {shown if shown not in ('', None) else 'none'})"
@@ -37,10 +38,11 @@ def add_spec_options(p: argparse.ArgumentParser, only: tuple[str, ...] | None = 
         elif kind == "env":
             g.add_argument(*flags, dest=f.name, action="append", default=None, metavar="NAME=VALUE", help=help_text)
         else:
-            g.add_argument(*flags, dest=f.name, default=None, metavar=f.name.upper(), help=help_text)
+            g.add_argument(*flags, dest=f.name, default=None, metavar=key_of(f).upper(), help=help_text)
     p.add_argument("--config", metavar="YAML",
-                   help="sweep file: its keys are the sweep options' names with underscores (min_bytes: 1K for "
-                   "--min-bytes 1K); options on the command line win")
+                   help="sweep file: its keys are the long names of the sweep options above with underscores "
+                   "(min_bytes: 1K for --min-bytes 1K, group_timeout: 5m); a key of an option this command does not "
+                   "take is refused; options on the command line win")
 
 
 def spec_from_args(args: argparse.Namespace) -> SweepSpec:
@@ -48,7 +50,8 @@ def spec_from_args(args: argparse.Namespace) -> SweepSpec:
     options."""
     values = dict(getattr(args, "spec_defaults", {}))
     if args.config:
-        values.update(from_mapping(_load_yaml(args.config), source=f"--config {args.config}"))
+        values.update(from_mapping(_load_yaml(args.config), source=f"--config {args.config}",
+                                   only=getattr(args, "spec_only", None), command=getattr(args, "spec_command", None)))
     for f in spec_fields():
         raw = getattr(args, f.name, None)
         if raw is not None:

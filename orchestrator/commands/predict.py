@@ -10,8 +10,10 @@ import sys
 from orchestrator.analysis import predict
 from orchestrator.commands.options import add_format
 from orchestrator.commands.render import render_csv, render_tables
-from orchestrator.errors import UsageError
+from orchestrator.errors import UsageError, renamed
 from orchestrator.results import dataset
+from orchestrator.sweep.sizes import format_bytes, parse_bytes
+from orchestrator.sweep.spec import MAX_MSG_BYTES
 from workloads.dtypes import ELEMENT_BYTES
 
 
@@ -25,16 +27,17 @@ def add_parser(sub) -> None:
     p.add_argument("path", help="results dataset")
     p.add_argument("--run", metavar="RUN_ID", help="run whose fits to use (default: the latest)")
     p.add_argument("--params", type=_count, default=None,
-                   help=f"model parameters: 7e9, 7B, 1.5T, 350M (at most {MAX_PARAMS:g}); needed unless --trace")
+                   help="model parameters, a count and so decimal (K, M, B or G, T = 1e3, 1e6, 1e9, 1e12): 7e9, 7B, "
+                   f"1.5T, 350M (at most {MAX_PARAMS:g}); needed unless --trace")
     p.add_argument("--trace", nargs="+", metavar="DUMP", default=None,
                    help="instead of a layout, the collectives of a real job: its Flight Recorder dumps (files or "
                    "folders, as collbench replay reads them); each traced op priced from the fits, its ranks placed "
-                   "--gpus-per-node per node")
+                   "--ranks-per-node per node")
     p.add_argument("--ops-per-step", type=int, default=None, metavar="N",
                    help="with --trace: ops of rank 0 per step (default: found from the trace)")
     p.add_argument("--what-if", nargs="+", metavar="KEY=VALUE", default=None,
                    help="the same job on another layout, beside this one, term by term: dp=32, tp=4, pp=2, "
-                   "gpus-per-node=4, fsdp=yes, params=13B, dtype=float32, bucket-mb=50, layers=..., hidden=..., "
+                   "ranks-per-node=4, fsdp=yes, params=13B, dtype=float32, bucket=50M, layers=..., hidden=..., "
                    "seq=..., micro-batch=..., micro-batches=...")
     p.add_argument("--what-if-results", nargs="+", metavar=("PATH", "RUN_ID"), default=None,
                    help="price the what-if from another dataset's fits (another cluster or fabric: TCP against "
@@ -47,14 +50,19 @@ def add_parser(sub) -> None:
                                 ("hidden", 4096, "hidden size"), ("seq", 4096, "sequence length"),
                                 ("micro-batch", 1, "sequences per micro-batch"),
                                 ("micro-batches", 1, "micro-batches per step (gradient accumulation)"),
-                                ("gpus-per-node", 8, "ranks per node")]:
-        p.add_argument(f"--{name}", type=int, default=default,
+                                ("ranks-per-node", 8, "ranks (GPUs) per node of the layout")]:
+        p.add_argument(f"--{name}", type=int, default=None if name == "ranks-per-node" else default,
                        help=f"{text}, 1 to {LIMITS[name.replace('-', '_')]} (default: {default})")
+    p.add_argument("--gpus-per-node", type=int, default=None, dest="old_ranks_per_node",
+                   help="the old name of --ranks-per-node, taken until the next release")
     p.add_argument("--fsdp", action="store_true", help="fully sharded data parallel instead of gradient all_reduce")
     p.add_argument("--dtype", choices=list(ELEMENT_BYTES), default="bfloat16",
                    help="communicated dtype (default: bfloat16)")
-    p.add_argument("--bucket-mb", type=float, default=25.0,
-                   help="gradient bucket size in MB (1e6 bytes), at least 1e-06 (one byte) (default: 25)")
+    p.add_argument("--bucket", metavar="SIZE", default=None,
+                   help=f"gradient bucket size, binary as -b and -e: 25M = 25 MiB, as DDP's bucket_cap_mb counts; 1 to "
+                   f"{format_bytes(MAX_MSG_BYTES)} (default: {format_bytes(BUCKET_BYTES)})")
+    p.add_argument("--bucket-mb", type=float, default=None,
+                   help="the old spelling, in MB of 1e6 bytes: --bucket SIZE instead; taken until the next release")
     add_format(p)
     p.set_defaults(handler=main)
 
@@ -63,8 +71,10 @@ _SUFFIX = {"K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
 # Bounds that keep the arithmetic finite and quick (a group's ranks are listed to find its
 # topology): a million-rank layout is far past any cluster.
 LIMITS = {"dp": 1 << 20, "tp": 1 << 20, "pp": 1 << 20, "layers": 1 << 20, "hidden": 1 << 30, "seq": 1 << 30,
-          "micro_batch": 1 << 20, "micro_batches": 1 << 20, "gpus_per_node": 1 << 10}
+          "micro_batch": 1 << 20, "micro_batches": 1 << 20, "ranks_per_node": 1 << 10}
 MAX_PARAMS = 1e15
+RANKS_PER_NODE = 8
+BUCKET_BYTES = 25 << 20  # DDP's bucket_cap_mb=25 is 25 MiB
 
 
 def _count(text: str) -> float:
@@ -86,18 +96,71 @@ def check_layout(args: argparse.Namespace) -> None:
         raise UsageError(f"--dp {args.dp} x --tp {args.tp} x --pp {args.pp}: more than {1 << 30} ranks")
     if not 0 < args.params <= MAX_PARAMS:  # nan and inf too
         raise UsageError(f"--params {args.params:g}: must be positive, at most {MAX_PARAMS:g}")
-    if not 1e-6 <= args.bucket_mb <= 1e9:
-        raise UsageError(f"--bucket-mb {args.bucket_mb:g}: must be between 1e-06 (one byte) and 1e+09")
-    if args.tp % args.gpus_per_node and args.gpus_per_node % args.tp:
-        raise UsageError(f"--tp {args.tp}: neither divides nor is a multiple of --gpus-per-node {args.gpus_per_node}, "
-                         "so tensor-parallel groups would straddle nodes unevenly")
+    if not 1 <= args.bucket_bytes <= MAX_MSG_BYTES:
+        raise UsageError(f"--bucket {args.bucket_bytes}: must be between 1 and {MAX_MSG_BYTES} bytes "
+                         f"({format_bytes(MAX_MSG_BYTES)})")
+    if args.tp % args.ranks_per_node and args.ranks_per_node % args.tp:
+        raise UsageError(f"--tp {args.tp}: neither divides nor is a multiple of --ranks-per-node "
+                         f"{args.ranks_per_node}, so tensor-parallel groups would straddle nodes unevenly")
     if args.pp > args.layers:
         raise UsageError(f"--pp {args.pp}: more pipeline stages than --layers {args.layers}")
     if args.layers % args.pp:
         raise UsageError(f"--pp {args.pp}: does not divide --layers {args.layers} into equal stages")
 
 
+def old_spellings(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """--ranks-per-node and --bucket (as bucket_bytes) from their old spellings where given, checked
+    (a refusal names the flag given); the (old, new) pairs to say once the whole command is valid."""
+    said = []
+    if args.old_ranks_per_node is not None:
+        if args.ranks_per_node is not None and args.ranks_per_node != args.old_ranks_per_node:
+            raise UsageError(f"--gpus-per-node {args.old_ranks_per_node}: the old name of --ranks-per-node "
+                             f"{args.ranks_per_node}; give one")
+        if not 1 <= args.old_ranks_per_node <= LIMITS["ranks_per_node"]:
+            raise UsageError(f"--gpus-per-node {args.old_ranks_per_node}: must be between 1 and "
+                             f"{LIMITS['ranks_per_node']}")
+        args.ranks_per_node = args.old_ranks_per_node
+        said.append(("--gpus-per-node", "--ranks-per-node"))
+    if args.ranks_per_node is None:
+        args.ranks_per_node = RANKS_PER_NODE
+    if args.bucket is not None and args.bucket_mb is not None:
+        raise UsageError(f"--bucket-mb {args.bucket_mb:g}: the old spelling of --bucket {args.bucket}; give one")
+    if args.bucket_mb is not None:
+        try:
+            args.bucket_bytes = _mb_to_bytes(args.bucket_mb)
+        except ValueError:
+            raise UsageError(f"--bucket-mb {args.bucket_mb:g}: must be between 1e-06 (one byte) and "
+                             f"{MAX_MSG_BYTES / 1e6:g}") from None
+        said.append(("--bucket-mb", "--bucket SIZE (binary, 25M = 25 MiB)"))
+    else:
+        args.bucket_bytes = _bucket_bytes(args.bucket) if args.bucket is not None else BUCKET_BYTES
+    args.said_renamed = said  # _what_if_args adds its own
+    return said
+
+
+def _mb_to_bytes(mb: float) -> int:
+    """--bucket-mb's meaning, kept for its last release: MB of 1e6 bytes, at least one byte."""
+    if not 1e-6 <= mb <= MAX_MSG_BYTES / 1e6:  # nan too
+        raise ValueError(mb)
+    return max(1, round(mb * 1e6))
+
+
+def _bucket_bytes(text: str) -> int:
+    try:
+        return parse_bytes(text)
+    except ValueError:
+        raise UsageError(f"--bucket {text[:40]!r}: expected a size such as 25M (binary: 25 MiB)") from None
+
+
 def main(args: argparse.Namespace) -> int:
+    old_spellings(args)
+    code = _main(args)
+    for old, now in args.said_renamed:  # once every check passed: a refusal stays one line
+        renamed(old, now)
+    return code
+
+
+def _main(args: argparse.Namespace) -> int:
     if args.trace:
         if args.what_if or args.what_if_results:
             raise UsageError("--what-if: with a layout (--params ...), not with --trace")
@@ -158,8 +221,9 @@ def _priced(args: argparse.Namespace, fits: dict, run_id: str) -> tuple[dict, li
     """The layout `args` describe, priced from `fits`: the summary and one row per term."""
     layout = predict.Layout(
         params=args.params, dp=args.dp, tp=args.tp, pp=args.pp, fsdp=args.fsdp, dtype_bytes=ELEMENT_BYTES[args.dtype],
-        bucket_mb=args.bucket_mb, layers=args.layers, hidden=args.hidden, seq=args.seq,
-        micro_batch=args.micro_batch, micro_batches=args.micro_batches, gpus_per_node=args.gpus_per_node,
+        bucket_mb=args.bucket_bytes / 1e6,  # Layout counts MB of 1e6 bytes
+        layers=args.layers, hidden=args.hidden, seq=args.seq,
+        micro_batch=args.micro_batch, micro_batches=args.micro_batches, gpus_per_node=args.ranks_per_node,
     )
     terms = predict.predict(layout, fits)
     if not terms:
@@ -167,7 +231,7 @@ def _priced(args: argparse.Namespace, fits: dict, run_id: str) -> tuple[dict, li
     missing = [t for t in terms if t["time_ms"] is None]
     total = sum(t["time_ms"] for t in terms if t["time_ms"] is not None)
     return {"run": run_id, "world_size": args.dp * args.tp * args.pp,
-            "nodes": -(-args.dp * args.tp * args.pp // args.gpus_per_node),
+            "nodes": -(-args.dp * args.tp * args.pp // args.ranks_per_node),
             "comm_ms_per_step": None if missing else total, "measured_terms_ms": total,
             "complete": not missing,
             "note": ("incomplete: not measured: " + "; ".join(f"{t['term']} ({t['measure_with']})" for t in missing))
@@ -175,8 +239,9 @@ def _priced(args: argparse.Namespace, fits: dict, run_id: str) -> tuple[dict, li
             }, terms
 
 
-WHAT_IF_KEYS = ("dp", "tp", "pp", "layers", "hidden", "seq", "micro-batch", "micro-batches", "gpus-per-node",
-                "params", "bucket-mb", "dtype", "fsdp")
+WHAT_IF_KEYS = ("dp", "tp", "pp", "layers", "hidden", "seq", "micro-batch", "micro-batches", "ranks-per-node",
+                "params", "bucket", "dtype", "fsdp")
+OLD_WHAT_IF_KEYS = {"gpus-per-node": "ranks-per-node", "bucket-mb": "bucket"}  # taken until the next release
 
 
 def _what_if_args(args: argparse.Namespace) -> argparse.Namespace | None:
@@ -186,14 +251,19 @@ def _what_if_args(args: argparse.Namespace) -> argparse.Namespace | None:
     changed = argparse.Namespace(**vars(args))
     for item in args.what_if or []:
         key, sep, value = item.partition("=")
-        if not sep or key not in WHAT_IF_KEYS:
+        if not sep or key not in (*WHAT_IF_KEYS, *OLD_WHAT_IF_KEYS):
             raise UsageError(f"--what-if {item}: expected KEY=VALUE with KEY one of {', '.join(WHAT_IF_KEYS)}")
-        name = key.replace("-", "_")
+        if key in OLD_WHAT_IF_KEYS:
+            args.said_renamed.append((f"--what-if {key}", OLD_WHAT_IF_KEYS[key]))
+        name = {"bucket": "bucket_bytes", "bucket-mb": "bucket_bytes", "gpus-per-node": "ranks_per_node"}.get(
+            key, key.replace("-", "_"))
         try:
             if key == "params":
                 parsed = _count(value)
+            elif key == "bucket":
+                parsed = parse_bytes(value)
             elif key == "bucket-mb":
-                parsed = float(value)
+                parsed = _mb_to_bytes(float(value))
             elif key == "dtype":
                 if value not in ELEMENT_BYTES:
                     raise ValueError(value)
@@ -217,12 +287,12 @@ def _predict_trace(args: argparse.Namespace) -> int:
     from orchestrator.analysis import replay
     from orchestrator.sweep import trace
 
-    if not 1 <= args.gpus_per_node <= LIMITS["gpus_per_node"]:
-        raise UsageError(f"--gpus-per-node {args.gpus_per_node}: must be between 1 and {LIMITS['gpus_per_node']}")
+    if not 1 <= args.ranks_per_node <= LIMITS["ranks_per_node"]:
+        raise UsageError(f"--ranks-per-node {args.ranks_per_node}: must be between 1 and {LIMITS['ranks_per_node']}")
     loaded = trace.load(args.trace)
     program, notes = trace.program(loaded, trace.find_steps(loaded.ops[0], args.ops_per_step), gaps=False)
     df = _fit_rows(args.path, args.run)
-    steps, terms = predict.trace_steps(program, predict.fit_table(df), args.gpus_per_node)
+    steps, terms = predict.trace_steps(program, predict.fit_table(df), args.ranks_per_node)
     missing = [t for t in terms if t["time_ms"] is None]
     predicted = sorted(s["comm_ms"] for s in steps)[len(steps) // 2] if steps and not missing else None
     summary = {"run": df.run_id.iloc[0] if len(df) else None, "world_size": loaded.world_size,

@@ -18,6 +18,7 @@ from orchestrator.commands.render import render_tables
 from orchestrator.operations.checks import user_expected
 from orchestrator.operations.qualify import DEFAULTS, QualifyOptions, check_spec
 from orchestrator.results.location import check_writable, resolve_output
+from orchestrator.results.schema import RunState
 from orchestrator.sweep.qualify import Outcome
 from orchestrator.sweep.spec import SweepSpec
 from workloads.dtypes import ELEMENT_BYTES
@@ -67,7 +68,7 @@ def main(args: argparse.Namespace) -> int:
     voice = Voice(lambda line: print(line, file=log, flush=True), COMMAND_LINE.problem)
     result = qualification(spec, threshold=options.threshold, min_fraction=options.min_fraction, seed=options.seed,
                            user_entries=user, voice=voice, log=log, doctor=not args.no_doctor)
-    if result.state != "finished":
+    if result.state != RunState.FINISHED:
         return result.exit_code
     if args.format == "json":
         print(json.dumps({"run_id": result.run_id, "rounds": result.rounds, "wall_s": round(result.wall_s, 3),

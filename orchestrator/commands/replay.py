@@ -10,6 +10,7 @@ import time
 from orchestrator.commands.options import add_doctor_option, add_spec_options, spec_from_args
 from orchestrator.execution.replaying import MAX_REPEAT
 from orchestrator.results.location import check_writable, resolve_output
+from orchestrator.results.schema import RunState
 
 OPTIONS = ("backend", "ranks_per_node", "nodes", "exclude", "group_timeout_s", "deadline_rate_gbps", "output",
            "address", "env", "allow_failures")
@@ -37,8 +38,9 @@ def add_parser(sub) -> None:
     p.add_argument("--ops-per-step", type=int, default=None, metavar="N",
                    help="ops of rank 0 per step (default: found from the trace: the repeating unit ended by pauses)")
     p.add_argument("--trace-ranks-per-node", type=int, default=None, metavar="N",
-                   help="the job's ranks per node: trace ranks 0..N-1 on the first node, and so on (default: the "
-                   "cluster's ranks per node)")
+                   help="the traced job's layout, not this cluster's: how many ranks per node the job that wrote "
+                   "the dumps ran, so trace ranks 0..N-1 were on its first node, N..2N-1 on its second, and so on; "
+                   "they are placed so here (default: the ranks this cluster's nodes hold, the fewest of any node)")
     add_spec_options(p, only=OPTIONS)
     add_doctor_option(p)
     p.set_defaults(handler=main)
@@ -59,7 +61,7 @@ def main(args: argparse.Namespace) -> int:
 
     result = jobs.sweep(spec, console_for=lambda groups: console.Console(groups), doctor=not args.no_doctor,
                         command="replay", planner=planner)
-    if result.state == "finished":
+    if result.state == RunState.FINISHED:
         for line in jobs.closing_lines(result, t_start):
             print(line, flush=True)
     return result.exit_code

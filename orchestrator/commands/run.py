@@ -10,8 +10,9 @@ from orchestrator import yamlfile
 from orchestrator.commands.options import add_doctor_option, add_spec_options, spec_from_args
 from orchestrator.errors import UsageError
 from orchestrator.results.location import check_writable, resolve_output
+from orchestrator.results.schema import RunState
 from orchestrator.sweep import resume
-from orchestrator.sweep.spec import spec_fields
+from orchestrator.sweep.spec import field_of, spec_fields
 
 
 def add_parser(sub) -> None:
@@ -48,7 +49,7 @@ def main(args: argparse.Namespace) -> int:
 
     result = jobs.sweep(spec, run_id=args.resume, saved=saved, retry_failed=args.retry_failed,
                         console_for=lambda groups: console.Console(groups), doctor=not args.no_doctor)
-    if result.state == "finished":
+    if result.state == RunState.FINISHED:
         for line in jobs.closing_lines(result, t_start):
             print(line, flush=True)
     return result.exit_code
@@ -73,8 +74,8 @@ def _given_fields(args: argparse.Namespace) -> set[str]:
 
 
 def _config_keys(args: argparse.Namespace) -> set[str]:
-    """The sweep keys of --config (already read and checked by spec_from_args)."""
+    """The sweep fields that --config's keys name (the file already read and checked by spec_from_args)."""
     if not args.config:
         return set()
     data = yamlfile.read(args.config, "--config")
-    return set(data) if isinstance(data, dict) else set()
+    return {field_of(key).name for key in data} if isinstance(data, dict) else set()

@@ -11,6 +11,7 @@ from orchestrator.commands.options import add_doctor_option, add_expected_option
 from orchestrator.errors import UsageError
 from orchestrator.operations.checks import check_threshold
 from orchestrator.results.location import check_writable, resolve_output
+from orchestrator.sweep.units import parse_duration
 
 OPTIONS = ("collectives", "dtypes", "min_bytes", "max_bytes", "step_factor", "iters", "warmup", "check_iters",
            "backend", "patterns", "ranks_per_node", "group_timeout_s", "deadline_rate_gbps", "output", "address", "env",
@@ -19,6 +20,7 @@ OPTIONS = ("collectives", "dtypes", "min_bytes", "max_bytes", "step_factor", "it
 DEFAULTS = {"collectives": ("all_reduce",), "min_bytes": 1 << 20, "max_bytes": 16 << 20, "step_factor": 16,
             "iters": 5, "warmup": 1, "patterns": ("pairwise", "intra"), "group_timeout_s": 60.0}
 MAX_CYCLES = 10**9
+MAX_DURATION_S = 366 * 86400.0  # --every, --retention, --reconnect-timeout: past a year is a typo
 
 
 def add_parser(sub) -> None:
@@ -33,14 +35,17 @@ def add_parser(sub) -> None:
         "or after --cycles.",
     )
     add_spec_options(p, only=OPTIONS, defaults=DEFAULTS)
-    p.add_argument("--every", default="5m", help="time from one cycle's start to the next: 30s, 5m, 1h (default: 5m)")
+    p.add_argument("--every", default="5m", help="time from one cycle's start to the next: 30s, 5m, 1h; a bare number "
+                   "is seconds (default: 5m)")
     p.add_argument("--cycles", type=int, default=0, help="stop after this many cycles (default: 0, never)")
     p.add_argument("--baseline-cycles", type=int, default=5,
                    help="a link's rolling baseline: the last N cycles that raised no alert (default: 5)")
     p.add_argument("--retention", default=None,
-                   help="drop date=YYYY-MM-DD partitions older than this many days: 30d (default: keep all)")
+                   help="drop date=YYYY-MM-DD partitions older than this, counted in whole days (rounded down), at "
+                   "least 1d: 30d, 720h (default: keep all)")
     p.add_argument("--reconnect-timeout", default="5m",
-                   help="how long to try joining the cluster again when its head stops answering (default: 5m)")
+                   help="how long to try joining the cluster again when its head stops answering: 30s, 5m, 1h; a "
+                   "bare number is seconds (default: 5m)")
     p.add_argument("--threshold", type=float, default=0.10,
                    help="a drop this fraction below its baseline, beyond the noise, is a drift (default: 0.1)")
     add_expected_options(p, "with an expected value, a node is slow")
@@ -57,15 +62,13 @@ def main(args: argparse.Namespace) -> int:
 
     check_threshold(args.threshold)
     user = expected_from_args(args)
-    every_s = watch.parse_duration(args.every, "--every")
-    reconnect_s = watch.parse_duration(args.reconnect_timeout, "--reconnect-timeout")
+    every_s = parse_duration(args.every, "--every", MAX_DURATION_S)
+    reconnect_s = parse_duration(args.reconnect_timeout, "--reconnect-timeout", MAX_DURATION_S)
     retention = None
-    if args.retention is not None:
-        if not args.retention.endswith("d"):
-            raise UsageError(f"--retention {args.retention[:40]!r}: a number of days such as 30d")
-        retention = int(watch.parse_duration(args.retention, "--retention") // 86400)
+    if args.retention is not None:  # partitions are days: a duration counts in whole ones
+        retention = int(parse_duration(args.retention, "--retention", MAX_DURATION_S) // 86400)
         if retention < 1:
-            raise UsageError(f"--retention {args.retention}: at least 1d")
+            raise UsageError(f"--retention {args.retention}: at least 1d (partitions are whole days)")
     for flag, value, low in (("--cycles", args.cycles, 0), ("--baseline-cycles", args.baseline_cycles, 1)):
         if not low <= value <= MAX_CYCLES:
             raise UsageError(f"{flag} {value}: must be between {low} and {MAX_CYCLES}")

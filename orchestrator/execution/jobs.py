@@ -20,6 +20,7 @@ from orchestrator.errors import UsageError
 from orchestrator.execution.events import RunObserver
 from orchestrator.execution.outcome import Outcome
 from orchestrator.execution.voice import COMMAND_LINE, Voice
+from orchestrator.results.schema import RunState
 from orchestrator.sweep import resume
 from orchestrator.sweep.planner import Group, Plan
 from orchestrator.sweep.spec import SweepSpec
@@ -31,7 +32,7 @@ class RunResult:
 
     run_id: str
     output: str  # the results dataset (--output), a folder or a URI
-    state: str  # finished | interrupted | stopped | failed
+    state: RunState
     exit_code: int  # the command's: 0 ok, 1 failures or wrong results, 130 Ctrl-C, 143 SIGTERM
     outcome: Outcome = field(default_factory=Outcome)
     manifest: dict = field(default_factory=dict)
@@ -78,7 +79,7 @@ def sweep(spec: SweepSpec, *, run_id: str | None = None, saved: resume.SavedRun 
     resume_with = resume.resume_command(run_id, spec.output, spec.address) if planner is None else \
         "collbench replay again (a replay is one group: it is not resumed)"
     session = None
-    result = RunResult(run_id, spec.output, "failed", 1)
+    result = RunResult(run_id, spec.output, RunState.FAILED, 1)
     try:
         with Session(spec, run_id, now, placement_group=placement_group, partition=partition,
                      cpus_per_rank=cpus_per_rank, doctor=doctor, voice=voice) as session:
@@ -112,7 +113,7 @@ def sweep(spec: SweepSpec, *, run_id: str | None = None, saved: resume.SavedRun 
                 session.finish(outcome)
             except KeyboardInterrupt as e:  # while measuring, or while compacting the rows
                 session.interrupted()
-                result.state, result.exit_code = "interrupted", exit_code(e)
+                result.state, result.exit_code = RunState.INTERRUPTED, exit_code(e)
                 result.message = (f"collbench: interrupted; finished groups are saved in {store.location}. "
                                   f"Resume with:\n  {resume_with}")
                 voice.warn("\n" + result.message)
@@ -127,20 +128,21 @@ def sweep(spec: SweepSpec, *, run_id: str | None = None, saved: resume.SavedRun 
             raise
         said = session.stopped_by_full_disk(e)
         resume_hint = f"; resume once there is room: {resume_with}" if session.manifest else ""
-        result.state, result.exit_code = "interrupted", 1
+        result.state, result.exit_code = RunState.INTERRUPTED, 1
         result.message = f"collbench: error: {said}{resume_hint}"
         voice.warn(result.message)
         return _closed(result, session)
     except KeyboardInterrupt as e:  # before the workers started, or while they were being released
         say_late_interrupt(session, "group", voice)
-        result.state, result.exit_code = session.manifest.get("state", "interrupted") if session else "interrupted", \
-            exit_code(e)
+        result.state = RunState(session.manifest.get("state", RunState.INTERRUPTED)) if session else \
+            RunState.INTERRUPTED
+        result.exit_code = exit_code(e)
         return _closed(result, session)
     except PlacementError as e:
         result.message = f"collbench: error: {e}"
         voice.warn(result.message)
         return _closed(result, session)
-    result.state, result.exit_code = "finished", closing_code(spec, outcome, voice)
+    result.state, result.exit_code = RunState.FINISHED, closing_code(spec, outcome, voice)
     return _closed(result, session)
 
 

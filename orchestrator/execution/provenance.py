@@ -10,6 +10,7 @@ import sys
 import ray
 
 import orchestrator
+from orchestrator.results.schema import RunState
 from orchestrator.sweep.inventory import Inventory
 from orchestrator.sweep.spec import SweepSpec
 from workloads.comm_env import COMM_ENV_PREFIXES
@@ -32,7 +33,7 @@ def manifest(spec: SweepSpec, inv: Inventory, infos: list[WorkerInfo], backend: 
     nccl = sorted({i.nccl_version for i in infos if i.nccl_version})
     floors = [f for i in infos if (f := i.gpu_batch_floor_us if backend == "nccl" else i.batch_floor_us) is not None]
     return {
-        "state": "running",
+        "state": RunState.RUNNING.value,
         "collbench_version": orchestrator.__version__,
         "torch_version": ",".join(torch_versions),
         "ray_version": ray.__version__,

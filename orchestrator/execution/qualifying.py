@@ -17,6 +17,7 @@ from orchestrator.errors import UsageError
 from orchestrator.execution.events import GroupEnded, GroupFailure, GroupStarted, RunObserver
 from orchestrator.execution.jobs import new_run_id, say_warnings
 from orchestrator.execution.voice import COMMAND_LINE, Voice
+from orchestrator.results.schema import RunState
 from orchestrator.sweep.inventory import Inventory
 from orchestrator.sweep.qualify import ALL_PAIRS_NODES, Deadlines, Outcome, Probe, Qualifier, Reference, Result
 from orchestrator.sweep.sizes import format_bytes
@@ -29,7 +30,7 @@ class Qualification:
     """Verdicts per node (node, host, node_id, verdict, evidence), and how the qualification went."""
 
     run_id: str
-    state: str  # finished | interrupted | failed
+    state: RunState
     exit_code: int  # 0: every node passes; 1: one does not (or the run could not finish); 130/143
     nodes: list[dict] = field(default_factory=list)
     rounds: int = 0
@@ -63,7 +64,7 @@ def qualification(spec: SweepSpec, *, threshold: float = 0.10, min_fraction: flo
     t_start = time.monotonic()
     now = dt.datetime.now(dt.timezone.utc)
     run_id = new_run_id(now)
-    result = Qualification(run_id, "failed", 1)
+    result = Qualification(run_id, RunState.FAILED, 1)
     session = None
     groups = 0
     try:
@@ -99,7 +100,7 @@ def qualification(spec: SweepSpec, *, threshold: float = 0.10, min_fraction: flo
                 session.finish(outcome)
             except KeyboardInterrupt as e:  # while measuring, or while compacting the rows
                 session.interrupted()
-                result.state, result.exit_code = "interrupted", exit_code(e)
+                result.state, result.exit_code = RunState.INTERRUPTED, exit_code(e)
                 result.message = f"collbench: interrupted; the probes so far are in {session.store.location}"
                 voice.warn("\n" + result.message)
                 return _closed(result, session, t_start, groups)
@@ -111,19 +112,19 @@ def qualification(spec: SweepSpec, *, threshold: float = 0.10, min_fraction: flo
     except OSError as e:  # a full disk
         if session is None or not is_disk_full(e):
             raise
-        result.state, result.message = "interrupted", f"collbench: error: {session.stopped_by_full_disk(e)}"
+        result.state, result.message = RunState.INTERRUPTED, f"collbench: error: {session.stopped_by_full_disk(e)}"
         voice.warn(result.message)
         return _closed(result, session, t_start, groups)
     except KeyboardInterrupt as e:  # before the workers started, or while they were being released
         say_late_interrupt(session, "probe", voice)
-        result.state, result.exit_code = "interrupted", exit_code(e)
+        result.state, result.exit_code = RunState.INTERRUPTED, exit_code(e)
         return _closed(result, session, t_start, groups)
     except PlacementError as e:
         result.message = f"collbench: error: {e}"
         voice.warn(result.message)
         return _closed(result, session, t_start, groups)
     result.nodes = _verdicts(q, inv)
-    result.state, result.rounds = "finished", q.rounds
+    result.state, result.rounds = RunState.FINISHED, q.rounds
     result.speed_judged, result.unjudged = not q.unjudged, q.unjudged_note()
     result.exit_code = 1 if result.failing else 0
     return _closed(result, session, t_start, groups)

@@ -25,6 +25,7 @@ from orchestrator.execution.pool import ActorPool, placement_bundles
 from orchestrator.execution.rows import RunRef
 from orchestrator.execution.runner import Runner
 from orchestrator.execution.voice import COMMAND_LINE, Voice
+from orchestrator.results.schema import RunState
 from orchestrator.results.store import ResultStore
 from orchestrator.sweep import inventory
 from orchestrator.sweep.devices import FLOAT8, check_driver, check_memory, float8_for_cluster
@@ -183,7 +184,7 @@ class Session:
         self.pool.shutdown()
         self.store.compact()
         self.manifest.update(
-            state="finished", finished_at=dt.datetime.now(dt.timezone.utc),
+            state=RunState.FINISHED.value, finished_at=dt.datetime.now(dt.timezone.utc),
             device_models=sorted(set(self.manifest["device_models"]) | outcome.device_names),
             nccl_version=",".join(sorted(outcome.nccl_versions)) or self.manifest["nccl_version"],
             **self.startup.fields(),
@@ -195,7 +196,7 @@ class Session:
         done are counted on disk: an interrupt between a group's file and its count loses neither."""
         with contextlib.suppress(OSError):
             self.manifest["groups_done"] = len(self.store.finished_groups())
-        self.manifest.update(state="interrupted", finished_at=dt.datetime.now(dt.timezone.utc),
+        self.manifest.update(state=RunState.INTERRUPTED.value, finished_at=dt.datetime.now(dt.timezone.utc),
                              **self.startup.fields())
         self.store.write_manifest(self.manifest)
 
@@ -204,7 +205,7 @@ class Session:
         run failed, where a write still can; the error goes on to the caller."""
         if not self.manifest:
             return
-        self.manifest.update(state="failed", finished_at=dt.datetime.now(dt.timezone.utc), **self.startup.fields())
+        self.manifest.update(state=RunState.FAILED.value, finished_at=dt.datetime.now(dt.timezone.utc), **self.startup.fields())
         with contextlib.suppress(Exception):
             self.store.write_manifest(self.manifest)
 
@@ -313,10 +314,10 @@ def say_late_interrupt(session: Session | None, unit: str, voice: Voice) -> None
     """Say what an interrupt outside the measuring loop left: nothing yet, or a finished run (an
     interrupted one has been said where it was caught)."""
     state = session.manifest.get("state") if session is not None else None
-    if state == "finished":
+    if state == RunState.FINISHED:
         voice.warn(f"\ncollbench: interrupted while releasing the workers; the run had finished and its rows are "
                    f"saved in {session.store.location}")
-    elif state != "interrupted":
+    elif state != RunState.INTERRUPTED:
         voice.warn(f"\ncollbench: interrupted before any {unit} was measured")
 
 

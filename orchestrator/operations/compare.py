@@ -28,8 +28,8 @@ class CompareOptions:
 
     baseline: str
     """The results dataset of the baseline."""
-    new: str
-    """The results dataset of the new run (the baseline's own: its latest run against those before)."""
+    new: str | None = None
+    """The results dataset of the new run; None: the baseline's own (two of its runs compared)."""
     baseline_runs: tuple[str, ...] = ()
     """Baseline run ids; empty: the baseline's latest run, with every other run of its sweep."""
     new_run: str | None = None
@@ -63,7 +63,7 @@ class Comparison:
 
 def compare(options: CompareOptions) -> Comparison:
     """Compare the new run with the baseline run(s); UsageError when nothing matches."""
-    baseline, new, by = options.baseline, options.new, options.by
+    baseline, new, by = options.baseline, options.new or options.baseline, options.by
     base_runs, new_run = pick_runs(baseline, new, options.baseline_runs, options.new_run)
     base = pa.concat_tables([dataset.load_table(baseline, r, columns=comparing.COLUMNS) for r in base_runs])
     matched, only_base, only_new = comparing.compare(

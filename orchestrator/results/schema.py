@@ -7,6 +7,7 @@ column changes meaning or type; readers refuse versions they do not know.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from enum import Enum
 
 import pyarrow as pa
 
@@ -92,13 +93,26 @@ ROW_SCHEMA = pa.schema(
     ]
 )
 
+class RunState(str, Enum):
+    """How a run stands: the manifest's `state` (its values are the strings stored, so a manifest
+    reads the same), and how a sweep, a replay or a qualification ended (RunResult, Qualification)."""
+
+    RUNNING = "running"  # the manifest's first word, until one of the others
+    FINISHED = "finished"
+    INTERRUPTED = "interrupted"  # Ctrl-C, SIGTERM or a full disk: resumable
+    FAILED = "failed"  # an error nothing else handled, or a run that never started
+
+    def __str__(self) -> str:  # the word, under every Python (3.11 changed str() of mixed-in enums)
+        return self.value
+
+
 MANIFEST_SCHEMA = pa.schema(
     [
         ("schema_version", pa.int32()),
         ("run_id", pa.string()),
         ("started_at", pa.timestamp("us", tz="UTC")),
         ("finished_at", pa.timestamp("us", tz="UTC")),
-        ("state", pa.string()),  # running | finished | interrupted | failed
+        ("state", pa.string()),  # a RunState's value
         ("command", pa.string()),  # run | qualify | watch | replay
         ("job_submission_id", pa.string()),  # under `ray job submit`: the job's submission id
         ("collbench_version", pa.string()),

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from orchestrator.errors import UsageError
 from orchestrator.sweep.inventory import Inventory
 from orchestrator.sweep.sizes import format_bytes
-from orchestrator.sweep.spec import SweepSpec, for_backend, from_mapping, spec_fields
+from orchestrator.sweep.spec import SweepSpec, for_backend, from_fields, spec_fields
 
 # A run id names a folder under --output and a manifest file (`_runs/<id>.json`, a hidden
 # `.<id>.compacting` while it compacts): a name, never a path. It starts with a letter or digit,
@@ -72,7 +72,7 @@ def saved_run(record: dict, run_id: str) -> SavedRun:
         raise UsageError(f"{source}: its manifest cannot be read ({type(e).__name__}: {e}); start a new run") from None
     if not isinstance(spec_values, dict):
         raise UsageError(f"{source}: its manifest's spec is not a mapping; start a new run")
-    return SavedRun(SweepSpec(**from_mapping(spec_values, source=source)), nodes, record.get("backend"))
+    return SavedRun(SweepSpec(**from_fields(spec_values, source=source)), nodes, record.get("backend"))
 
 
 def resumed_spec(saved: SavedRun, today: SweepSpec, given: set[str], run_id: str) -> SweepSpec:

@@ -1,7 +1,8 @@
 """SweepSpec: everything a run measures, validated once, before Ray starts.
 
 Each field carries its command-line flag and help text, so the CLI and `--config` YAML files are
-built from this one declaration (a YAML key is the field name). Every bad value raises UsageError
+built from this one declaration (a YAML key is the long flag's name with underscores: `group_timeout`
+for --group-timeout; the field's own name, where it differs, is the old key, kept one release). Every bad value raises UsageError
 with one line naming the field and the value; the CLI turns it into exit code 2.
 """
 
@@ -13,8 +14,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.errors import UsageError
+from orchestrator.errors import UsageError, renamed
 from orchestrator.sweep.sizes import parse_bytes, sweep
+from orchestrator.sweep.units import parse_duration
 from workloads.comm_env import COMM_ENV_PREFIXES as ENV_PREFIXES
 from workloads.dtypes import BACKEND_DTYPES, DTYPE_ALIASES, ELEMENT_BYTES, OPS, unsupported_pair
 from workloads.registry import COLLECTIVES, WORKLOADS
@@ -90,8 +92,8 @@ class SweepSpec:
     )
     group_timeout_s: float = _opt(
         300.0, ("--group-timeout",),
-        "seconds a group may take to form, to leave, and for each case on top of its bytes' time (--deadline-rate)",
-        "float",
+        "time a group may take to form, to leave, and for each case on top of its bytes' time (--deadline-rate): "
+        "30s, 5m, 1h; a bare number is seconds", "duration",
     )
     deadline_rate_gbps: float = _opt(
         0.1, ("--deadline-rate",),
@@ -288,6 +290,8 @@ def convert(f: dataclasses.Field, value: Any) -> Any:
             return parse_bytes(value)
         if kind == "int":
             return _strict_int(value)
+        if kind == "duration":
+            return parse_duration(value, flag, MAX_TIMEOUT_S)
         if kind == "float":
             if isinstance(value, bool):
                 raise ValueError
@@ -320,6 +324,7 @@ _KIND_WORDS = {
     "bytes": "a byte size such as 8, 1K, 64M or 1G",
     "int": "an integer",
     "float": "a number",
+    "duration": "a duration such as 30s, 5m or 1h",
     "bool": "true or false",
     "str": "a string",
 }
@@ -344,15 +349,46 @@ def _strict_int(value: Any) -> int:
     return int(text)
 
 
-def from_mapping(values: dict[str, Any], source: str = "config") -> dict[str, Any]:
-    """Converted keyword arguments from a mapping of field names (a YAML sweep file)."""
-    known = {f.name: f for f in spec_fields()}
+def key_of(f: dataclasses.Field) -> str:
+    """The field's key in a --config file and the API: its long flag's name with underscores."""
+    return f.metadata["flags"][-1].lstrip("-").replace("-", "_")
+
+
+def field_of(key: str) -> dataclasses.Field | None:
+    """The field a --config or API key names: its key, or its old key (the field's name)."""
+    return next((f for f in spec_fields() if key in (key_of(f), f.name)), None)
+
+
+def from_mapping(values: dict[str, Any], source: str = "config", only: tuple[str, ...] | None = None,
+                 command: str | None = None) -> dict[str, Any]:
+    """Converted keyword arguments (by field name) from a mapping of option keys (a YAML sweep
+    file, the API's options). A field's own name where it differs from its key (`group_timeout_s`)
+    is the old key: taken for one release, with a note. `only`: the fields `command` takes; a key
+    of any other is refused, as its flag is on that command line."""
+    taken = [key_of(f) for f in spec_fields() if only is None or f.name in only]
     out = {}
     for key, value in values.items():
-        if key not in known:
-            raise UsageError(f"{source}: unknown key {key!r} (known: {', '.join(known)})")
-        out[key] = convert(known[key], value)
+        f = field_of(key) if isinstance(key, str) else None
+        if f is None:
+            raise UsageError(f"{source}: unknown key {brief_repr(key)} (known: {', '.join(taken)})")
+        if only is not None and f.name not in only:
+            raise UsageError(f"{source}: key {key!r} is not an option of {command or 'this command'} "
+                             f"(its keys: {', '.join(taken)})")
+        if f.name in out:
+            raise UsageError(f"{source}: keys {key_of(f)!r} and {f.name!r} are one option; keep {key_of(f)!r}")
+        if key != key_of(f):
+            renamed(f"{source}: key {key}", key_of(f))
+        out[f.name] = convert(f, value)
     return out
+
+
+def from_fields(values: dict[str, Any], source: str) -> dict[str, Any]:
+    """Converted keyword arguments from a mapping of field names: a manifest's saved spec."""
+    known = {f.name: f for f in spec_fields()}
+    unknown = [k for k in values if k not in known]
+    if unknown:
+        raise UsageError(f"{source}: unknown field {brief_repr(unknown[0])} in its spec")
+    return {k: convert(known[k], v) for k, v in values.items()}
 
 
 def auto_backend(backend: str, use_gpus: bool) -> str:

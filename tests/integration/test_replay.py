@@ -44,7 +44,7 @@ def test_replay_of_a_tp_dp_job_writes_each_op_where_the_job_ran_it_and_predict_p
                     env=ray_head.env())
     assert sweep.returncode == 0, sweep.stderr[-3000:]
     sweep_run = re.search(r"collbench: run (\S+)", sweep.stdout).group(1)
-    pred = run_cli(["predict", str(out), "--run", sweep_run, "--trace", dumps, "--gpus-per-node", "4",
+    pred = run_cli(["predict", str(out), "--run", sweep_run, "--trace", dumps, "--ranks-per-node", "4",
                     "--replay-run", replay_run, "--format", "json"])
     summary = json.loads(pred.stdout)["tables"]["summary"][0]
     assert summary["steps"] == 4 and summary["replayed_ms_per_step"] > 0

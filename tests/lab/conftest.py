@@ -33,7 +33,7 @@ class Lab:
         self.subnet = f"10.214.{Lab._third_octet}.0/24"
         self.link = link
         slow = [a for i, rate in (node_links or {}).items() for a in ("--node-link", f"{i}={rate}")]
-        proc = run_cli(["lab", "up", "--name", self.name, "--nodes", str(nodes), "--ranks-per-node",
+        proc = run_cli(["lab", "up", "--name", self.name, "--nodes", str(nodes), "--cpus-per-node",
                         str(ranks_per_node), "--link", link, "--subnet", self.subnet, *slow,
                         *([] if declared else ["--undeclared"])], timeout=240)
         assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -54,5 +54,18 @@ class Lab:
 def lab2x2():
     require_lab()
     lab = Lab(nodes=2, ranks_per_node=2, link="1gbit")
+    yield lab
+    lab.down()
+
+
+PLAIN_LINK = "400mbit"  # plain4's links; test_watch shapes its slowed node back to it
+
+
+@pytest.fixture(scope="module")
+def plain4():
+    """A plain 4-node lab (no declared rate, one CPU rank per node, 400mbit links), one per module:
+    compare and watch each shape a node's link, so they do not share one."""
+    require_lab()
+    lab = Lab(nodes=4, ranks_per_node=1, link=PLAIN_LINK, declared=False)
     yield lab
     lab.down()

@@ -12,20 +12,10 @@ from orchestrator.lab import cluster as labmod
 from tests.helpers import run_cli
 
 pytestmark = pytest.mark.lab
-LINK, SLOW_LINK = "400mbit", "100mbit"
+SLOW_LINK = "100mbit"  # a quarter of plain4's (conftest.PLAIN_LINK)
 SLOW_NODE = 1  # neither the first nor the last
 SWEEP = ["--ranks-per-node", "1", "--patterns", "pairwise", "--collectives", "all_reduce", "-b", "1M", "-e", "4M",
          "-f", "4", "-n", "5", "-w", "1", "-c", "1"]
-
-
-@pytest.fixture(scope="module")
-def plain4():
-    from tests.lab.conftest import Lab, require_lab
-
-    require_lab()
-    lab = Lab(nodes=4, ranks_per_node=1, link=LINK, declared=False)
-    yield lab
-    lab.down()
 
 
 def _shape(lab, node: int, rate: str) -> None:

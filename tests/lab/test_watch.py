@@ -18,22 +18,13 @@ import pytest
 from orchestrator.lab import cluster as labmod
 from orchestrator.results import dataset
 from tests.faults import LiveRun
+from tests.lab.conftest import PLAIN_LINK as LINK
 
 pytestmark = pytest.mark.lab
-LINK, SLOW_LINK = "400mbit", "100mbit"
+SLOW_LINK = "100mbit"  # a quarter of plain4's
 SLOW_NODE = 2
 CANARY = ["--ranks-per-node", "1", "-b", "1M", "-e", "4M", "-f", "4", "-n", "3", "-w", "1", "--group-timeout", "60",
           "--every", "1s", "--format", "jsonl"]
-
-
-@pytest.fixture(scope="module")
-def plain4():
-    from tests.lab.conftest import Lab, require_lab
-
-    require_lab()
-    lab = Lab(nodes=4, ranks_per_node=1, link=LINK, declared=False)
-    yield lab
-    lab.down()
 
 
 def _cycles(run: LiveRun) -> list[dict]:

@@ -338,7 +338,7 @@ def test_analysis_commands_import_neither_ray_nor_torch(tmp_path):
         "import sys\nfrom orchestrator.cli import main\n"
         f"codes = [main(['report', {str(tmp_path / 'res')!r}, '--format', 'json']),"
         f" main(['compare', {str(tmp_path / 'res')!r}, {str(tmp_path / 'res')!r}, '--format', 'json']),"
-        f" main(['predict', {str(tmp_path / 'res')!r}, '--params', '1e9', '--dp', '2', '--gpus-per-node', '1',"
+        f" main(['predict', {str(tmp_path / 'res')!r}, '--params', '1e9', '--dp', '2', '--ranks-per-node', '1',"
         " '--format', 'json'])]\n"
         "print('CODES', codes, 'HEAVY', sorted(m for m in ('ray', 'torch') if m in sys.modules))\n"
     )

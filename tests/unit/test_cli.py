@@ -46,3 +46,25 @@ def test_plan_refuses_an_empty_inventory():
     assert proc.stderr.strip().splitlines() == ["collbench: error: --inventory '': expected NODESxRANKS, such as "
                                                 "64x8 or 4x2cpu"]
     assert proc.stdout == ""
+
+
+def test_a_config_key_is_refused_where_the_command_refuses_its_flag(tmp_path):
+    config = tmp_path / "q.yaml"
+    config.write_text("iters: 3\npatterns: inter\n")
+    proc = run_main(["qualify", "--config", str(config)])
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.splitlines() == [f"collbench: error: --config {config}: key 'patterns' is not an option of "
+                                        "collbench qualify (its keys: collectives, dtypes, min_bytes, max_bytes, "
+                                        "step_factor, iters, warmup, check, backend, ranks_per_node, nodes, exclude, "
+                                        "group_timeout, deadline_rate, output, address, env, expect_net)"]
+
+
+def test_an_old_config_key_still_works_for_a_release_with_a_note(tmp_path):
+    old, new = tmp_path / "old.yaml", tmp_path / "new.yaml"
+    old.write_text("ops: max,min\n")
+    new.write_text("op: max,min\n")
+    said = run_main(["plan", "--inventory", "2x2cpu", "--collectives", "all_reduce", "--config", str(old)])
+    assert said.returncode == 0 and said.stderr == \
+        f"collbench: note: --config {old}: key ops is now op; it goes in the next release\n"
+    plain = run_main(["plan", "--inventory", "2x2cpu", "--collectives", "all_reduce", "--config", str(new)])
+    assert plain.returncode == 0 and plain.stderr == "" and plain.stdout == said.stdout

@@ -61,7 +61,7 @@ BAD_EXPECTED = ["{bin}", "{dir}", "{missing}", "/proc/self/mem", "{yaml_broken}"
                 "{exp_nan}", "{exp_coll}", "{exp_keys}", "{exp_topology}", "{exp_min_world_inf}", "{exp_min_bytes}",
                 "{exp_neg}", "{exp_str}", "{exp_scalars}", "{exp_platform}", "{bomb}", "{deep}", "{bad_utf8}"]
 PREDICT_INTS = ("--dp", "--tp", "--pp", "--layers", "--hidden", "--seq", "--micro-batch", "--micro-batches",
-                "--gpus-per-node")
+                "--ranks-per-node", "--gpus-per-node")
 
 
 DUMPS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "flight_recorder",
@@ -122,6 +122,9 @@ def _cases() -> list[tuple[str, list[str]]]:
     for opt in PREDICT_INTS:
         cases += [(f"predict {opt}={v!r}", [*good_predict, f"{opt}={v}"]) for v in BAD_INT + ["0", "1e10"]]
     cases += [(f"predict --bucket-mb={v!r}", [*good_predict, "--dp", "8", f"--bucket-mb={v}"]) for v in BAD_FLOAT + ["0"]]
+    cases += [(f"predict --bucket={v!r}", [*good_predict, "--dp", "8", f"--bucket={v}"]) for v in BAD_BYTES + ["2T"]]
+    cases += [("predict --bucket and --bucket-mb", [*good_predict, "--dp", "8", "--bucket=1M", "--bucket-mb=1"]),
+              ("predict two ranks per node", [*good_predict, "--ranks-per-node=2", "--gpus-per-node=4"])]
     cases += [(f"predict {a!r}", [*good_predict, *a]) for a in (
         ["--dtype", "nope"], ["--dp", "10000000000"], ["--tp", "3"], ["--pp", "64"], ["--pp", "3"], [],
         ["--format", "xml"])]
@@ -129,7 +132,8 @@ def _cases() -> list[tuple[str, list[str]]]:
     cases += [(f"predict --trace {a!r}", ["predict", "{good}", *a]) for a in (
         ["--trace", "{bin}"], ["--trace", "\x00"], ["--trace", "/proc/collbench"], ["--trace", DUMPS, "--what-if", "dp=2"],
         ["--params", "7B", "--dp", "8", "--replay-run", "r"], ["--params", "7B", "--dp", "8", "--ops-per-step", "2"],
-        ["--trace", DUMPS, "--ops-per-step", "0"], ["--trace", DUMPS, "--gpus-per-node", "0"])]
+        ["--trace", DUMPS, "--ops-per-step", "0"], ["--trace", DUMPS, "--gpus-per-node", "0"],
+        ["--trace", DUMPS, "--ranks-per-node", "0"])]
     cases += [(f"replay {a!r}", ["replay", *a]) for a in (
         [], ["{bin}"], ["\x00"], ["/proc/collbench"], ["{good}"], [DUMPS, "--repeat", "0"], [DUMPS, "--repeat", "x"],
         [DUMPS, "--repeat", "1e9"], [DUMPS, "--ops-per-step", "0"], [DUMPS, "--ops-per-step", "x"],
@@ -151,11 +155,13 @@ def _cases() -> list[tuple[str, list[str]]]:
         ["--nodes", "10.0.0.1", "--exclude", "10.0.0.1"], ["--config", "{bin}"], ["nope"])]
     cases += [(f"lab {a!r}", ["lab", *a]) for a in (
         [], ["nope"], *(["up", f"--nodes={v}"] for v in BAD_INT + ["0", "201", "100000000"]),
-        *(["up", f"--ranks-per-node={v}"] for v in ("", "0", "-1", "x", "nan", "9" * 40)),
+        *(["up", f"--{flag}={v}"] for flag in ("cpus-per-node", "ranks-per-node")
+          for v in ("", "0", "-1", "x", "nan", "9" * 40)),
+        ["up", "--cpus-per-node=2", "--ranks-per-node=3"],
         *(["up", f"--link={v}"] for v in ("", "x", "fast", "1e30gbit", "nan", "-1gbit", "\x00")),
         *(["up", f"--node-link={v}"] for v in ("1=fast", "", "=", "x=1gbit", "9=1gbit", "1=", "-1=1gbit", "1=\x00")),
         *(["up", f"--subnet={v}"] for v in ("", "x", "10.0.0.0/31", "::1/128", "\x00")),
-        *(["up", f"--timeout={v}"] for v in ("", "x", "nan", "inf", "-1", "0", "1e30")),
+        *(["up", f"--timeout={v}"] for v in ("", "x", "nan", "inf", "-1", "0", "1e30", "2h", "5 m", "5M")),
         *([verb, f"--name={v}"] for verb in ("up", "down", "exec") for v in (
             "", "Lab", "1lab", "toolong", "a/b", "../x", "\x00", "💥", "x" * 300)))]
     return cases
@@ -208,7 +214,7 @@ def _files(tmp) -> dict[str, str]:
         "bomb": write("bomb.yaml", bomb + "collectives: *i\n"), "deep": write("deep.yaml", "[" * 10_000),
         "yaml_list": write("list.yaml", "- 1\n- 2\n"), "yaml_scalar": write("scalar.yaml", "42\n"),
         "yaml_broken": write("broken.yaml", "a: [\n"),
-        "cfg_nan": write("nan.yaml", "group_timeout_s: .nan\n"), "cfg_inf": write("inf.yaml", "deadline_rate_gbps: .inf\n"),
+        "cfg_nan": write("nan.yaml", "group_timeout: .nan\n"), "cfg_inf": write("inf.yaml", "deadline_rate: .inf\n"),
         "cfg_huge": write("huge.yaml", "iters: 1000000000000000000000000000000\n"),
         "cfg_env_list": write("env.yaml", "env: [1, 2]\n"), "cfg_nested": write("nested.yaml", "dtypes: [[a, b]]\n"),
         "cfg_unknown": write("unknown.yaml", "max_byte: 1K\n"), "cfg_flops_nan": write("flops.yaml", "compute_flops: .nan\n"),

@@ -51,3 +51,20 @@ def test_qualify_measures_one_collective_and_one_dtype_from_either_face():
         check_spec(SweepSpec(collectives=("all_reduce", "broadcast")))
     with pytest.raises(UsageError, match=r"^--dtypes all: qualify measures one"):
         api.qualify(dtypes=["all"])
+
+
+def test_compare_takes_one_path_for_two_runs_of_one_folder(tmp_path):
+    """`compare PATH --baseline-run A --new-run B` is `compare PATH PATH ...`, for both faces."""
+    from tests.synthetic import write_run
+
+    out = str(tmp_path / "res")
+    write_run(out, "a", minute=0)
+    write_run(out, "b", minute=1, slow_pair=(0, 1), slow_factor=0.5)
+    write_run(out, "c", minute=2)
+    one = run_main(["compare", out, "--baseline-run", "a", "--new-run", "b", "--format", "json"])
+    two = run_main(["compare", out, out, "--baseline-run", "a", "--new-run", "b", "--format", "json"])
+    assert one.returncode == two.returncode == 1 and one.stdout == two.stdout and '"new_run": "b"' in one.stdout
+    assert api.compare(out, baseline_runs=["a"], new_run="b").new_run == "b"
+    latest = run_main(["compare", out, "--format", "json"])  # no run ids: its latest against those before
+    assert latest.stdout == run_main(["compare", out, out, "--format", "json"]).stdout and '"new_run": "c"' in \
+        latest.stdout

@@ -24,17 +24,31 @@ def _predict(path, *args, code=0):
 
 
 def test_dp_gradient_all_reduce_across_nodes(fits_dataset):
-    rep = _predict(fits_dataset, "--params", "1e9", "--dp", "2", "--gpus-per-node", "1", "--bucket-mb", "25")
+    rep = _predict(fits_dataset, "--params", "1e9", "--dp", "2", "--ranks-per-node", "1", "--bucket", "25M")
     (term,) = rep["terms"]
-    # 1e9 bf16 params = 2e9 bytes = 80 buckets of 25e6 bytes; each 20 us + 25e6 B / 10 GB/s = 2520 us
-    assert term["count"] == 80 and term["msg_bytes"] == 25e6
-    assert term["time_ms"] == pytest.approx(80 * 2520 / 1e3, rel=1e-6)
+    # 1e9 bf16 params = 2e9 bytes = 77 buckets of 25 MiB (26214400 bytes, the last one short);
+    # each 20 us + 26214400 B / 10 GB/s = 2641.44 us
+    assert term["count"] == 77 and term["msg_bytes"] == 26214400
+    assert term["time_ms"] == pytest.approx(77 * 2641.44 / 1e3, rel=1e-9)
     assert "all_reduce inter world 2" in term["fit"] and term["warning"] == ""
-    assert rep["summary"][0]["comm_ms_per_step"] == pytest.approx(201.6, rel=1e-6) and rep["summary"][0]["complete"]
+    assert rep["summary"][0]["comm_ms_per_step"] == pytest.approx(203.39088, rel=1e-9)
+    assert rep["summary"][0]["complete"] and rep["stderr"] == ""
+    assert _predict(fits_dataset, "--params", "1e9", "--dp", "2", "--ranks-per-node", "1")["terms"] == rep["terms"]
+
+
+def test_the_old_spellings_keep_their_meaning_for_a_release_and_say_so(fits_dataset):
+    rep = _predict(fits_dataset, "--params", "1e9", "--dp", "2", "--gpus-per-node", "1", "--bucket-mb", "25",
+                   "--what-if", "gpus-per-node=2")
+    (term,) = rep["terms"]
+    assert term["count"] == 80 and term["msg_bytes"] == 25e6  # --bucket-mb: MB of 1e6 bytes, as before
+    assert rep["stderr"].splitlines() == [
+        "collbench: note: --gpus-per-node is now --ranks-per-node; it goes in the next release",
+        "collbench: note: --bucket-mb is now --bucket SIZE (binary, 25M = 25 MiB); it goes in the next release",
+        "collbench: note: --what-if gpus-per-node is now ranks-per-node; it goes in the next release"]
 
 
 def test_tp_activation_all_reduce_inside_a_node(fits_dataset):
-    rep = _predict(fits_dataset, "--params", "1e9", "--tp", "2", "--gpus-per-node", "2", "--layers", "10",
+    rep = _predict(fits_dataset, "--params", "1e9", "--tp", "2", "--ranks-per-node", "2", "--layers", "10",
                    "--seq", "1024", "--hidden", "1024", "--micro-batch", "2", "--micro-batches", "3")
     (term,) = rep["terms"]
     act = 2 * 1024 * 1024 * 2  # micro_batch x seq x hidden x 2 bytes
@@ -44,8 +58,8 @@ def test_tp_activation_all_reduce_inside_a_node(fits_dataset):
 
 
 def test_an_incomplete_total_is_said_and_exits_1(fits_dataset):
-    rep = _predict(fits_dataset, "--params", "1T", "--dp", "2", "--pp", "2", "--gpus-per-node", "1",
-                   "--bucket-mb", "1000", code=1)
+    rep = _predict(fits_dataset, "--params", "1T", "--dp", "2", "--pp", "2", "--ranks-per-node", "1",
+                   "--bucket", "1000000000", code=1)
     terms = {t["term"]: t for t in rep["terms"]}
     assert "EXTRAPOLATED" in terms["dp gradient all_reduce"]["warning"]  # 1e9-byte buckets, measured up to 64M
     missing = terms["pp activation send/recv"]
@@ -61,7 +75,7 @@ def test_an_incomplete_total_is_said_and_exits_1(fits_dataset):
 def test_another_world_size_is_scaled_by_the_busbw_factor(fits_dataset):
     """The fits are of 2-rank groups; at 8 ranks all_reduce moves 2(n-1)/n of the buffer per rank:
     the bus bandwidth carries over, so the algorithm bandwidth is scaled by f(2)/f(8) = 1/1.75."""
-    rep = _predict(fits_dataset, "--params", "7B", "--dp", "8", "--gpus-per-node", "1", "--bucket-mb", "25")
+    rep = _predict(fits_dataset, "--params", "7B", "--dp", "8", "--ranks-per-node", "1", "--bucket", "25000000")
     (term,) = rep["terms"]
     assert "bandwidth scaled x0.571 by the busbw factor for world 8" in term["fit"]
     assert term["warning"] == "other world size"
@@ -71,8 +85,8 @@ def test_another_world_size_is_scaled_by_the_busbw_factor(fits_dataset):
 
 @pytest.mark.parametrize("args, message", [
     (["--params", "7X"], "argument --params: '7X': expected a count such as 7e9, 7B or 1.5T"),
-    (["--params", "7B", "--tp", "3", "--gpus-per-node", "8"],
-     "--tp 3: neither divides nor is a multiple of --gpus-per-node 8"),
+    (["--params", "7B", "--tp", "3", "--ranks-per-node", "8"],
+     "--tp 3: neither divides nor is a multiple of --ranks-per-node 8"),
     (["--params", "7B", "--pp", "64", "--layers", "32"], "--pp 64: more pipeline stages than --layers 32"),
     (["--params", "7B", "--pp", "3", "--layers", "32"], "--pp 3: does not divide --layers 32"),
     (["--params", "0"], "--params 0: must be positive"),
@@ -89,19 +103,19 @@ def test_group_topology():
 
 
 def test_what_if_prices_another_layout_and_another_clusters_fits_term_by_term(fits_dataset, tmp_path):
-    rep = _predict(fits_dataset, "--params", "1e9", "--dp", "2", "--gpus-per-node", "1", "--bucket-mb", "25",
-                   "--what-if", "bucket-mb=50", "dtype=float32")
+    rep = _predict(fits_dataset, "--params", "1e9", "--dp", "2", "--ranks-per-node", "1", "--bucket", "25000000",
+                   "--what-if", "bucket=50000000", "dtype=float32")
     (now,) = rep["terms"][:1]
     (then,) = rep["what_if_terms"]
     # float32: 4e9 bytes in 80 buckets of 50e6 bytes, each 20 us + 50e6 B / 10 GB/s = 5020 us
     assert then["what_if_ms"] == pytest.approx(80 * 5020 / 1e3) and then["now_ms"] == pytest.approx(now["time_ms"])
     assert then["ratio"] == pytest.approx(80 * 5020 / (80 * 2520))
-    assert rep["what_if"][0]["what_if"] == "bucket-mb=50 dtype=float32"
+    assert rep["what_if"][0]["what_if"] == "bucket=50000000 dtype=float32"
     faster = str(tmp_path / "faster")  # the same cluster with a network 4x faster: another dataset's fits
     write_run(faster, "run-f", nodes=4, alpha_us=20.0, bw_gbps=40.0, intra_bw_gbps=40.0)
-    rep = _predict(fits_dataset, "--params", "1e9", "--dp", "2", "--gpus-per-node", "1", "--what-if-results", faster)
+    rep = _predict(fits_dataset, "--params", "1e9", "--dp", "2", "--ranks-per-node", "1", "--what-if-results", faster)
     (then,) = rep["what_if_terms"]
-    assert then["what_if_ms"] == pytest.approx(80 * (20 + 25e6 / 40e3) / 1e3)
+    assert then["what_if_ms"] == pytest.approx(77 * (20 + (25 << 20) / 40e3) / 1e3)  # 25 MiB buckets by default
     assert "run-f" in rep["what_if"][0]["what_if"]
 
 
@@ -109,7 +123,7 @@ def test_what_if_prices_another_layout_and_another_clusters_fits_term_by_term(fi
     (["--what-if", "dp"], "--what-if dp: expected KEY=VALUE"),
     (["--what-if", "color=red"], "--what-if color=red: expected KEY=VALUE with KEY one of"),
     (["--what-if", "dp=two"], "--what-if dp=two: 'two' is not a value for dp"),
-    (["--what-if", "tp=3"], "--what-if: --tp 3: neither divides nor is a multiple of --gpus-per-node 8"),
+    (["--what-if", "tp=3"], "--what-if: --tp 3: neither divides nor is a multiple of --ranks-per-node 8"),
     (["--what-if-results", "a", "b", "c"], "--what-if-results a b c: PATH and at most one RUN_ID"),
 ])
 def test_bad_what_ifs_are_refused_in_one_line(fits_dataset, args, message):
@@ -126,5 +140,5 @@ def test_a_replays_ops_are_not_fitted(tmp_path):
     store.write_group("r0-g0", [{"run_id": "replayed", "group_id": "r0-g0", "pattern": "replay", "status": "ok",
                                  "collective": "all_reduce", "topology": "inter", "world_size": 2, "msg_bytes": b,
                                  "time_us": 10.0 + b / 1e4, "step": 0, "seq": 1} for b in (1 << 10, 1 << 14, 1 << 18)])
-    proc = run_main(["predict", out, "--params", "1e9", "--dp", "2", "--gpus-per-node", "1"])
+    proc = run_main(["predict", out, "--params", "1e9", "--dp", "2", "--ranks-per-node", "1"])
     assert proc.returncode == 2 and "holds no sweep, only replayed ops" in proc.stderr

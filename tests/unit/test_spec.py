@@ -1,7 +1,7 @@
 import pytest
 
-from orchestrator.errors import UsageError
-from orchestrator.sweep.spec import SweepSpec, from_mapping
+from orchestrator.errors import RenamedOption, UsageError
+from orchestrator.sweep.spec import SweepSpec, from_mapping, key_of, spec_fields
 
 
 def test_defaults_are_valid_and_sweep_sizes():
@@ -52,6 +52,38 @@ def test_config_mapping_converts_and_refuses():
         from_mapping({"concurrent": "yes"})
 
 
+def test_a_key_is_its_long_flags_name_and_the_old_keys_still_work_with_a_note():
+    keys = {f.name: key_of(f) for f in spec_fields()}
+    assert {name: key for name, key in keys.items() if name != key} == {
+        "ops": "op", "check_iters": "check", "group_timeout_s": "group_timeout", "deadline_rate_gbps": "deadline_rate"}
+    assert from_mapping({"group_timeout": "5m", "op": "max", "check": 0, "deadline_rate": 2}) == {
+        "group_timeout_s": 300.0, "ops": ("max",), "check_iters": 0, "deadline_rate_gbps": 2.0}
+    with pytest.warns(RenamedOption, match="^f.yaml: key group_timeout_s is now group_timeout; it goes in the next "
+                      "release$"):
+        assert from_mapping({"group_timeout_s": 90}, source="f.yaml") == {"group_timeout_s": 90.0}
+    with pytest.raises(UsageError, match="keys 'group_timeout' and 'group_timeout_s' are one option"):
+        from_mapping({"group_timeout": 1, "group_timeout_s": 2})
+
+
+def test_a_key_the_command_does_not_take_is_refused_naming_it_and_the_command():
+    with pytest.raises(UsageError) as e:
+        from_mapping({"iters": 3, "patterns": "inter"}, source="--config q.yaml", only=("iters", "output"),
+                     command="collbench qualify")
+    assert str(e.value) == "--config q.yaml: key 'patterns' is not an option of collbench qualify (its keys: " \
+        "iters, output)"
+
+
+def test_durations_take_units_and_a_bare_number_is_seconds():
+    for given, seconds in (("30s", 30), ("5m", 300), ("1h", 3600), ("2d", 172800), ("90", 90), (45, 45),
+                           (" 1.5 ", 1.5), ("1e3", 1000)):
+        assert from_mapping({"group_timeout": given}) == {"group_timeout_s": seconds}
+    for bad, said in (("5M", "expected a duration such as 30s"), ("5 m", "expected a duration"),
+                      ("-1", "expected a duration"), ("0", "must be a positive duration"),
+                      (True, "expected a duration"), (".nan", "expected a duration"), ("8d", "must be at most 7d")):
+        with pytest.raises(UsageError, match=f"^--group-timeout {bad!r}: {said}"):
+            from_mapping({"group_timeout": bad})
+
+
 def test_env_passes_communication_variables():
     assert SweepSpec(env=("NCCL_ALGO=Ring", "GLOO_SOCKET_IFNAME=eth1")).env_vars() == {
         "NCCL_ALGO": "Ring",
@@ -62,7 +94,7 @@ def test_env_passes_communication_variables():
 def test_nccl_tests_spellings_and_all():
     from orchestrator.sweep.spec import for_backend
 
-    spec = SweepSpec(**from_mapping({"dtypes": "float,half,bf16,double,int,char,float32", "ops": "all"}))
+    spec = SweepSpec(**from_mapping({"dtypes": "float,half,bf16,double,int,char,float32", "op": "all"}))
     assert spec.dtypes == ("float32", "float16", "bfloat16", "float64", "int32", "int8")  # canonical, once each
     assert spec.ops == ("sum", "max", "min", "prod")
     every = SweepSpec(**from_mapping({"dtypes": "all"}))

@@ -163,3 +163,14 @@ def test_a_compaction_that_was_killed_leaves_nothing_in_the_way(tmp_path, left):
     assert store.compact() == 3
     assert not staging.exists()
     assert len(dataset.load(root)) == 3 and store.finished_groups() == {"r0-g0", "r0-g1", "r0-g2"}
+
+
+def test_run_states_are_the_manifests_words():
+    """RunState replaced bare strings: a manifest, a RunResult printed or dumped, reads as before."""
+    import json
+
+    from orchestrator.results.schema import RunState
+
+    assert [s.value for s in RunState] == ["running", "finished", "interrupted", "failed"]
+    assert json.dumps({"state": RunState.FINISHED}) == '{"state": "finished"}'
+    assert str(RunState.INTERRUPTED) == f"{RunState.INTERRUPTED}" == "interrupted" == RunState.INTERRUPTED

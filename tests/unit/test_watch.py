@@ -61,10 +61,14 @@ def test_retention_drops_only_date_partitions_older_than_it():
 
 
 def test_durations():
-    assert [watch.parse_duration(t, "--every") for t in ("30s", "5m", "2h", "7d", "90")] == [30, 300, 7200, 604800, 90]
+    from orchestrator.commands.watch import MAX_DURATION_S
+    from orchestrator.sweep.units import parse_duration
+
+    assert [parse_duration(t, "--every", MAX_DURATION_S) for t in ("30s", "5m", "2h", "7d", "90")] == \
+        [30, 300, 7200, 604800, 90]
     for bad in ("", "0", "-5m", "5x", "nan", "1e9d"):
         with pytest.raises(UsageError, match="--every"):
-            watch.parse_duration(bad, "--every")
+            parse_duration(bad, "--every", MAX_DURATION_S)
 
 
 def test_a_cycle_is_one_json_object_with_the_issues_fields():
