@@ -17,6 +17,7 @@ from orchestrator.analysis import diagnosis, expected, fits, replay
 from orchestrator.analysis.diagnosis import Flag
 from orchestrator.analysis.explain import explain
 from orchestrator.analysis.frame import Frame
+from orchestrator.results.schema import RunState
 
 # name -> (title, columns scaled by the bandwidth unit)
 TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -90,12 +91,12 @@ def run_header(frame: Frame, manifest: dict | None, manifest_problem: str | None
     if manifest is not None:
         run.update({k: manifest[k] for k in RUN_FIELDS if manifest.get(k) is not None})
         state = manifest.get("state")
-        if state == "running":
+        if state == RunState.RUNNING:
             warnings.append("the run is still running, or its driver died: the report covers the groups on disk so far")
-        elif state == "failed":
+        elif state == RunState.FAILED:
             warnings.append("the run failed (an error it could not handle, said by its driver): the report covers "
                             "the groups on disk")
-        elif state == "interrupted":
+        elif state == RunState.INTERRUPTED:
             warnings.append(f"the run was interrupted after {manifest.get('groups_done')} of "
                             f"{manifest.get('groups_total')} groups: resume it with collbench run --resume "
                             f"{run['run_id']}")

@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
-import re
 import signal
 import sys
 import threading
@@ -45,6 +44,7 @@ from orchestrator.execution.canary import (
     with_partners,
 )
 from orchestrator.execution.voice import QUIET
+from orchestrator.results.schema import RunState
 from orchestrator.sweep.inventory import Node
 from orchestrator.sweep.planner import nodes_needed
 from orchestrator.sweep.spec import SweepSpec
@@ -55,18 +55,6 @@ RELEASE_SETTLE_S = 0.5
 # exported as ray_<name> (counters with _total): docs/prometheus/collbench-alerts.yml, the Grafana board
 METRICS = ("collbench_alerts", "collbench_watch_last_cycle_seconds", "collbench_watch_last_cycle_timestamp_seconds",
            "collbench_watch_nodes_checked", "collbench_watch_nodes_busy")
-
-
-def parse_duration(text: str, flag: str) -> float:
-    """Seconds of `30s`, `5m`, `2h`, `7d` or a plain number of seconds; refused otherwise."""
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)([smhd]?)", text)
-    if not m:
-        raise UsageError(f"{flag} {text[:40]!r}: expected a duration such as 30s, 5m, 2h or 7d")
-    value = float(m.group(1)) * units[m.group(2) or "s"]
-    if not value == value or value <= 0 or value > 366 * 86400:
-        raise UsageError(f"{flag} {text[:40]!r}: must be above 0 and at most a year")
-    return value
 
 
 # -- the loop ---------------------------------------------------------------------------------
@@ -205,11 +193,11 @@ class Watch:
             cycle.note = "the quick checks failed: nothing measured this cycle"
             return
         cycle.run_id = result.run_id
-        if result.state != "finished" and result.exit_code in (130, 143):
+        if result.state is not RunState.FINISHED and result.exit_code in (130, 143):
             self.stopping = True
             cycle.note = "stopped by a signal: the rows measured so far are kept"
             return
-        if result.message and result.state != "finished":
+        if result.message and result.state is not RunState.FINISHED:
             cycle.note = result.message.removeprefix("collbench: error: ")
             if not result.outcome.rows:
                 return
@@ -218,7 +206,7 @@ class Watch:
         doubted = suspects(drops, flags)
         if doubted:
             cycle.qualify_run_id, cycle.alerts = self._qualify(idle, doubted, drops, evidence, partition)
-        if not cycle.alerts and result.state == "finished":
+        if not cycle.alerts and result.state is RunState.FINISHED:
             self.clean_runs = (self.clean_runs + [result.run_id])[-self.baseline_cycles:]
 
     def _drift(self, run_id: str) -> tuple[list[str], dict]:
@@ -263,7 +251,7 @@ class Watch:
         found = qualification(spec, threshold=self.threshold, min_fraction=self.min_fraction,
                               user_entries=self.user_entries, voice=QUIET, cpus_per_rank=CPUS_PER_RANK,
                               partition=partition, doctor=False)
-        if found.state != "finished":
+        if found.state is not RunState.FINISHED:
             return found.run_id, []
         alerts = alerts_from(found.nodes, evidence)
         if not found.speed_judged:  # too few nodes to judge speed: the drop itself is the evidence
