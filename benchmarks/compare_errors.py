@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -112,6 +113,35 @@ def error_rates(profile: str, layout: str, nodes: int, factor: float, baselines:
     return fp / healthy_links, (fn / slow_links if slow_links else float("nan")), len(ips)
 
 
+def report_rates(profile: str, groups: int, factor: float, trials: int, seed: int, culprits: int = 1
+                 ) -> tuple[float, float]:
+    """The report's peer flags (analysis.diagnosis.shape_scores and its slow rule, the code `collbench
+    report` runs): one run of `groups` groups of one shape, each group's busbw spread about the
+    shape's level by the profile's run effect, `culprits` of them `factor` times slower. (False-
+    positive rate over healthy groups, false-negative rate over slowed ones.)"""
+    from orchestrator.analysis.diagnosis import _slow, shape_scores
+
+    rng = np.random.default_rng(seed)
+    prof = PROFILES[profile]
+    slow = np.zeros(groups, dtype=bool)
+    if factor != 1.0:
+        slow[[(groups // 2 + k) % groups for k in range(min(culprits, groups))]] = True
+    fp = fn = 0
+    for _ in range(trials):
+        effect = rng.standard_t(prof.run_df, groups) if prof.run_df else rng.standard_normal(groups)
+        busbw = 10.0 * np.exp(-prof.run_scale * effect) / np.where(slow, factor, 1.0)
+        rows = pd.DataFrame({"status": "ok", "msg_bytes": MSG_BYTES, "collective": "all_reduce", "dtype": "float32",
+                             "op": "sum", "in_place": True, "pattern": "sim", "world_size": 2, "ranks_per_node": 1,
+                             "group_id": [f"g{i}" for i in range(groups)], "busbw_gbps": busbw,
+                             "backend": prof.backend, "topology": prof.topology})
+        flagged = np.zeros(groups, dtype=bool)
+        flagged[_slow(shape_scores(rows), 0.10).index.to_numpy()] = True
+        fp += int((flagged & ~slow).sum())
+        fn += int((~flagged & slow).sum())
+    healthy, bad = trials * int((~slow).sum()), trials * int(slow.sum())
+    return fp / healthy, (fn / bad if bad else float("nan"))
+
+
 SHAPES = (2, 3, 4, 6, 8, 16, 64, 256)  # links of one shape (issue 32's grid)
 DROPS = (1.25, 2.0, 4.0, 10.0, 50.0)
 
@@ -122,7 +152,12 @@ def main() -> None:
     ap.add_argument("--slow-trials", type=int, default=60, help="comparisons per cell with a planted drop")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--profiles", default=",".join(PROFILES), help="noise profiles, comma-separated")
+    ap.add_argument("--consumer", choices=("compare", "report"), default="compare",
+                    help="compare (a run against baseline runs; watch's drift is the same code) or the report's "
+                    "peer flags (each group against the others of its run)")
     args = ap.parse_args()
+    if args.consumer == "report":
+        return report_table(args)
     print("| noise | links | baseline runs | false positives | " + " | ".join(
         f"missed {f:g}x (1 / 2 culprits)" for f in DROPS) + " |")
     print("|---|---|---|---|" + "---|" * len(DROPS))
@@ -141,6 +176,22 @@ def main() -> None:
                         misses.append(f"{fn:.0%}")
                     cells.append(" / ".join(misses))
                 print(f"| {profile} | {links} | {baselines} | {fp:.2%} | " + " | ".join(cells) + " |", flush=True)
+    print(f"\n{time.monotonic() - started:.0f} s")
+
+
+def report_table(args: argparse.Namespace) -> None:
+    print("| noise | groups | false positives | " + " | ".join(f"missed {f:g}x (1 / 2 culprits)" for f in DROPS) + " |")
+    print("|---|---|---|" + "---|" * len(DROPS))
+    started = time.monotonic()
+    for profile in args.profiles.split(","):
+        for groups in SHAPES:
+            fp, _ = report_rates(profile, groups, 1.0, max(20, 20 * args.healthy_links // groups), args.seed)
+            cells = []
+            for factor in DROPS:
+                misses = [f"{report_rates(profile, groups, factor, max(50, 4 * args.slow_trials), args.seed + 1, c)[1]:.0%}"
+                          for c in ((1, 2) if groups >= 3 else (1,))]
+                cells.append(" / ".join(misses))
+            print(f"| {profile} | {groups} | {fp:.2%} | " + " | ".join(cells) + " |", flush=True)
     print(f"\n{time.monotonic() - started:.0f} s")
 
 

@@ -28,14 +28,14 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from orchestrator.judging.judge import Source, limit, prior_for, robust_sigma
+from orchestrator.judging.judge import EXACT_LEAVE_ONE_OUT, Source, limit, prior_for, robust_sigma
 from orchestrator.judging.stats import FAMILY_ALPHA, MAD_EFFICIENCY, quantile, run_sigma
 
 SHAPE_KEY = ["collective", "dtype", "op", "in_place", "msg_bytes", "topology", "world_size", "ranks_per_node",
              "pattern"]
 COLUMNS = [*SHAPE_KEY, "status", "busbw_gbps", "time_us", "iter_time_us", "node_ips", "local_ranks", "run_id",
            "backend"]
-EXACT_LEAVE_ONE_OUT = 32  # above this many links, leaving one out moves a robust spread by little: one spread for all
+
 
 
 def _links(table: pa.Table) -> np.ndarray:

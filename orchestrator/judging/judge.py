@@ -37,6 +37,7 @@ from orchestrator.judging.stats import FAMILY_ALPHA, MAD_EFFICIENCY, MAD_SCALE, 
 
 GROSS_DROP = 3.0  # a value this many times below its reference is never noise (3 or more values measured)
 MIN_VALUES = 3  # values of one shape needed to judge one against the others (a median of one is not a reference)
+EXACT_LEAVE_ONE_OUT = 32  # above this many values, leaving one out moves a robust spread by little: one spread for all
 
 
 @dataclass(frozen=True)
@@ -134,25 +135,47 @@ class PeerJudgement:
 def against_peers(values: np.ndarray, prior: Prior, m: int | None = None) -> list[PeerJudgement]:
     """Each of `values` (a rate: higher is better) against the median of the others, the others'
     log spread about it pooled with `prior`. Fewer than MIN_VALUES values: each UNJUDGED (which of
-    two is off cannot be said). `m`: values judged at once (default len(values))."""
+    two is off cannot be said). `m`: values judged at once (default len(values)). Above
+    EXACT_LEAVE_ONE_OUT values the spread is read once from all of them (one value moves a robust
+    spread of many by little); the medians are always the others' own (vectorised)."""
     v = np.log(np.maximum(np.asarray(values, dtype=float), 1e-300))
     n = len(v)
     m = n if m is None else m
-    out = []
-    for i in range(n):
-        others = np.delete(v, i)
-        if n < MIN_VALUES:
+    if n < MIN_VALUES:
+        out = []
+        for i in range(n):
+            others = np.delete(v, i)
             ref = float(np.exp(np.median(others))) if len(others) else float("nan")
             out.append(PeerJudgement(ref, float(np.exp(v[i])) / ref if len(others) else float("nan"),
                                      Limit(math.inf, prior.sigma_log, prior.df, Source.UNJUDGED)))
-            continue
-        centre = float(np.median(others))
-        sigma = robust_sigma(others - centre)
-        # the reference is a median of n-1 values: its own error adds ~1.25^2 / (n-1) of a variance
-        inflation = math.sqrt(1 + 1.57 / len(others))
-        lim = limit(prior, m, sigma, MAD_EFFICIENCY * len(others), Source.PEERS, inflation)
-        out.append(PeerJudgement(float(np.exp(centre)), float(np.exp(v[i] - centre)), lim))
-    return out
+        return out
+    centres = leave_one_out_medians(v)
+    # the reference is a median of n-1 values: its own error adds ~1.25^2 / (n-1) of a variance
+    inflation = math.sqrt(1 + 1.57 / (n - 1))
+    if n > EXACT_LEAVE_ONE_OUT:
+        shared = limit(prior, m, robust_sigma(v - np.median(v)), MAD_EFFICIENCY * (n - 1), Source.PEERS, inflation)
+        limits = [shared] * n
+    else:
+        limits = [limit(prior, m, robust_sigma(np.delete(v, i) - centres[i]), MAD_EFFICIENCY * (n - 1), Source.PEERS,
+                        inflation) for i in range(n)]
+    return [PeerJudgement(float(np.exp(c)), float(np.exp(x - c)), lim) for x, c, lim in zip(v, centres, limits)]
+
+
+def leave_one_out_medians(v: np.ndarray) -> np.ndarray:
+    """For each i, the median of v without v[i], in O(n log n): in the sorted order the others'
+    middle element(s) are the sorted ones at the middle, shifted by one where i sits at or below."""
+    n = len(v)
+    order = np.argsort(v, kind="stable")
+    s = v[order]
+    position = np.empty(n, dtype=int)
+    position[order] = np.arange(n)
+
+    def kth_of_others(k: int) -> np.ndarray:  # the k-th smallest of the others (0-based)
+        return np.where(position > k, s[k], s[min(k + 1, n - 1)])
+
+    if (n - 1) % 2:
+        return kth_of_others((n - 1) // 2)
+    return (kth_of_others((n - 1) // 2 - 1) + kth_of_others((n - 1) // 2)) / 2
 
 
 def unjudged_reason(count: int) -> str:
