@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 import pandas as pd
 
 from orchestrator.analysis.frame import Frame
-from orchestrator.judging.judge import MIN_VALUES, against_peers, prior_for
+from orchestrator.judging.judge import MIN_VALUES, peer_arrays, prior_for
 from orchestrator.sweep.sizes import format_bytes
 from workloads.messages import Topology
 
@@ -128,11 +128,11 @@ def shape_scores(df: pd.DataFrame) -> pd.DataFrame:
     for _, shape in top.groupby(SHAPE):
         first = shape.iloc[0]
         prior = prior_for(first.get("backend"), first.topology != "intra")
-        judged = against_peers(shape.busbw_gbps.to_numpy(), prior, m)
+        judged = peer_arrays(shape.busbw_gbps.to_numpy(), prior, m)
         # each group against the others' median (leave one out) and the floor of their spread
-        top.loc[shape.index, "peer_median"] = [j.reference for j in judged]
-        top.loc[shape.index, "ratio"] = [j.ratio for j in judged]
-        top.loc[shape.index, "floor"] = [j.limit.floor for j in judged]
+        top.loc[shape.index, "peer_median"] = judged.reference
+        top.loc[shape.index, "ratio"] = judged.ratio
+        top.loc[shape.index, "floor"] = judged.floor
     return top
 
 

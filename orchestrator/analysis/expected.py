@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 
 from orchestrator import yamlfile
@@ -151,9 +152,10 @@ def evaluate(frame: Frame, entries: list[Entry], min_fraction: float, facts: dic
         return find(entries, set(key.platform.split("+")) if key.platform else set(), key.collective, key.topology,
                     size, int(key.world_size), key.transports)
 
-    lookup = {tuple(key): lookup_for(key, int(key.msg_bytes))
-              for key in d[keys + ["transports"]].drop_duplicates().itertuples(index=False)}
-    d = d.assign(entry=[lookup[k] for k in d[keys + ["transports"]].itertuples(index=False, name=None)])
+    # one lookup per distinct key, spread to its rows by group number (no Python object per row)
+    by_key = d.groupby(keys + ["transports"], sort=False, dropna=False)
+    found = [lookup_for(key, int(key.msg_bytes)) for key in by_key.head(1)[keys + ["transports"]].itertuples(index=False)]
+    d = d.assign(entry=np.array(found + [None], dtype=object)[by_key.ngroup().to_numpy()])
     covered = d[d.entry.notna()]
     out = Evaluation()
     shapes = ["platform", "collective", "topology", "world_size"]
@@ -173,8 +175,8 @@ def evaluate(frame: Frame, entries: list[Entry], min_fraction: float, facts: dic
         entry = lookup_for(key, 1 << 62)
         if entry is not None:
             out.table.append(_expected_row(frame, top, entry, min_fraction, facts, below_from=entry.min_bytes))
-    covered_platforms = set(covered.platform) | {r["platform"] for r in out.table}
-    out.uncovered = sorted(set(d.platform) - covered_platforms)
+    covered_platforms = set(covered.platform.unique()) | {r["platform"] for r in out.table}
+    out.uncovered = sorted(set(d.platform.unique()) - covered_platforms)
     top = covered[covered.msg_bytes == covered.groupby("group_id").msg_bytes.transform("max")]
     for i, row in top.groupby("group_id", sort=False).head(1).iterrows():
         entry = row.entry

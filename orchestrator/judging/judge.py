@@ -132,33 +132,52 @@ class PeerJudgement:
         return self.limit.source is not Source.UNJUDGED and math.log(max(self.ratio, 1e-300)) < -self.limit.log_drop
 
 
-def against_peers(values: np.ndarray, prior: Prior, m: int | None = None) -> list[PeerJudgement]:
+@dataclass(frozen=True)
+class PeerArrays:
+    """`against_peers` for many values at once, as arrays (the report judges a million rows)."""
+
+    reference: np.ndarray  # the others' median, in the values' units
+    ratio: np.ndarray  # value / reference
+    floor: np.ndarray  # below this ratio a value is low (0 where unjudged)
+    judged: bool  # False below MIN_VALUES values
+
+    @property
+    def low(self) -> np.ndarray:
+        return self.ratio < self.floor
+
+
+def peer_arrays(values: np.ndarray, prior: Prior, m: int | None = None) -> PeerArrays:
     """Each of `values` (a rate: higher is better) against the median of the others, the others'
-    log spread about it pooled with `prior`. Fewer than MIN_VALUES values: each UNJUDGED (which of
-    two is off cannot be said). `m`: values judged at once (default len(values)). Above
+    log spread about it pooled with `prior`. Fewer than MIN_VALUES values: unjudged (which of two is
+    off cannot be said). `m`: values judged at once (default len(values)). Above
     EXACT_LEAVE_ONE_OUT values the spread is read once from all of them (one value moves a robust
     spread of many by little); the medians are always the others' own (vectorised)."""
     v = np.log(np.maximum(np.asarray(values, dtype=float), 1e-300))
     n = len(v)
     m = n if m is None else m
     if n < MIN_VALUES:
-        out = []
-        for i in range(n):
-            others = np.delete(v, i)
-            ref = float(np.exp(np.median(others))) if len(others) else float("nan")
-            out.append(PeerJudgement(ref, float(np.exp(v[i])) / ref if len(others) else float("nan"),
-                                     Limit(math.inf, prior.sigma_log, prior.df, Source.UNJUDGED)))
-        return out
+        centres = np.array([np.median(np.delete(v, i)) if n > 1 else np.nan for i in range(n)])
+        return PeerArrays(np.exp(centres), np.exp(v - centres), np.zeros(n), False)
     centres = leave_one_out_medians(v)
     # the reference is a median of n-1 values: its own error adds ~1.25^2 / (n-1) of a variance
     inflation = math.sqrt(1 + 1.57 / (n - 1))
     if n > EXACT_LEAVE_ONE_OUT:
         shared = limit(prior, m, robust_sigma(v - np.median(v)), MAD_EFFICIENCY * (n - 1), Source.PEERS, inflation)
-        limits = [shared] * n
+        floors = np.full(n, shared.floor)
     else:
-        limits = [limit(prior, m, robust_sigma(np.delete(v, i) - centres[i]), MAD_EFFICIENCY * (n - 1), Source.PEERS,
-                        inflation) for i in range(n)]
-    return [PeerJudgement(float(np.exp(c)), float(np.exp(x - c)), lim) for x, c, lim in zip(v, centres, limits)]
+        floors = np.array([limit(prior, m, robust_sigma(np.delete(v, i) - centres[i]), MAD_EFFICIENCY * (n - 1),
+                                 Source.PEERS, inflation).floor for i in range(n)])
+    return PeerArrays(np.exp(centres), np.exp(v - centres), floors, True)
+
+
+def against_peers(values: np.ndarray, prior: Prior, m: int | None = None) -> list[PeerJudgement]:
+    """`peer_arrays`, one judgement per value."""
+    found = peer_arrays(values, prior, m)
+    if not found.judged:
+        return [PeerJudgement(float(r), float(q), Limit(math.inf, prior.sigma_log, prior.df, Source.UNJUDGED))
+                for r, q in zip(found.reference, found.ratio)]
+    return [PeerJudgement(float(r), float(q), Limit(-math.log(f), prior.sigma_log, prior.df, Source.PEERS))
+            for r, q, f in zip(found.reference, found.ratio, found.floor)]
 
 
 def leave_one_out_medians(v: np.ndarray) -> np.ndarray:
