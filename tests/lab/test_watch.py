@@ -125,3 +125,36 @@ def test_sigterm_in_a_cycle_ends_the_watch_and_leaves_readable_rows(plain4, tmp_
     df = pd.read_parquet(out)
     assert len(df) and (df.status == "ok").all() and df.run_id.nunique() == 1
     assert dataset.manifest(str(out), df.run_id.iloc[0])["state"] == "interrupted"
+
+
+def test_nodes_of_one_cpu_are_measured_with_what_they_hold_or_named_too_small(plain4, tmp_path):
+    """Issue 32: 4 plain nodes of 1 CPU each, `collbench watch` with its defaults read 'every node is
+    busy' every cycle, forever, in silence. Without --ranks-per-node the canary fits its CPU ranks to
+    the nodes (one each); with --ranks-per-node 2 each node is named too small (said once, with the
+    fix), never busy, and three cycles that measured nothing raise a `blind` alert."""
+    base = ["watch", "--address", plain4.address, "-b", "1M", "-e", "1M", "-n", "3", "-w", "1", "--every", "1s",
+            "--format", "jsonl"]
+    run = LiveRun([*base, "--cycles", "1", "--output", str(tmp_path / "fitted")], env=plain4.env())
+    try:
+        rc = run.finish(timeout=420)
+    finally:
+        run.kill()
+    (cycle,) = _cycles(run)
+    assert rc == 0 and cycle["ranks_per_node"] == 1, "".join(run.stderr)[-3000:]
+    assert cycle["nodes_too_small"] == [] and cycle["nodes_busy"] == [] and cycle["run_id"]
+    assert sorted(cycle["nodes_checked"]) == sorted(plain4.node_ips)
+    assert not [a for a in cycle["alerts"] if a["kind"] == "blind"]
+
+    run = LiveRun([*base, "--ranks-per-node", "2", "--cycles", "3", "--output", str(tmp_path / "small")],
+                  env=plain4.env())
+    try:
+        rc = run.finish(timeout=180)
+    finally:
+        run.kill()
+    cycles, err = _cycles(run), "".join(run.stderr)
+    assert rc == 0 and len(cycles) == 3, err[-3000:]
+    assert all(c["nodes_too_small"] == sorted(plain4.node_ips) and c["nodes_busy"] == [] and not c["run_id"]
+               for c in cycles), cycles
+    assert cycles[0]["alerts"] == [] and [(a["node"], a["kind"]) for a in cycles[2]["alerts"]] == [("*", "blind")]
+    assert err.count("is too small for 2 rank(s) (has 1 CPU(s) for them)") == 4 and "--ranks-per-node 1" in err
+    assert "watch measured nothing in the last 3 cycles" in err.strip().splitlines()[-1]
