@@ -26,6 +26,7 @@ from orchestrator.sweep.planner import Group, Plan
 from orchestrator.sweep.spec import SweepSpec
 from workloads.messages import Case
 
+
 @dataclass
 class RunResult:
     """What a sweep did: its run id and where its rows are, how it ended, and its tally."""
@@ -69,8 +70,8 @@ def sweep(spec: SweepSpec, *, run_id: str | None = None, saved: resume.SavedRun 
     the groups it lacks. `console_for(groups_to_measure)` makes the console, once that number is
     known. `planner`: a plan of its own and its groups' cases (a replay), instead of the sweep's.
     Raises UsageError for what makes the sweep impossible (before anything is measured)."""
-    from orchestrator.execution.pool import PlacementError
-    from orchestrator.execution.session import Session, exit_code, is_disk_full, say_late_interrupt
+    from orchestrator.execution.lifecycle import live
+    from orchestrator.execution.session import Session
     from orchestrator.sweep.planner import check_plan, make_plan
 
     now = dt.datetime.now(dt.timezone.utc)
@@ -78,71 +79,45 @@ def sweep(spec: SweepSpec, *, run_id: str | None = None, saved: resume.SavedRun 
     run_id = run_id or new_run_id(now)
     resume_with = resume.resume_command(run_id, spec.output, spec.address) if planner is None else \
         "collbench replay again (a replay is one group: it is not resumed)"
-    session = None
     result = RunResult(run_id, spec.output, RunState.FAILED, 1)
-    try:
-        with Session(spec, run_id, now, placement_group=placement_group, partition=partition,
-                     cpus_per_rank=cpus_per_rank, doctor=doctor, voice=voice) as session:
-            inv, backend = session.cluster()
-            change = resume.cluster_change(saved.nodes, inv) if saved else None
-            if change:
-                raise UsageError(f"--resume {run_id}: the cluster is not the one the run started on ({change}), "
-                                 "so its groups would not be the same; start a new run")
-            if planner is None:
-                plan = make_plan(session.spec, inv)  # as the backend runs it (`-d all` expanded)
-                check_plan(session.spec, plan)
-            else:
-                plan = planner.plan(session.spec, inv)
-            session.check_devices({len(g.ranks) for g in plan.groups})
-            store = session.store
-            skip = store.finished_groups(retry_failed) if resuming else set()
-            voice.say(f"collbench: run {run_id} on {session.where}: {len(inv.nodes)} node(s), "
-                      f"{inv.world_size} rank(s), backend {backend}, {len(plan)} group(s) in {len(plan.rounds)} "
-                      f"round(s); results -> {store.location}")
-            if resuming:
-                again = " (failed, timed-out and skipped ones are measured again)" if retry_failed else ""
-                voice.say(f"collbench: resuming: {len(skip)} group(s) already on disk are skipped{again}")
-            console = console_for(len(plan) - len(skip)) if console_for else None
-            runner, outcome = session.start(len(plan), [*([console] if console else []), *observers],
-                                            command=command, skipped=len(skip),
-                                            cases_for=planner.cases if planner else None)
-            say_warnings(session.diagnosis, voice)
-            result.outcome = outcome
-            try:
-                runner.run(plan, skip)
-                session.finish(outcome)
-            except KeyboardInterrupt as e:  # while measuring, or while compacting the rows
-                session.interrupted()
-                result.state, result.exit_code = RunState.INTERRUPTED, exit_code(e)
-                result.message = (f"collbench: interrupted; finished groups are saved in {store.location}. "
-                                  f"Resume with:\n  {resume_with}")
-                voice.warn("\n" + result.message)
-                return _closed(result, session)
-            except (UsageError, PlacementError):
-                raise
-            except BaseException:  # a defect or the unexpected: the manifest says so before it goes on
-                session.failed()
-                raise
-    except OSError as e:  # a full disk, where the workers were started, measured or released
-        if session is None or not is_disk_full(e):
-            raise
-        said = session.stopped_by_full_disk(e)
-        resume_hint = f"; resume once there is room: {resume_with}" if session.manifest else ""
-        result.state, result.exit_code = RunState.INTERRUPTED, 1
-        result.message = f"collbench: error: {said}{resume_hint}"
-        voice.warn(result.message)
-        return _closed(result, session)
-    except KeyboardInterrupt as e:  # before the workers started, or while they were being released
-        say_late_interrupt(session, "group", voice)
-        result.state = RunState(session.manifest.get("state", RunState.INTERRUPTED)) if session else \
-            RunState.INTERRUPTED
-        result.exit_code = exit_code(e)
-        return _closed(result, session)
-    except PlacementError as e:
-        result.message = f"collbench: error: {e}"
-        voice.warn(result.message)
-        return _closed(result, session)
-    result.state, result.exit_code = RunState.FINISHED, closing_code(spec, outcome, voice)
+
+    def body(session: Session) -> None:
+        inv, backend = session.cluster()
+        change = resume.cluster_change(saved.nodes, inv) if saved else None
+        if change:
+            raise UsageError(f"--resume {run_id}: the cluster is not the one the run started on ({change}), "
+                             "so its groups would not be the same; start a new run")
+        if planner is None:
+            plan = make_plan(session.spec, inv)  # as the backend runs it (`-d all` expanded)
+            check_plan(session.spec, plan)
+        else:
+            plan = planner.plan(session.spec, inv)
+        session.check_devices({len(g.ranks) for g in plan.groups})
+        store = session.store
+        skip = store.finished_groups(retry_failed) if resuming else set()
+        voice.say(f"collbench: run {run_id} on {session.where}: {len(inv.nodes)} node(s), "
+                  f"{inv.world_size} rank(s), backend {backend}, {len(plan)} group(s) in {len(plan.rounds)} "
+                  f"round(s); results -> {store.location}")
+        if resuming:
+            again = " (failed, timed-out and skipped ones are measured again)" if retry_failed else ""
+            voice.say(f"collbench: resuming: {len(skip)} group(s) already on disk are skipped{again}")
+        console = console_for(len(plan) - len(skip)) if console_for else None
+        runner, outcome = session.start(len(plan), [*([console] if console else []), *observers],
+                                        command=command, skipped=len(skip),
+                                        cases_for=planner.cases if planner else None)
+        say_warnings(session.diagnosis, voice)
+        result.outcome = outcome
+        runner.run(plan, skip)
+        session.finish(outcome)
+
+    session, finished = live(
+        lambda: Session(spec, run_id, now, placement_group=placement_group, partition=partition,
+                        cpus_per_rank=cpus_per_rank, doctor=doctor, voice=voice),
+        body, result, voice=voice, unit="group", resume_hint=resume_with,
+        interrupted_line=lambda s: (f"collbench: interrupted; finished groups are saved in {s.store.location}. "
+                                    f"Resume with:\n  {resume_with}"))
+    if finished:
+        result.state, result.exit_code = RunState.FINISHED, closing_code(spec, result.outcome, voice)
     return _closed(result, session)
 
 

@@ -57,77 +57,58 @@ def qualification(spec: SweepSpec, *, threshold: float = 0.10, min_fraction: flo
     no console)."""
     from orchestrator.analysis import report
     from orchestrator.execution import console
-    from orchestrator.execution.pool import PlacementError
-    from orchestrator.execution.session import Session, exit_code, is_disk_full, say_late_interrupt
+    from orchestrator.execution.lifecycle import live
+    from orchestrator.execution.session import Session
     from orchestrator.sweep.planner import Group, Plan
 
     t_start = time.monotonic()
     now = dt.datetime.now(dt.timezone.utc)
     run_id = new_run_id(now)
     result = Qualification(run_id, RunState.FAILED, 1)
-    session = None
-    groups = 0
-    try:
-        with Session(spec, run_id, now, placement_group=placement_group, cpus_per_rank=cpus_per_rank,
-                     partition=partition, doctor=doctor, voice=voice) as session:
-            inv, backend = session.cluster()
-            rpn = max(n.ranks for n in inv.nodes)
-            if len(inv.nodes) < 2 and rpn < 2:
-                raise UsageError("qualify needs two nodes, or nodes with more than one rank (--ranks-per-node)")
-            session.check_devices({rpn, 2 * rpn, inv.world_size})
-            q = Qualifier(len(inv.nodes), rpn, threshold, seed=seed, min_fraction=min_fraction)
-            collector = _Collector(q, inv, Deadlines(spec.group_timeout_s))
-            shown = [console.Console(None, log, rows=False)] if log is not None else []
-            runner, outcome = session.start(0, [*shown, collector], command="qualify")
-            say_warnings(session.diagnosis, voice)
-            q.reference = _reference(report.entries(session.manifest, user_entries or []), session, spec)
-            voice.say(f"collbench: qualify {run_id} on {session.where}: {len(inv.nodes)} node(s), {inv.world_size} "
-                f"rank(s), backend {backend}, {spec.collectives[0]} {spec.dtypes[0]} up to "
-                f"{format_bytes(spec.max_bytes)}; reference {_describe(q.reference, len(inv.nodes))}; "
-                f"results -> {session.store.location}")
-            try:
-                while probes := q.next_round():
-                    rnd = q.rounds - 1
-                    plan = Plan((tuple(Group(f"q{rnd}-g{i}", "qualify", rnd, _ranks(inv, p), phase=p.phase.value)
-                                       for i, p in enumerate(probes)),))
-                    collector.expect(plan, probes)
-                    runner.spec = dataclasses.replace(runner.spec, group_timeout_s=collector.limit_s(probes))
-                    runner.run(plan)
-                    judged = q.record(collector.results())
-                    groups += len(probes)
-                    voice.say(_round_line(rnd, probes, judged, runner.spec.group_timeout_s, q))
-                session.manifest["groups_total"] = groups
-                session.finish(outcome)
-            except KeyboardInterrupt as e:  # while measuring, or while compacting the rows
-                session.interrupted()
-                result.state, result.exit_code = RunState.INTERRUPTED, exit_code(e)
-                result.message = f"collbench: interrupted; the probes so far are in {session.store.location}"
-                voice.warn("\n" + result.message)
-                return _closed(result, session, t_start, groups)
-            except (UsageError, PlacementError):
-                raise
-            except BaseException:  # a defect or the unexpected: the manifest says so before it goes on
-                session.failed()
-                raise
-    except OSError as e:  # a full disk
-        if session is None or not is_disk_full(e):
-            raise
-        result.state, result.message = RunState.INTERRUPTED, f"collbench: error: {session.stopped_by_full_disk(e)}"
-        voice.warn(result.message)
-        return _closed(result, session, t_start, groups)
-    except KeyboardInterrupt as e:  # before the workers started, or while they were being released
-        say_late_interrupt(session, "probe", voice)
-        result.state, result.exit_code = RunState.INTERRUPTED, exit_code(e)
-        return _closed(result, session, t_start, groups)
-    except PlacementError as e:
-        result.message = f"collbench: error: {e}"
-        voice.warn(result.message)
-        return _closed(result, session, t_start, groups)
-    result.nodes = _verdicts(q, inv)
-    result.state, result.rounds = RunState.FINISHED, q.rounds
-    result.speed_judged, result.unjudged = not q.unjudged, q.unjudged_note()
-    result.exit_code = 1 if result.failing else 0
-    return _closed(result, session, t_start, groups)
+    done: dict = {"groups": 0}
+
+    def body(session: Session) -> None:
+        inv, backend = session.cluster()
+        rpn = max(n.ranks for n in inv.nodes)
+        if len(inv.nodes) < 2 and rpn < 2:
+            raise UsageError("qualify needs two nodes, or nodes with more than one rank (--ranks-per-node)")
+        session.check_devices({rpn, 2 * rpn, inv.world_size})
+        q = Qualifier(len(inv.nodes), rpn, threshold, seed=seed, min_fraction=min_fraction)
+        done["q"], done["inv"] = q, inv
+        collector = _Collector(q, inv, Deadlines(spec.group_timeout_s))
+        shown = [console.Console(None, log, rows=False)] if log is not None else []
+        runner, outcome = session.start(0, [*shown, collector], command="qualify")
+        say_warnings(session.diagnosis, voice)
+        q.reference = _reference(report.entries(session.manifest, user_entries or []), session, spec)
+        voice.say(f"collbench: qualify {run_id} on {session.where}: {len(inv.nodes)} node(s), {inv.world_size} "
+                  f"rank(s), backend {backend}, {spec.collectives[0]} {spec.dtypes[0]} up to "
+                  f"{format_bytes(spec.max_bytes)}; reference {_describe(q.reference, len(inv.nodes))}; "
+                  f"results -> {session.store.location}")
+        while probes := q.next_round():
+            rnd = q.rounds - 1
+            plan = Plan((tuple(Group(f"q{rnd}-g{i}", "qualify", rnd, _ranks(inv, p), phase=p.phase.value)
+                               for i, p in enumerate(probes)),))
+            collector.expect(plan, probes)
+            runner.spec = dataclasses.replace(runner.spec, group_timeout_s=collector.limit_s(probes))
+            runner.run(plan)
+            judged = q.record(collector.results())
+            done["groups"] += len(probes)
+            voice.say(_round_line(rnd, probes, judged, runner.spec.group_timeout_s, q))
+        session.manifest["groups_total"] = done["groups"]
+        session.finish(outcome)
+
+    session, finished = live(
+        lambda: Session(spec, run_id, now, placement_group=placement_group, cpus_per_rank=cpus_per_rank,
+                        partition=partition, doctor=doctor, voice=voice),
+        body, result, voice=voice, unit="probe",
+        interrupted_line=lambda s: f"collbench: interrupted; the probes so far are in {s.store.location}")
+    if finished:
+        q, inv = done["q"], done["inv"]
+        result.nodes = _verdicts(q, inv)
+        result.state, result.rounds = RunState.FINISHED, q.rounds
+        result.speed_judged, result.unjudged = not q.unjudged, q.unjudged_note()
+        result.exit_code = 1 if result.failing else 0
+    return _closed(result, session, t_start, done["groups"])
 
 
 def _closed(result: Qualification, session, t_start: float, probes: int) -> Qualification:
