@@ -209,8 +209,9 @@ sys.exit(0 if nodes else 1)
 """
 
 
-def start_ray(check: Check) -> int | None:
-    """One Ray head for the whole check, in a process session of its own; its session id."""
+def start_ray(check: Check, gpus: int) -> int | None:
+    """One Ray head for the whole check, in a process session of its own; its session id. The GPUs
+    torch sees are given to Ray (`--num-gpus`), not left to its own detection through NVML."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -218,7 +219,7 @@ def start_ray(check: Check) -> int | None:
     began = time.monotonic()
     cmd = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block", "--disable-usage-stats",
            "--port", str(port), "--node-ip-address", "127.0.0.1", "--temp-dir", temp,
-           "--include-dashboard=false"]
+           "--include-dashboard=false", *(["--num-gpus", str(gpus)] if gpus else [])]
     with open(check.evidence / "gpu_check.log", "a") as log:
         log.write(f"$ {' '.join(cmd)}\n")
         sid = subprocess.Popen(cmd, cwd=REPO, env=check.env, stdout=log, stderr=subprocess.STDOUT,
@@ -370,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
             check.run("tests/gpu", [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "tests/gpu"])
             check.skip("sweep", "failed", "torch sees no GPU (tests/gpu says why)")
             return _close(check)
-        ray_session = start_ray(check)
+        ray_session = start_ray(check, 0 if args.rehearse else torch_facts["gpus"])
         if "RAY_ADDRESS" not in check.env:
             return _close(check)
         results = scratch / "results"
