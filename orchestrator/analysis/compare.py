@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 
 from orchestrator.judging.judge import EXACT_LEAVE_ONE_OUT, Source, limit, prior_for, robust_sigma
 from orchestrator.judging.stats import FAMILY_ALPHA, MAD_EFFICIENCY, quantile, run_sigma
+from workloads.messages import Status
 
 SHAPE_KEY = ["collective", "dtype", "op", "in_place", "msg_bytes", "topology", "world_size", "ranks_per_node",
              "pattern"]
@@ -51,7 +52,7 @@ def _links(table: pa.Table) -> np.ndarray:
 
 def _rows(table: pa.Table, by: str) -> pd.DataFrame:
     """The ok rows: shape, link, key, shape id, run, busbw, time and their iterations' log sums."""
-    ok = table.filter(pc.equal(table.column("status"), "ok"))
+    ok = table.filter(pc.equal(table.column("status"), Status.OK.value))
     extra = ["backend"] if "backend" in ok.column_names else []
     df = ok.select(SHAPE_KEY + ["busbw_gbps", "time_us", "run_id", *extra]).to_pandas()
     if not extra:

@@ -26,7 +26,7 @@ import pandas as pd
 from orchestrator.analysis.frame import Frame
 from orchestrator.judging.judge import MIN_VALUES, peer_arrays, prior_for
 from orchestrator.sweep.sizes import format_bytes
-from workloads.messages import Topology
+from workloads.messages import Status, Topology
 
 TOPOLOGIES = tuple(t.value for t in Topology)
 SHAPE = ["collective", "dtype", "op", "in_place", "pattern", "world_size", "ranks_per_node"]
@@ -57,7 +57,7 @@ class Flag:
 
 
 def ok_rows(df: pd.DataFrame) -> pd.DataFrame:
-    return df[df.status == "ok"]
+    return df[df.status == Status.OK]
 
 
 # -- tables -----------------------------------------------------------------------------------
@@ -314,7 +314,7 @@ def stragglers(frame: Frame, threshold: float, top: int = 10) -> list[Flag]:
 
 
 def failures(frame: Frame) -> list[Flag]:
-    bad = frame.df[frame.df.status != "ok"]
+    bad = frame.df[frame.df.status != Status.OK]
     out = []
     for gid, g in bad.groupby("group_id", sort=False):
         i = g.index[0]

@@ -23,6 +23,7 @@ from orchestrator.analysis.frame import Frame
 from orchestrator.errors import UsageError
 from orchestrator.sweep.sizes import format_bytes, parse_bytes
 from orchestrator.sweep.spec import MAX_RANKS, brief_repr
+from workloads.messages import Status
 from workloads.registry import WORKLOADS
 
 SHIPPED = os.path.join(os.path.dirname(__file__), "expected.yaml")
@@ -140,7 +141,7 @@ def evaluate(frame: Frame, entries: list[Entry], min_fraction: float, facts: dic
     only below the size an entry holds from gets one row at its largest size, beside that entry,
     said latency-bound. Every row and flag carries the `reasons` for its gap (analysis.explain;
     `facts`: the nodes' doctor facts, by IP)."""
-    df = frame.df[frame.df.status == "ok"]
+    df = frame.df[frame.df.status == Status.OK]
     if df.empty or "platform" not in df:
         return Evaluation()
     transports = (df.intra_transport.fillna("") + " " + df.net_transport.fillna("")) if "net_transport" in df \
@@ -154,8 +155,9 @@ def evaluate(frame: Frame, entries: list[Entry], min_fraction: float, facts: dic
 
     # one lookup per distinct key, spread to its rows by group number (no Python object per row)
     by_key = d.groupby(keys + ["transports"], sort=False, dropna=False)
-    found = [lookup_for(key, int(key.msg_bytes)) for key in by_key.head(1)[keys + ["transports"]].itertuples(index=False)]
-    d = d.assign(entry=np.array(found + [None], dtype=object)[by_key.ngroup().to_numpy()])
+    firsts = by_key.head(1)[keys + ["transports"]]
+    found = [lookup_for(key, int(key.msg_bytes)) for key in firsts.itertuples(index=False)]
+    d = d.assign(entry=np.array(found, dtype=object)[by_key.ngroup().to_numpy()])
     covered = d[d.entry.notna()]
     out = Evaluation()
     shapes = ["platform", "collective", "topology", "world_size"]

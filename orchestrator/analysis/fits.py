@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from orchestrator.sweep.sizes import format_bytes
-
+from workloads.messages import Status
 
 # A size's fitted time may be this far off, or as far as its own iterations spread (p99 over the
 # fastest, less one) where that is more, up to MAX_TOLERANCE: a noisy host's sizes wander by that
@@ -136,7 +136,7 @@ def per_size(g: pd.DataFrame) -> tuple[pd.Series, pd.Series | None]:
 def fit_groups(df: pd.DataFrame):
     """(collective, topology, world_size, time per msg_bytes, fit) for every shape a sweep measured
     (a replay's ops, one iteration each at the trace's sizes, are not fitted)."""
-    d = df[(df.status == "ok") & (df.pattern != "replay")] if "pattern" in df else df[df.status == "ok"]
+    d = df[(df.status == Status.OK) & (df.pattern != "replay")] if "pattern" in df else df[df.status == Status.OK]
     for (coll, topo, n), g in d.groupby(["collective", "topology", "world_size"]):
         times, spread = per_size(g)
         yield coll, topo, int(n), times, robust_fit(times.index.values, times.values,

@@ -7,6 +7,8 @@ from collections import defaultdict
 
 import pandas as pd
 
+from workloads.messages import Status
+
 PATTERN = "replay"
 STEP_COLUMNS = ("step", "ops", "comm_ms", "slowest_rank", "traced_ms", "groups")
 GROUP_COLUMNS = ("process_group", "world_size", "topology", "collectives", "ops_per_step", "ms_per_step", "share")
@@ -16,7 +18,7 @@ def step_times(rows: pd.DataFrame) -> dict[int, dict]:
     """step -> {comm_us, rank (the slowest), ops, traced_us (the job's own, where known), by_group_us}.
     `rows`: replay rows with step, process_group, ranks, time_us, trace_time_us."""
     per_step: dict[int, dict] = {}
-    ok = rows[(rows.status == "ok") & rows.step.notna()]
+    ok = rows[(rows.status == Status.OK) & rows.step.notna()]
     for step, g in ok.groupby("step"):
         per_rank: dict[int, float] = defaultdict(float)
         traced: dict[int, float] = defaultdict(float)
@@ -47,7 +49,7 @@ def tables(rows: pd.DataFrame) -> dict[str, list[dict]]:
                  for s, v in sorted(steps.items())]
     total = sum(v["comm_us"] for v in steps.values()) or 1.0
     group_rows = []
-    ok = rows[(rows.status == "ok") & rows.step.notna()]
+    ok = rows[(rows.status == Status.OK) & rows.step.notna()]
     for pg, g in ok.groupby("process_group"):
         in_slowest = sum(v["by_group_us"].get(pg, 0.0) for v in steps.values())
         group_rows.append({"process_group": pg, "world_size": int(g.world_size.max()),

@@ -32,6 +32,7 @@ from orchestrator.results.dataset import load_table
 from orchestrator.results.location import MANIFEST_DIR, row_file
 from orchestrator.results.run_folder import RunFolder
 from orchestrator.results.schema import MANIFEST_SCHEMA, SCHEMA_VERSION, rows_table
+from workloads.messages import Status
 
 
 class ResultStore(RunFolder):
@@ -64,7 +65,7 @@ class ResultStore(RunFolder):
         table = load_table(self.location_of_run(), columns=["group_id", "status"])
         groups = set(table.column("group_id").to_pylist())
         if ok_only:
-            bad = pc.filter(table.column("group_id"), pc.not_equal(table.column("status"), "ok"))
+            bad = pc.filter(table.column("group_id"), pc.not_equal(table.column("status"), Status.OK.value))
             groups -= set(bad.to_pylist())
         return groups
 
