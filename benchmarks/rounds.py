@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import ray  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from orchestrator.execution.outcome import Outcome  # noqa: E402
+from orchestrator.execution.outcome import Tally  # noqa: E402
 from orchestrator.execution.pool import ActorPool  # noqa: E402
 from orchestrator.execution.rows import RunRef  # noqa: E402
 from orchestrator.execution.runner import Runner  # noqa: E402
@@ -66,7 +66,7 @@ def main() -> None:
         store = ResultStore(out, "rounds")
         store.create()
         run = RunRef("rounds", dt.datetime.now(dt.timezone.utc))
-        outcome = Outcome()
+        outcome = Tally()
         runner = Runner(spec, pool, store, "gloo", run, [outcome], {})
         runner.run(pairwise(a.nodes))
         print(summary(f"pairwise, {a.nodes // 2} groups/round", outcome.rounds), flush=True)

@@ -18,7 +18,7 @@ from typing import Protocol
 
 from orchestrator.errors import UsageError
 from orchestrator.execution.events import RunObserver
-from orchestrator.execution.outcome import Outcome
+from orchestrator.execution.outcome import Tally
 from orchestrator.execution.voice import COMMAND_LINE, Voice
 from orchestrator.results.schema import RunState
 from orchestrator.sweep import resume
@@ -35,7 +35,7 @@ class RunResult:
     output: str  # the results dataset (--output), a folder or a URI
     state: RunState
     exit_code: int  # the command's: 0 ok, 1 failures or wrong results, 130 Ctrl-C, 143 SIGTERM
-    outcome: Outcome = field(default_factory=Outcome)
+    outcome: Tally = field(default_factory=Tally)
     manifest: dict = field(default_factory=dict)
     startup: str = ""  # where the start went, one line
     message: str | None = None  # the line that said why it ended early
@@ -139,7 +139,7 @@ def _closed(result: RunResult, session) -> RunResult:
     return result
 
 
-def closing_code(spec: SweepSpec, outcome: Outcome, voice: Voice) -> int:
+def closing_code(spec: SweepSpec, outcome: Tally, voice: Voice) -> int:
     """1 when a group failed (unless --allow-failures) or a check found wrong elements; said."""
     from orchestrator.execution import console
 

@@ -1,4 +1,5 @@
-"""Outcome: what a run did, tallied from the runner's events (an observer, like the console)."""
+"""Tally: what a run did, counted from the runner's events (an observer, like the console). (Named so
+beside qualify's Outcome, a probe's verdict.)"""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from workloads.messages import Status
 
 
 @dataclass
-class Outcome(RunObserver):
+class Tally(RunObserver):
     """Counts of groups and rows, the failures, the devices seen, and where the time went."""
 
     groups_ok: int = 0

@@ -20,7 +20,7 @@ from orchestrator.errors import UsageError
 from orchestrator.execution import connect, doctor, probe, provenance
 from orchestrator.execution.events import GroupEnded, GroupJoined, RunObserver
 from orchestrator.execution.metrics import RunMetrics
-from orchestrator.execution.outcome import Outcome
+from orchestrator.execution.outcome import Tally
 from orchestrator.execution.pool import ActorPool, placement_bundles
 from orchestrator.execution.rows import RunRef
 from orchestrator.execution.runner import Runner
@@ -141,7 +141,7 @@ class Session:
         self.platforms = {node_id: p.platform for node_id, p in probes.items()}
 
     def start(self, groups_total: int, observers: list, command: str = "run", skipped: int = 0,
-              cases_for=None) -> tuple[Runner, Outcome]:
+              cases_for=None) -> tuple[Runner, Tally]:
         """Workers on every rank, the store, the manifest (state running), and a runner for the
         groups_total - skipped groups still to measure (a resumed run skips the ones on disk)."""
         if not self._checked:
@@ -168,7 +168,7 @@ class Session:
                              started_at=self.started, command=command, groups_done=skipped,
                              doctor=json.dumps(self.diagnosis.facts_json()) if self.diagnosis else None)
         self.store.write_manifest(self.manifest)
-        outcome = Outcome()
+        outcome = Tally()
         # the manifest counts a group before anyone is told of it: a progress line it printed is
         # then never ahead of the manifest an interrupt leaves
         observers = [_GroupsDone(self), self.startup, outcome, *observers,
@@ -177,7 +177,7 @@ class Session:
                         observers, {n: p.tags for n, p in self.platforms.items()}, cases_for=cases_for)
         return runner, outcome
 
-    def finish(self, outcome: Outcome) -> None:
+    def finish(self, outcome: Tally) -> None:
         """Release the workers, compact the run's rows, mark the manifest finished."""
         if self.pool is None:
             raise SessionOrder("Session.finish() needs start() first")

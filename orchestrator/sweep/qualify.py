@@ -59,7 +59,7 @@ __all__ = ["ALL_PAIRS_NODES", "Cut", "Deadlines", "Outcome", "Phase", "Probe", "
 _MAX_GATES = 3
 
 
-class Stage(Enum):
+class QualifyStep(Enum):
     """Where the qualification stands (what `_advance` plans next)."""
 
     START = "start"
@@ -81,7 +81,7 @@ class Qualifier:
     verdicts: dict[int, Outcome] = field(default_factory=dict)
     evidence: dict[int, list[Result]] = field(default_factory=dict)
     unjudged: set[Phase] = field(default_factory=set)  # kinds of probe measured with nothing to judge them by
-    _stage: Stage = Stage.START
+    _stage: QualifyStep = QualifyStep.START
     _good: set[int] = field(default_factory=set)
     _suspects: list[tuple[int, int]] = field(default_factory=list)  # (node, good partners to test it with)
     _recheck: list[tuple[int, int]] = field(default_factory=list)  # slow once, near the line: measure again
@@ -124,17 +124,17 @@ class Qualifier:
     def _advance(self) -> bool:
         """Plan the next step; False when the qualification is over."""
         alive = self._open()
-        if self._stage is Stage.START:
-            self._stage = Stage.INTRA
+        if self._stage is QualifyStep.START:
+            self._stage = QualifyStep.INTRA
             if self.ranks_per_node > 1 and alive:
                 self._queue.append([Probe(Phase.INTRA, (i,)) for i in alive])
                 return True
-        if self._stage is Stage.INTRA:
-            self._stage = Stage.PAIRS
+        if self._stage is QualifyStep.INTRA:
+            self._stage = QualifyStep.PAIRS
             if self._plan_pairs(alive):
                 return True
-        if self._stage in (Stage.PAIRS, Stage.CHECKS):
-            self._stage = Stage.CHECKS
+        if self._stage in (QualifyStep.PAIRS, QualifyStep.CHECKS):
+            self._stage = QualifyStep.CHECKS
             if self._suspects:
                 return self._plan_retests()
             members = tuple(sorted(self._open()))
@@ -142,7 +142,7 @@ class Qualifier:
                 self._gates, self._gate_again = self._gates + 1, False
                 self._queue.append([Probe(Phase.GATE, members)])
                 return True
-        self._stage = Stage.DONE
+        self._stage = QualifyStep.DONE
         for i in range(self.n_nodes):
             self.verdicts.setdefault(i, Outcome.PASS)
         return False

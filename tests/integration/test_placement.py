@@ -10,7 +10,7 @@ import pytest
 import ray
 from ray.cluster_utils import Cluster
 
-from orchestrator.execution.outcome import Outcome
+from orchestrator.execution.outcome import Tally
 from orchestrator.execution.pool import ActorPool
 from orchestrator.execution.rows import RunRef
 from orchestrator.execution.runner import Runner
@@ -61,7 +61,7 @@ def test_one_actor_per_gpu_on_its_node_reused_across_groups(gpu_cluster, tmp_pat
     store.create()
     now = dt.datetime.now(dt.timezone.utc)
     # gloo on GPU nodes measures host memory: this machine has no real GPU behind the fake ones.
-    outcome = Outcome()
+    outcome = Tally()
     Runner(spec, pool, store, "gloo", RunRef("run-x", now), [outcome], {}).run(plan)
     assert outcome.groups_failed == 0 and outcome.groups_ok == len(plan) and outcome.rows == len(plan)
     assert [w.actor for w in pool.workers] == handles and pool.respawns == 0

@@ -11,7 +11,7 @@ import pytest
 
 from orchestrator.execution import console
 from orchestrator.execution.events import GroupEnded, GroupFailure, Note, Observers, RunObserver
-from orchestrator.execution.outcome import Outcome, size_failure
+from orchestrator.execution.outcome import Tally, size_failure
 from orchestrator.execution.session import Session, SessionOrder
 from orchestrator.sweep.planner import Group
 from orchestrator.sweep.spec import SweepSpec
@@ -58,7 +58,7 @@ def test_a_failure_is_frozen_and_the_same_type_from_a_group_and_from_a_size():
            "failed_ranks": [1], "hosts": ["a", "b", "c"], "node_ips": ["10.0.0.1", "10.0.0.2", "10.0.0.3"]}
     skipped = size_failure(row)
     assert skipped == GroupFailure(Status.FAILED, "out of memory on rank 1", "r1-g0", (5,), ("b (10.0.0.2)",))
-    outcome = Outcome()
+    outcome = Tally()
     outcome.group_ended(GroupEnded(Group("r0-g1", "inter", 0, (2, 3)), Status.TIMEOUT, (), failure))
     outcome.failures.append(skipped)
     assert console.failure_summary(outcome.failures) == [
@@ -79,4 +79,4 @@ def test_a_session_step_before_the_one_it_needs_says_which(tmp_path):
     with pytest.raises(SessionOrder, match=r"start\(\) needs check_devices\(\) first"):
         s.start(1, [])
     with pytest.raises(SessionOrder, match=r"finish\(\) needs start\(\) first"):
-        s.finish(Outcome())
+        s.finish(Tally())
