@@ -216,6 +216,10 @@ def start_ray(check: Check, gpus: int) -> int | None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     temp = tempfile.mkdtemp(prefix="cbg", dir="/tmp")  # short: Ray's socket paths are limited
+    # a token of its own, for the head and every client of the check: Ray 2.60 turns token
+    # authentication on where a token file (~/.ray/auth_token) exists, and a client without
+    # RAY_AUTH_MODE=token is then refused ("InvalidAuthToken")
+    check.env.update(raynodes.auth_env(str(check.scratch / "auth_token")))
     began = time.monotonic()
     cmd = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block", "--disable-usage-stats",
            "--port", str(port), "--node-ip-address", "127.0.0.1", "--temp-dir", temp,
