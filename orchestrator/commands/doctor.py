@@ -10,6 +10,7 @@ import sys
 
 from orchestrator.commands.options import add_spec_options, spec_from_args
 from orchestrator.commands.render import render_tables
+from orchestrator.doctor.checks import CheckStatus
 
 OPTIONS = ("address", "ranks_per_node", "nodes", "exclude")
 
@@ -54,8 +55,8 @@ def main(args: argparse.Namespace) -> int:
     else:
         print(render_tables([("cluster", [c.to_json() for c in found.cluster])], "table"))
         rows = [{"node": n["node"], "host": n["host"], **c.to_json()} for n in found.nodes for c in n["checks"]
-                if args.all or c.status != "ok"]
+                if args.all or c.status is not CheckStatus.OK]
         print(render_tables([("nodes" if args.all else "nodes: what did not pass", rows)], "table"))
     status = found.status
     print(f"collbench: doctor: {len(found.nodes)} node(s) in {found.wall_s:.1f}s: {status}", file=sys.stderr)
-    return 1 if status == "fail" else 0
+    return 1 if status is CheckStatus.FAIL else 0

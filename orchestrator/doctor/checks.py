@@ -7,10 +7,23 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import asdict, dataclass
+from enum import Enum
 
 from orchestrator.doctor.facts import NodeFacts
 
-OK, WARN, FAIL = "ok", "warn", "fail"
+
+class CheckStatus(str, Enum):
+    """How a doctor check came out (its JSON `status`: the word)."""
+
+    OK = "ok"
+    WARN = "warn"  # said, and a run goes on
+    FAIL = "fail"  # a quick check that fails refuses the run
+
+    def __str__(self) -> str:
+        return self.value
+
+
+OK, WARN, FAIL = CheckStatus.OK, CheckStatus.WARN, CheckStatus.FAIL
 SHM_MIN_BYTES = 1 << 30  # NCCL's SHM transport keeps buffers per peer pair in /dev/shm; docker's default is 64 MiB
 SHM_FAIL_BYTES = 256 << 20
 # clocks event (throttle) reasons, NVML's nvmlClocksEventReasons bits
@@ -28,15 +41,18 @@ SOFTWARE = (("python", FAIL), ("collbench", FAIL), ("ray", FAIL), ("torch", FAIL
 @dataclass(frozen=True)
 class Check:
     name: str
-    status: str  # ok | warn | fail
+    status: CheckStatus
     detail: str
     hint: str = ""
 
+    def __post_init__(self) -> None:  # "ok", "warn", "fail" (a recorded check) read as the enum
+        object.__setattr__(self, "status", CheckStatus(self.status))
+
     def to_json(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "status": self.status.value}
 
 
-def worst(checks: list[Check]) -> str:
+def worst(checks: list[Check]) -> CheckStatus:
     return FAIL if any(c.status == FAIL for c in checks) else WARN if any(c.status == WARN for c in checks) else OK
 
 

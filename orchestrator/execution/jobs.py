@@ -123,10 +123,12 @@ def sweep(spec: SweepSpec, *, run_id: str | None = None, saved: resume.SavedRun 
 
 def say_warnings(diagnosis, voice: Voice) -> None:
     """The quick doctor's warnings (a run goes on with them): one line each."""
+    from orchestrator.doctor.checks import CheckStatus
+
     if diagnosis is None:
         return
     for node, host, check in [(n["node"], n["host"], c) for n in diagnosis.nodes for c in n["checks"]
-                              if c.status == "warn"]:
+                              if c.status is CheckStatus.WARN]:
         voice.warn(f"collbench: doctor: node {node} ({host}): {check.name}: {check.detail}; {check.hint}")
 
 
