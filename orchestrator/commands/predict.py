@@ -1,5 +1,9 @@
 """`collbench predict RESULTS --params 7e9 --dp 8 [--tp 8 --pp 4 --fsdp ...]`: per-step
-communication time of a training layout, from a measured run's alpha-beta fits."""
+communication time of a training layout, from a measured run's alpha-beta fits.
+
+Size: over 300 lines for one command's options, their checks and the what-if vocabulary (each
+key a layout or cluster term); the pricing itself is analysis/predict.py.
+"""
 
 from __future__ import annotations
 

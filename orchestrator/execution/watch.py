@@ -1,5 +1,8 @@
 """`collbench watch`: keep a fleet qualified between jobs. Every cycle:
 
+Size: over 300 lines for the loop and what a long job meets (signals, reconnects, retention,
+metrics); what a cycle decides is execution/canary.py.
+
 1. takes only idle capacity: a node whose GPUs (or, on CPUs, the CPUs its ranks ask for) another
    job holds is left out of the cycle and said so, never preempted; the cycle's workers ask Ray for
    what they use like any job and are released when it ends;
