@@ -120,21 +120,8 @@ def limit(prior: Prior, m: int, sigma_data: float | None = None, df_data: float 
 
 
 @dataclass(frozen=True)
-class PeerJudgement:
-    """One value against the others of its shape (leave one out)."""
-
-    reference: float  # the others' median (in the values' own units)
-    ratio: float  # value / reference
-    limit: Limit
-
-    @property
-    def low(self) -> bool:
-        return self.limit.source is not Source.UNJUDGED and math.log(max(self.ratio, 1e-300)) < -self.limit.log_drop
-
-
-@dataclass(frozen=True)
 class PeerArrays:
-    """`against_peers` for many values at once, as arrays (the report judges a million rows)."""
+    """Each value of one shape against the others, as arrays (the report judges a million rows)."""
 
     reference: np.ndarray  # the others' median, in the values' units
     ratio: np.ndarray  # value / reference
@@ -170,16 +157,6 @@ def peer_arrays(values: np.ndarray, prior: Prior, m: int | None = None) -> PeerA
     return PeerArrays(np.exp(centres), np.exp(v - centres), floors, True)
 
 
-def against_peers(values: np.ndarray, prior: Prior, m: int | None = None) -> list[PeerJudgement]:
-    """`peer_arrays`, one judgement per value."""
-    found = peer_arrays(values, prior, m)
-    if not found.judged:
-        return [PeerJudgement(float(r), float(q), Limit(math.inf, prior.sigma_log, prior.df, Source.UNJUDGED))
-                for r, q in zip(found.reference, found.ratio)]
-    return [PeerJudgement(float(r), float(q), Limit(-math.log(f), prior.sigma_log, prior.df, Source.PEERS))
-            for r, q, f in zip(found.reference, found.ratio, found.floor)]
-
-
 def leave_one_out_medians(v: np.ndarray) -> np.ndarray:
     """For each i, the median of v without v[i], in O(n log n): in the sorted order the others'
     middle element(s) are the sorted ones at the middle, shifted by one where i sits at or below."""
@@ -195,7 +172,3 @@ def leave_one_out_medians(v: np.ndarray) -> np.ndarray:
     if (n - 1) % 2:
         return kth_of_others((n - 1) // 2)
     return (kth_of_others((n - 1) // 2 - 1) + kth_of_others((n - 1) // 2)) / 2
-
-
-def unjudged_reason(count: int) -> str:
-    return f"{count} value(s) of this shape: fewer than {MIN_VALUES}, so which one is off cannot be said"

@@ -12,9 +12,9 @@ from orchestrator.judging.judge import (
     GROSS_DROP,
     PRIORS,
     Source,
-    against_peers,
     leave_one_out_medians,
     limit,
+    peer_arrays,
     prior_for,
 )
 
@@ -30,18 +30,18 @@ def test_leave_one_out_medians_are_the_others_medians(n):
 
 
 def test_four_cpu_links_flag_a_10x_drop_and_not_a_30_percent_wobble():
-    judged = against_peers(np.array([1.0, 1.3, 0.77, 0.1]), CPU)
-    assert [j.low for j in judged] == [False, False, False, True]
-    assert judged[3].reference == pytest.approx(1.0)  # the others' median: the judged value left out
-    wobble = against_peers(np.array([1.0, 1.3, 0.77, 0.7]), CPU)
-    assert not any(j.low for j in wobble)
+    judged = peer_arrays(np.array([1.0, 1.3, 0.77, 0.1]), CPU)
+    assert judged.low.tolist() == [False, False, False, True]
+    assert judged.reference[3] == pytest.approx(1.0)  # the others' median: the judged value left out
+    wobble = peer_arrays(np.array([1.0, 1.3, 0.77, 0.7]), CPU)
+    assert not wobble.low.any()
 
 
 def test_a_3x_drop_is_never_noise_from_three_values_on_however_noisy_peers():
     noisy = np.array([1.0, 2.5, 0.3])  # peers that disagree 8x among themselves
     assert limit(CPU, 3, sigma_data=2.0, df_data=1.0).log_drop == pytest.approx(math.log(GROSS_DROP))
-    judged = against_peers(np.append(noisy, 0.6 / GROSS_DROP / 1.01), CPU)
-    assert judged[-1].low
+    judged = peer_arrays(np.append(noisy, 0.6 / GROSS_DROP / 1.01), CPU)
+    assert judged.low[-1]
 
 
 def test_the_prior_decides_small_shapes_and_the_data_large_ones():
@@ -54,8 +54,8 @@ def test_the_prior_decides_small_shapes_and_the_data_large_ones():
 
 
 def test_fewer_than_three_values_are_unjudged():
-    judged = against_peers(np.array([1.0, 0.01]), GPU)
-    assert all(j.limit.source is Source.UNJUDGED and not j.low for j in judged)
+    judged = peer_arrays(np.array([1.0, 0.01]), GPU)
+    assert not judged.judged and not judged.low.any()
 
 
 def test_the_prior_follows_the_platform():
