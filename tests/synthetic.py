@@ -64,7 +64,8 @@ def write_cluster_run(out: str, run_id: str, *, nodes: int = 4, ranks_per_node: 
                       sizes: list[int] | None = None, intra_gbps: float = 40.0, inter_gbps: float = 10.0,
                       alpha_us: float = 20.0, faults: tuple = (), noise: float = 0.0, iters: int = 20, seed: int = 0,
                       minute: int = 0, collective: str = "all_reduce", failed_groups: tuple[str, ...] = (),
-                      one_file: bool = False, platform: str | None = None, backend: str = "nccl") -> None:
+                      one_file: bool = False, platform: str | None = None, backend: str = "nccl",
+                      file_suffix: str = "") -> None:
     """A run over the groups the real planner makes for `nodes` x `ranks_per_node`, with a known
     bus bandwidth per topology and planted faults, written through the product's store.
 
@@ -78,6 +79,8 @@ def write_cluster_run(out: str, run_id: str, *, nodes: int = 4, ranks_per_node: 
       ("straggler", rank, x)       the rank's own time is x times its group's
     noise: sigma of a lognormal factor on each iteration's time (0: every iteration identical).
     one_file: all rows in one file (fast for thousands of groups), as a compacted run has them.
+    file_suffix: added to each group's file name, so that a second call adds another collective's
+    rows to the same run.
     """
     from orchestrator.sweep.inventory import from_description
     from orchestrator.sweep.planner import make_plan
@@ -153,6 +156,6 @@ def write_cluster_run(out: str, run_id: str, *, nodes: int = 4, ranks_per_node: 
         if one_file:
             everything += rows
         else:
-            store.write_group(group.group_id, rows)
+            store.write_group(group.group_id + file_suffix, rows)
     if one_file:
         store.write_group("part-00000", everything)

@@ -10,7 +10,7 @@ so that below ~1 MiB it measures NCCL, not two event records per call; with --cu
 is captured in a CUDA graph and replayed, as nccl-tests' -G; on the CPU the same pass's first and
 last clock readings), then run the check iterations on fresh inputs and count the wrong elements.
 What comes back are raw per-iteration samples of this rank; the driver combines ranks. A workload
-other than a plain collective (`workloads.overlap`) registers its own measure of one count
+other than a plain collective (`workloads.overlap`, `workloads.replay`) registers its own run
 (registry.Workload), made of these steps; the loop over sizes stays here. `batch_floor_us` is the
 same batch loop dispatching nothing (the run's manifest records it).
 
@@ -35,7 +35,7 @@ from workloads import registry
 from workloads.data import SENTINEL, TORCH_DTYPES, count_wrong, write
 from workloads.dtypes import ELEMENT_BYTES, NO_OP
 from workloads.memory import headroom_bytes_for, peak_bytes
-from workloads.messages import Case, ReplayProgram, ReplayTiming, Sample
+from workloads.messages import Case, Sample
 from workloads.registry import Collective, Ctx
 
 _OPS = {
@@ -58,20 +58,31 @@ class CountSkipped(Exception):
         self.error = error
 
 
-def run_case(case: Case, rank: int, n: int, device: torch.device) -> list[Sample]:
-    """Measure and check every count of `case`; this rank's sample per count."""
-    special = registry.workload(case.collective)  # overlap: its own measure, over the steps below
-    measure = special.measure if special else measure_collective
-    out = []
-    for count in case.counts:
-        c = Ctx(rank, n, count, case.dtype, case.op, case.root, case.in_place, str(device))
-        try:
-            out.append(measure(case, c, device))
-        except CountSkipped as e:
-            out.append(Sample(count, (), 0, error=e.error))
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
-    return out
+def run_case(case: Case, rank: int, n: int, device: torch.device) -> list:
+    """Run `case` on this rank: a plain collective measured and checked count by count here; any
+    other workload (overlap, replay) by its registered run, made of the steps below."""
+    special = registry.workload(case.collective)
+    run = special.run if special else each_count(measure_collective)
+    return run(case, rank, n, device)
+
+
+def each_count(measure: Callable[[Case, Ctx, torch.device], Sample]) -> Callable[..., list[Sample]]:
+    """The loop over a case's counts around `measure` of one count: this rank's sample per count,
+    a count some rank could not allocate recorded as skipped with its reason."""
+
+    def run(case: Case, rank: int, n: int, device: torch.device) -> list[Sample]:
+        out = []
+        for count in case.counts:
+            c = Ctx(rank, n, count, case.dtype, case.op, case.root, case.in_place, str(device))
+            try:
+                out.append(measure(case, c, device))
+            except CountSkipped as e:
+                out.append(Sample(count, (), 0, error=e.error))
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+        return out
+
+    return run
 
 
 def measure_collective(case: Case, c: Ctx, device: torch.device) -> Sample:
@@ -118,7 +129,7 @@ def prepare(coll: Collective, c: Ctx, device: torch.device, check: bool = True, 
             send, recv = buffers(coll, c, device)
             fill(coll, c, send, recv, it=0)
         except (torch.OutOfMemoryError, RuntimeError) as e:
-            if not _out_of_memory(e):
+            if not out_of_memory(e):
                 raise
             send = recv = None
             first = str(e).strip().splitlines()[0][:120]
@@ -159,7 +170,7 @@ def nccl_headroom_bytes(device: torch.device) -> int:
 
 
 
-def _out_of_memory(e: BaseException) -> bool:
+def out_of_memory(e: BaseException) -> bool:
     text = str(e)
     return isinstance(e, torch.OutOfMemoryError) or "can't allocate memory" in text or "out of memory" in text
 
@@ -170,8 +181,8 @@ def warm_and_time(call: Callable[[], None], case: Case, device: torch.device, gr
     for _ in range(case.warmup):
         call()
     captured = capture(call, case.iters, device) if graph else None
-    _barrier(device)
-    return _timed(call, case.iters, clock_for(device), captured, lambda: _barrier(device))
+    barrier(device)
+    return _timed(call, case.iters, clock_for(device), captured, lambda: barrier(device))
 
 
 def check(coll: Collective, c: Ctx, send: torch.Tensor, recv: torch.Tensor, call: Callable[[], None],
@@ -206,7 +217,7 @@ def fill(coll: Collective, c: Ctx, send: torch.Tensor, recv: torch.Tensor, it: i
     write(send, coll.inputs(c), c.n, it, c.op, c.dtype)
 
 
-def _barrier(device: torch.device) -> None:
+def barrier(device: torch.device) -> None:
     # A one-element all_reduce works for gloo and NCCL alike (NCCL barriers need device ids).
     dist.all_reduce(torch.zeros(1, device=device))
     sync(device)
@@ -323,59 +334,3 @@ def capture(call: Callable[[], None], iters: int, device: torch.device) -> torch
     if error or not int(everyone.item()):
         raise CountSkipped(error)
     return graph
-
-
-def run_replay(program: ReplayProgram, rank: int, device: torch.device) -> list[ReplayTiming]:
-    """A traced job's steps on this rank (workloads.replay): `warmup_steps` untimed, then every
-    step `repeat` times, each op timed alone (back to back, or at its traced offset from the
-    step's start with `gaps`); the group meets at a barrier before each step. Every rank makes
-    the groups and its buffers first, and all agree that they could before any op runs (a rank
-    out of memory fails the group at once, naming itself, instead of leaving its peers waiting)."""
-    from workloads import replay
-
-    groups, buffers, error = None, {}, None
-    ops = program.ops[rank]
-    try:
-        groups = replay.Groups(program)
-        try:
-            calls = [replay.bind(op, groups, device, buffers) for op in ops]
-        except (torch.OutOfMemoryError, RuntimeError) as e:
-            if not _out_of_memory(e):
-                raise
-            buffers.clear()
-            first = str(e).strip().splitlines()[0][:120]
-            error = f"out of memory for the replay's buffers ({first})"
-        everyone = torch.tensor([0 if error else 1], dtype=torch.int32, device=device)
-        dist.all_reduce(everyone, op=dist.ReduceOp.MIN)
-        if error or not int(everyone.item()):
-            raise RuntimeError(error or "another rank could not allocate the replay's buffers")
-        return _replayed(program, ops, calls, device)
-    finally:
-        buffers.clear()
-        if groups is not None:
-            groups.destroy()
-
-
-def _replayed(program: ReplayProgram, ops, calls, device: torch.device) -> list[ReplayTiming]:
-    clock = clock_for(device)
-    out: list[ReplayTiming] = []
-    for r in range(-program.warmup_steps, program.repeat):
-        for step in range(program.steps):
-            if r < 0 and step > 0:
-                break  # a warm-up pass is one step: every group connected before the timed ones
-            idx = [i for i, op in enumerate(ops) if op.step == step]
-            starts, ends = clock.markers(len(idx)), clock.markers(len(idx))
-            _barrier(device)
-            t0 = time.perf_counter()
-            for k, i in enumerate(idx):
-                if program.gaps:
-                    wait_s = ops[i].offset_us / 1e6 - (time.perf_counter() - t0)
-                    if wait_s > 0:
-                        time.sleep(wait_s)
-                starts[k] = clock.record(starts[k])
-                calls[i]()
-                ends[k] = clock.record(ends[k])
-            clock.sync()
-            if r >= 0:
-                out += [ReplayTiming(i, r, clock.elapsed_us(starts[k], ends[k])) for k, i in enumerate(idx)]
-    return out

@@ -102,4 +102,4 @@ def _agree(size: tuple[int, int], device: torch.device) -> tuple[int, int]:
     return int(agreed[0].item()), int(agreed[1].item())
 
 
-registry.register_workload(registry.Workload(registry.OVERLAP, measure))
+registry.register_workload(registry.Workload(registry.OVERLAP, harness.each_count(measure)))

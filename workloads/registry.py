@@ -27,7 +27,10 @@ COLLECTIVES: tuple[str, ...] = (
 )
 # A matmul and all_reduce alone and together on the same group (`workloads.overlap`).
 OVERLAP = "overlap"
-WORKLOADS: tuple[str, ...] = (*COLLECTIVES, OVERLAP)
+WORKLOADS: tuple[str, ...] = (*COLLECTIVES, OVERLAP)  # what a sweep's --collectives may name
+# A traced job's steps (`workloads.replay`, `collbench replay`): a workload, not a sweep's choice.
+REPLAY = "replay"
+RUNNERS: tuple[str, ...] = (OVERLAP, REPLAY)  # the workloads with their own run (registered below)
 
 
 # The reduction over every rank of the group, as a Span source.
@@ -117,12 +120,13 @@ REGISTRY: dict[str, Collective] = {}
 
 @dataclass(frozen=True)
 class Workload:
-    """A workload other than one plain collective (overlap): its own measure of one count, made of
-    the harness' steps. Its module (`workloads.<name>`) registers it; the harness finds it here by
-    name, so the harness never imports a workload that imports the harness."""
+    """A workload other than one plain collective (overlap, replay): its own run of a case on one
+    rank, made of the harness' steps. Its module (`workloads.<name>`) registers it; the harness finds
+    it here by name, so the harness never imports a workload that imports the harness, and neither
+    the harness nor the worker branches on a case's kind."""
 
     name: str
-    measure: Callable[..., object]  # (case, ctx, device) -> messages.Sample
+    run: Callable[..., list]  # (case, rank, world size, device) -> this rank's samples or timings
 
 
 WORKLOAD_REGISTRY: dict[str, Workload] = {}
@@ -137,8 +141,8 @@ def register(cls: type[Collective]) -> type[Collective]:
 
 
 def register_workload(workload: Workload) -> Workload:
-    if workload.name not in WORKLOADS or workload.name in COLLECTIVES:
-        raise ValueError(f"workload {workload.name!r} is not one of registry.WORKLOADS beside the collectives")
+    if workload.name not in RUNNERS:
+        raise ValueError(f"workload {workload.name!r} is not one of registry.RUNNERS")
     WORKLOAD_REGISTRY[workload.name] = workload
     return workload
 

@@ -18,7 +18,7 @@ import torch.distributed as dist
 
 from workloads import nccl_log
 from workloads.comm_env import COMM_ENV_PREFIXES, pin_interfaces
-from workloads.harness import batch_floor_us, run_case, run_replay
+from workloads.harness import batch_floor_us, run_case
 from workloads.messages import Case, Joined, JoinRequest, NcclLog, ReplayTiming, Sample, Transport, WorkerInfo
 
 
@@ -113,8 +113,6 @@ class BenchWorker:
 
     def run(self, case: Case) -> list[Sample] | list[ReplayTiming]:
         """Measure one case; this rank's raw samples per message size (a replay: per op and step)."""
-        if case.replay is not None:
-            return run_replay(case.replay, self._rank, self._device)
         return run_case(case, self._rank, self._world_size, self._device)
 
     def leave(self) -> Transport:

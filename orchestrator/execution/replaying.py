@@ -15,6 +15,7 @@ from orchestrator.sweep import trace
 from orchestrator.sweep.inventory import Inventory
 from orchestrator.sweep.planner import Group, Plan
 from orchestrator.sweep.spec import SweepSpec
+from workloads import registry
 from workloads.messages import Case, ReplayProgram
 
 PATTERN = "replay"
@@ -64,4 +65,4 @@ class ReplayPlanner:
 
     def cases(self, group: Group) -> list[Case]:
         prog = self.program
-        return [Case(PATTERN, "float32", "none", False, (), prog.repeat, prog.warmup_steps, 0, replay=prog)]
+        return [Case(registry.REPLAY, "float32", "none", False, (), prog.repeat, prog.warmup_steps, 0, replay=prog)]

@@ -258,8 +258,8 @@ class ObjectLock:
                     self.lost = current
                     return
                 self._write(Holder.me(self._me.token, self._me.since))
-            except UsageError:
-                continue  # a store that does not answer now: try again at the next beat
+            except Exception:  # noqa: BLE001 - a store that does not answer now, or answers garbage: the
+                continue  # thread must not die (the lease would lapse unnoticed); try again at the next beat
 
     @staticmethod
     def _stale(holder: Holder) -> bool:

@@ -1,6 +1,6 @@
 """`collbench replay` of recorded Flight Recorder dumps on a real (shared) Ray instance, gloo: the
 ops as the trace has them, read back from disk; the report's per-step tables; `predict --trace`
-beside the replay; bad input refused before anything is written."""
+beside the replay, from fits known exactly; bad input refused before anything is written."""
 
 from __future__ import annotations
 
@@ -9,9 +9,12 @@ import os
 import re
 
 import pandas as pd
+import pytest
 
 from orchestrator.sweep import trace
+from tests import synthetic
 from tests.helpers import run_cli
+from workloads import registry
 
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures", "flight_recorder")
 
@@ -38,21 +41,30 @@ def test_replay_of_a_tp_dp_job_writes_each_op_where_the_job_ran_it_and_predict_p
     steps = rep["tables"]["replay_steps"]
     assert [s["step"] for s in steps] == list(range(8)) and all(s["ops"] == 8 for s in steps)
     assert sum(g["share"] for g in rep["tables"]["replay_groups"]) > 0.99  # the slowest rank's two groups
-    # predict from a sweep of the same collectives beside the replay
-    sweep = run_cli(["run", "--collectives", "all_reduce,all_gather", "--patterns", "intra", "--ranks-per-node", "4",
-                     "-b", "4K", "-e", "256K", "-f", "4", "-n", "5", "-c", "0", "--output", str(out)],
-                    env=ray_head.env())
-    assert sweep.returncode == 0, sweep.stderr[-3000:]
-    sweep_run = re.search(r"collbench: run (\S+)", sweep.stdout).group(1)
-    pred = run_cli(["predict", str(out), "--run", sweep_run, "--trace", dumps, "--ranks-per-node", "4",
+    # predict from a sweep of the same collectives beside the replay: synthetic, so that its fits and
+    # hence the prediction are known exactly (a real sweep on this shared host may fail the fit)
+    alpha_us, gbps = 20.0, 10.0
+    for coll in ("all_reduce", "all_gather"):
+        synthetic.write_cluster_run(str(out), "sweep", nodes=1, ranks_per_node=4, patterns=("intra-pairwise",),
+                                    intra_gbps=gbps, alpha_us=alpha_us, collective=coll, file_suffix=coll)
+    pred = run_cli(["predict", str(out), "--run", "sweep", "--trace", dumps, "--ranks-per-node", "4",
                     "--replay-run", replay_run, "--format", "json"])
+    assert pred.returncode == 0, pred.stderr[-2000:]
     summary = json.loads(pred.stdout)["tables"]["summary"][0]
     assert summary["steps"] == 4 and summary["replayed_ms_per_step"] > 0
-    # on one node every group is intra: the fits measured cover it, or it says which sweep would
-    if pred.returncode == 0:
-        assert summary["predicted_ms_per_step"] > 0 and summary["predicted/replayed"] > 0
-    else:
-        assert "without an accepted fit" in pred.stderr
+    # every traced group holds 2 ranks of one node: each op costs alpha + S / algbw(2), the slowest
+    # rank's sum per step (every step alike)
+    program, _ = trace.program(loaded, trace.find_steps(loaded.ops[0], None), gaps=False)
+    per_rank_us = [sum(alpha_us + op.msg_bytes * registry.get(op.kind).busbw_factor(2) / (gbps * 1e3)
+                       for op in ops if op.step == 0) for ops in program.ops]
+    assert summary["predicted_ms_per_step"] == pytest.approx(max(per_rank_us) / 1e3, rel=0.02)
+    assert summary["predicted/replayed"] == pytest.approx(summary["predicted_ms_per_step"]
+                                                          / summary["replayed_ms_per_step"])
+    # a sweep without all_gather prices what it can and names what it cannot
+    synthetic.write_cluster_run(str(out), "only_ar", nodes=1, ranks_per_node=4, patterns=("intra-pairwise",),
+                                collective="all_reduce")
+    pred = run_cli(["predict", str(out), "--run", "only_ar", "--trace", dumps, "--ranks-per-node", "4"])
+    assert pred.returncode == 1 and "without an accepted fit: all_gather on" in pred.stderr, pred.stderr[-2000:]
 
 
 def test_replay_refuses_bad_input_in_one_line_and_writes_nothing(ray_head, tmp_path):

@@ -148,3 +148,19 @@ def test_a_module_over_300_lines_says_why_in_its_first_lines():
         if len(lines) > 300 and not any(line.startswith("Size: over 300 lines") for line in lines[:20]):
             silent.append(f"{module} ({len(lines)} lines)")
     assert silent == []
+
+
+def test_every_workload_beside_the_collectives_runs_through_its_registered_hook():
+    """The harness and the worker never branch on a case's kind: overlap and replay are found by name
+    in the registry (each module registers itself on import), as the collectives are."""
+    from workloads import harness, registry
+
+    for name in registry.RUNNERS:
+        workload = registry.workload(name)
+        assert workload.name == name and callable(workload.run)
+    assert registry.workload("all_reduce") is None  # a collective: the harness' own measure
+    import workloads.worker as worker
+
+    for module in (harness, worker):
+        text = open(module.__file__).read()
+        assert "case.replay" not in text and "OVERLAP" not in text and "REPLAY" not in text, module.__name__

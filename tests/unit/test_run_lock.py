@@ -172,7 +172,8 @@ def test_object_store_holder_keeps_its_lease_and_learns_when_it_lost_it(s3_outpu
     while first.lock.lost is None and time.monotonic() < deadline:
         _put_holder(first, intruder)
         time.sleep(0.3)
-    assert first.lock.lost == intruder
+    assert first.lock.lost == intruder, (f"heartbeat thread alive: {first.lock._thread.is_alive()}, "
+                                         f"the lock reads {first.lock._read()}")
     with pytest.raises(RunStopped, match="its lock was taken over by host elsewhere pid 1 since") as stopped:
         first.write_group("r0-g0", [_row(0)])  # it writes nothing more
     assert stopped.value.exit_code == 1
