@@ -73,7 +73,7 @@ def each_count(measure: Callable[[Case, Ctx, torch.device], Sample]) -> Callable
     def run(case: Case, rank: int, n: int, device: torch.device) -> list[Sample]:
         out = []
         for count in case.counts:
-            c = Ctx(rank, n, count, case.dtype, case.op, case.root, case.in_place, str(device))
+            c = Ctx(rank, n, count, case.dtype, case.op, case.root, case.in_place, str(device), case.traffic)
             try:
                 out.append(measure(case, c, device))
             except CountSkipped as e:

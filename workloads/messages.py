@@ -60,6 +60,10 @@ class Case:
     compute_flops: float = 0.0  # overlap only: matmul size (0: matched to the collective's time)
     cuda_graph: bool = False  # the timed batch replayed from a CUDA graph (nccl-tests' -G; NCCL only)
     replay: ReplayProgram | None = None  # collective "replay": a traced job's ops instead of counts
+    # all_to_allv: its traffic matrix for this group's size (workloads.traffic; None: nccl-tests'
+    # generated pattern) and where it came from (a file, a router's seed), as rows record it
+    traffic: tuple[tuple[int, ...], ...] | None = None
+    traffic_source: str | None = None
 
 
 @dataclass(frozen=True)

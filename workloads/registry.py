@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 # The collectives, in the order a sweep runs them; each is `workloads.collectives.<name>`.
 COLLECTIVES: tuple[str, ...] = (
-    "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "send_recv",
+    "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "all_to_allv", "broadcast", "reduce", "send_recv",
 )
 # A matmul and all_reduce alone and together on the same group (`workloads.overlap`).
 OVERLAP = "overlap"
@@ -61,6 +61,7 @@ class Ctx:
     root: int
     in_place: bool
     device: str = "cpu"
+    traffic: tuple[tuple[int, ...], ...] | None = None  # all_to_allv: its matrix (workloads.traffic)
 
     @property
     def chunk(self) -> int:
@@ -83,6 +84,11 @@ class Collective(ABC):
         """nccl-tests' bus-bandwidth factor for n ranks (README: Bandwidth)."""
 
     def send_numel(self, c: Ctx) -> int:
+        return c.count
+
+    def timed_numel(self, c: Ctx) -> int:
+        """Elements the bandwidth counts (nccl-tests' S): the count, or what the busiest rank of an
+        uneven exchange really moves."""
         return c.count
 
     def recv_numel(self, c: Ctx) -> int:

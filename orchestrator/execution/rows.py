@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from orchestrator.execution import stats
 from orchestrator.results.schema import check_columns
+from workloads import traffic
 from workloads.dtypes import ELEMENT_BYTES
 from workloads.messages import Case, ReplayOp, ReplayTiming, Sample, Status, WorkerInfo, topology_of
 from workloads.registry import collective_of
@@ -91,7 +92,21 @@ def case_fields(base: dict, case: Case, count: int) -> dict:
         "iters": case.iters,
         "warmup": case.warmup,
         "check_iters": case.check_iters,
+        **(traffic_fields(case, count) if case.traffic is not None else {}),
     }
+
+
+def traffic_fields(case: Case, count: int) -> dict:
+    """An uneven exchange's matrix at this size (workloads.traffic): what the row's bytes are."""
+    m, elem = case.traffic, ELEMENT_BYTES[case.dtype]
+    cells = traffic.counts(m, count)
+    n = len(m)
+    per_rank = [max(sum(cells[r]), sum(row[r] for row in cells)) for r in range(n)]
+    sender, receiver = traffic.heaviest_pair(cells)
+    return {"traffic_source": case.traffic_source, "traffic_digest": traffic.digest(m),
+            "traffic_total_bytes": traffic.total_numel(m, count) * elem,
+            "traffic_busiest_bytes": max(per_rank) * elem, "traffic_busiest_rank": per_rank.index(max(per_rank)),
+            "traffic_heaviest_pair": [sender, receiver], "traffic_heaviest_bytes": cells[sender][receiver] * elem}
 
 
 def measured_rows(base: dict, case: Case, per_rank: Sequence[Sequence[Sample]]) -> list[dict]:
@@ -107,10 +122,11 @@ def measured_rows(base: dict, case: Case, per_rank: Sequence[Sequence[Sample]]) 
             rows.append(check_keys({**row, "status": Status.FAILED.value, "error": error, "failed_ranks": failed}))
             continue
         timing = stats.combine([s.iter_time_us for s in samples])
-        algbw = stats.algbw_gbps(row["msg_bytes"], timing["time_us"])
+        moved = row.get("traffic_busiest_bytes", row["msg_bytes"])  # nccl-tests' alltoallv: the busiest rank's
+        algbw = stats.algbw_gbps(moved, timing["time_us"])
         batch_us = sum(s.batch_us for s in samples) / len(samples)  # nccl-tests: the mean over ranks
         row.update(timing, algbw_gbps=algbw, busbw_gbps=stats.busbw_gbps(algbw, factor), time_us_batch=batch_us,
-                   busbw_gbps_batch=stats.busbw_gbps(stats.algbw_gbps(row["msg_bytes"], batch_us), factor),
+                   busbw_gbps_batch=stats.busbw_gbps(stats.algbw_gbps(moved, batch_us), factor),
                    n_wrong=sum(s.n_wrong for s in samples), status=Status.OK.value,
                    mem_peak_bytes=_largest(s.mem_peak_bytes for s in samples),
                    mem_estimate_bytes=_largest(s.mem_estimate_bytes for s in samples))

@@ -63,7 +63,7 @@ ROW_SCHEMA = pa.schema(
         ("time_us_min", pa.float64()),
         ("time_us_max", pa.float64()),
         ("time_cv", pa.float64()),
-        ("algbw_gbps", pa.float64()),  # msg_bytes / time_us, GB = 1e9 bytes
+        ("algbw_gbps", pa.float64()),  # msg_bytes / time_us, GB = 1e9 bytes (all_to_allv: traffic_busiest_bytes)
         ("busbw_gbps", pa.float64()),  # algbw_gbps * the collective's factor for world_size
         ("time_us_batch", pa.float64()),  # nccl-tests' way: the timed iterations as one batch, mean over ranks
         ("busbw_gbps_batch", pa.float64()),
@@ -88,6 +88,16 @@ ROW_SCHEMA = pa.schema(
         ("seq", pa.int32()),
         ("process_group", pa.string()),
         ("trace_time_us", pa.float64()),
+        # all_to_allv only (README: Traffic): the matrix's source (a file, moe:..., nccl-tests:spread=S)
+        # and digest (workloads.traffic), its bytes at this size in all and of the busiest rank (the
+        # larger of what it sends and receives: algbw's bytes), that rank, and the heaviest pair
+        ("traffic_source", pa.string()),
+        ("traffic_digest", pa.string()),
+        ("traffic_total_bytes", pa.int64()),
+        ("traffic_busiest_bytes", pa.int64()),
+        ("traffic_busiest_rank", pa.int32()),  # group rank
+        ("traffic_heaviest_pair", pa.list_(pa.int32())),  # (sender, receiver) group ranks
+        ("traffic_heaviest_bytes", pa.int64()),
         ("iter_time_us", pa.list_(pa.float64())),  # slowest rank per iteration
         ("rank_time_us", pa.list_(pa.float64())),  # each rank's mean, by group rank
     ]

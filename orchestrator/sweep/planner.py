@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from orchestrator.errors import UsageError
+from orchestrator.sweep import traffic
 from orchestrator.sweep.inventory import Inventory
 from orchestrator.sweep.spec import SweepSpec
 from workloads import registry
@@ -61,9 +62,13 @@ def build_cases(spec: SweepSpec, n: int) -> list[Case]:
                 continue
             # overlap measures all_reduce (sum, in place) against a matmul
             ops = ("sum",) if name == registry.OVERLAP else spec.ops if coll.reduces else (NO_OP,)
+            matrix = {}
+            if name == "all_to_allv":  # its matrix for this group size, the same on every rank
+                chosen = traffic.parse(spec.traffic)
+                matrix = {"traffic": chosen.for_ranks(n), "traffic_source": chosen.source}
             cases += [
                 Case(name, dtype, op, in_place, tuple(counts), spec.iters, spec.warmup, spec.check_iters,
-                     spec.root, spec.compute_flops, cuda_graph=spec.cuda_graph)
+                     spec.root, spec.compute_flops, cuda_graph=spec.cuda_graph, **matrix)
                 for op in ops
                 for in_place in coll.in_place_modes
             ]
@@ -92,6 +97,8 @@ def check_plan(spec: SweepSpec, plan: Plan) -> None:
     smallest = min(len(g.ranks) for g in plan.groups)
     if spec.root >= smallest and {"broadcast", "reduce"} & set(spec.collectives):
         raise UsageError(f"--root {spec.root}: the plan has groups of only {smallest} ranks")
+    if "all_to_allv" in spec.collectives:  # a matrix file smaller than the largest group
+        traffic.parse(spec.traffic).for_ranks(max(len(g.ranks) for g in plan.groups))
 
 
 def doubling(limit: int) -> list[int]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.errors import UsageError, renamed
+from orchestrator.sweep import traffic
 from orchestrator.sweep.sizes import parse_bytes, sweep
 from orchestrator.sweep.units import parse_duration
 from workloads.comm_env import COMM_ENV_PREFIXES as ENV_PREFIXES
@@ -36,6 +37,8 @@ DEADLINE_RATE_GBPS = (1e-3, 1e6)  # --deadline-rate: 1 MB/s (deadlines stay belo
 MAX_COMPUTE_FLOPS = 1e15  # one overlap matmul: about a second of a whole GPU
 MAX_NAME_BYTES, MAX_PATH_BYTES = 255, 4096  # Linux NAME_MAX and PATH_MAX
 BACKENDS = ("auto", "nccl", "gloo")
+# a default sweep: every even collective (all_to_allv's traffic is a choice of its own: --traffic)
+DEFAULT_COLLECTIVES = tuple(c for c in COLLECTIVES if c != "all_to_allv")
 ALL = "all"  # -d all: every dtype the backend supports, known once the backend is (for_backend)
 
 
@@ -49,10 +52,11 @@ def _opt(default: Any, flags: tuple[str, ...], help: str, kind: str = "str", **e
 @dataclass(frozen=True, kw_only=True)
 class SweepSpec:
     collectives: tuple[str, ...] = _opt(
-        COLLECTIVES,
+        DEFAULT_COLLECTIVES,
         ("--collectives",),
         "collectives to run, comma-separated: " + ",".join(COLLECTIVES) + "; also overlap (a matmul and "
-        "all_reduce alone and together, not in the default)",
+        "all_reduce alone and together, not in the default); all_to_allv (uneven splits from --traffic) is not "
+        "in the default either",
         "list",
     )
     dtypes: tuple[str, ...] = _opt(
@@ -122,6 +126,13 @@ class SweepSpec:
         0.0, ("--compute-flops",), "overlap: flops of the matmul (2*m^3); 0 matches its time to the collective's",
         "float",
     )
+    traffic: str | None = _opt(
+        None, ("--traffic",),
+        "all_to_allv's traffic matrix: a FILE (nccl-tests' NCCL_TESTS_ALLTOALLV_MATRIX_FILE form, CSV or YAML; "
+        "cell i,j = what rank i sends rank j), moe:experts=E,topk=K,skew=S,seed=N (a mixture-of-experts router: "
+        "Zipf skew S, 0 balanced; defaults 256,8,0,0), or nccl-tests:spread=S (its generated pattern, the default "
+        "with spread 1); the sweep keeps its shape and scales it so the busiest rank moves -b..-e bytes",
+    )
     allow_failures: bool = _opt(False, ("--allow-failures",), "exit 0 even when groups failed", "bool")
     cuda_graph: bool = _opt(
         False, ("--cuda-graph",), "time each size's batch as a CUDA graph replay of its iterations (nccl-tests' -G); "
@@ -145,6 +156,11 @@ class SweepSpec:
         if not 0 <= self.compute_flops <= MAX_COMPUTE_FLOPS:  # nan too: the manifest is JSON
             raise UsageError(f"{_flag('compute_flops')} {self.compute_flops!r}: must be 0 (matched to the "
                              f"collective's time) or positive, at most {MAX_COMPUTE_FLOPS:g}")
+        if self.traffic is not None:
+            if "all_to_allv" not in self.collectives:
+                raise UsageError(f"{_flag('traffic')} {self.traffic[:80]}: only all_to_allv takes a traffic matrix "
+                                 "(add it to --collectives)")
+            traffic.parse(self.traffic)
         if self.cuda_graph and self.backend == "gloo":
             raise UsageError(f"{_flag('cuda_graph')}: needs --backend nccl (gloo runs on the host: no CUDA graph)")
         for name, low, high in (("group_timeout_s", 0.0, MAX_TIMEOUT_S), ("deadline_rate_gbps", *DEADLINE_RATE_GBPS)):

@@ -13,7 +13,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from orchestrator.lab.raynodes import free_port
-from workloads import harness, registry
+from orchestrator.sweep import traffic as tv
+from workloads import harness, registry, traffic
 from workloads.data import SENTINEL, TORCH_DTYPES, count_wrong, write
 from workloads.dtypes import BACKEND_DTYPES, NO_OP, OPS
 from workloads.harness import buffers, fill, run_case
@@ -119,6 +120,9 @@ def _expected(name: str, op: str, sent: list[torch.Tensor], rank: int, n: int, r
         return torch.cat(sent)
     if name == "all_to_all":
         return torch.cat([s[rank * chunk : (rank + 1) * chunk] for s in sent])
+    if name == "all_to_allv":  # nccl-tests' generated pattern: cell i,j from the matrix, in sender order
+        cells = traffic.counts(traffic.generated(n), COUNT)
+        return torch.cat([sent[i][sum(cells[i][:rank]) : sum(cells[i][: rank + 1])] for i in range(n)])
     if name == "broadcast":
         return sent[root]
     if name == "send_recv":
@@ -198,3 +202,64 @@ def test_registering_an_incomplete_or_unlisted_collective_fails():
     with pytest.raises(ValueError, match="'gather' is not in registry.COLLECTIVES"):
         registry.register(Unlisted)
     assert type(registry.get("all_reduce")).__name__ == "AllReduce"  # nothing was replaced
+
+
+MATRICES = {  # group of 3: a router's skewed traffic, and a file's with empty cells and a busy diagonal
+    "moe": lambda: tv.parse("moe:experts=6,topk=2,skew=1.5,seed=7").for_ranks(3),
+    "sparse": lambda: ((5, 0, 1), (0, 0, 7), (3, 0, 2)),
+}
+V_COUNT = 40  # the busiest rank's elements
+
+
+def _v_worker(rank: int, n: int, port: int, queue) -> None:
+    store = dist.TCPStore("127.0.0.1", port, n, rank == 0)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=n)
+    out = {}
+    coll = registry.get("all_to_allv")
+    for key, make in MATRICES.items():
+        c = Ctx(rank, n, V_COUNT, "float32", NO_OP, 0, False, traffic=make())
+        send, recv = buffers(coll, c, torch.device("cpu"))
+        fill(coll, c, send, recv, it=2)
+        sent = send.clone()
+        coll.bind(c, send, recv, None)()
+        out[key] = (sent, recv.clone(), count_wrong(recv, coll.expected(c), n, 2, NO_OP, "float32"))
+        # every chunk one element off its place (as a wrong offset would put it): the check must see it
+        misplaced = torch.roll(recv, 1)
+        out[key + "-misplaced"] = count_wrong(misplaced, coll.expected(c), n, 2, NO_OP, "float32")
+    queue.put((rank, _bytes(out)))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def _bytes(out) -> bytes:
+    buf = io.BytesIO()
+    torch.save(out, buf)
+    return buf.getvalue()
+
+
+def test_all_to_allv_delivers_every_cell_of_an_uneven_matrix_and_its_check_catches_misplaced_chunks():
+    ctx = mp.get_context("spawn")
+    queue, port, n = ctx.Queue(), free_port(), 3
+    procs = [ctx.Process(target=_v_worker, args=(r, n, port, queue)) for r in range(n)]
+    for p in procs:
+        p.start()
+    results = {}
+    for _ in range(n):
+        rank, data = queue.get(timeout=240)
+        results[rank] = torch.load(io.BytesIO(data), weights_only=False)
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    for key, make in MATRICES.items():
+        m = make()
+        cells = traffic.counts(m, V_COUNT)
+        assert traffic.busiest_numel(m, V_COUNT) <= V_COUNT
+        sent = [results[r][key][0] for r in range(n)]
+        for rank in range(n):
+            _, got, wrong = results[rank][key]
+            # what each sender put at this rank's place in its input, in sender order
+            want = torch.cat([sent[i][sum(cells[i][:rank]): sum(cells[i][: rank + 1])] for i in range(n)])
+            assert torch.equal(got, want) and wrong == 0, (key, rank)
+            assert len(got) == sum(cells[i][rank] for i in range(n))
+            if len(got) > 1:  # a shifted buffer is caught
+                assert results[rank][key + "-misplaced"] > 0, (key, rank)

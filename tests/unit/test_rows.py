@@ -96,3 +96,20 @@ def test_a_key_outside_the_schema_is_refused():
         rows.check_keys({"busbw_gpbs": 1.0})
     with pytest.raises(KeyError, match="not a result column: tme_us"):
         rows_table([{"status": "ok", "tme_us": 3.0}])
+
+
+def test_all_to_allv_rows_record_their_matrix_and_count_the_busiest_ranks_bytes():
+    # rank 2 receives 1 + 7 + 2 = 10 units, more than any rank sends (at most 7): it is the busiest
+    m = ((5, 0, 1), (0, 0, 7), (3, 0, 2))
+    case = Case("all_to_allv", "float32", "none", False, (120,), 2, 1, 1, traffic=m, traffic_source="x.txt")
+    samples = [[Sample(120, (50.0, 50.0), 0, 50.0)] for _ in range(3)]
+    (row,) = rows.measured_rows(_base(), case, samples)
+    # cells at 120 elements for the busiest rank: w * 120 // 10 = w * 12 elements of 4 bytes
+    assert row["traffic_busiest_bytes"] == 120 * 4 and row["traffic_busiest_rank"] == 2
+    assert row["traffic_total_bytes"] == (5 + 1 + 7 + 3 + 2) * 12 * 4
+    assert row["traffic_heaviest_pair"] == [1, 2] and row["traffic_heaviest_bytes"] == 7 * 12 * 4
+    assert row["traffic_source"] == "x.txt" and len(row["traffic_digest"]) == 16
+    # nccl-tests' alltoallv: algbw = the busiest rank's bytes / time, busbw = algbw * (n-1)/n
+    assert row["algbw_gbps"] == pytest.approx(480 / 50.0 / 1e3)
+    assert row["busbw_gbps"] == pytest.approx(480 / 50.0 / 1e3 * 2 / 3)
+    rows_table([row])  # every field is in the schema
