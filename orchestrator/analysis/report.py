@@ -29,7 +29,8 @@ TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "fits": ("latency-bandwidth fits: time = alpha + bytes / bandwidth ({unit}, algorithm bandwidth)", ("bandwidth",)),
     "failures": ("failed, timed-out and skipped groups", ()),
     "expected": ("busbw ({unit}) beside the expected value for the platform (% of expected)", ("busbw", "expected")),
-    "intra_vs_inter": ("intra-node (NVLink) vs the network, measured and expected ({unit})",
+    "intra_vs_inter": ("intra-node (NVLink) vs the network (and vs intra-domain: NVLink across nodes), measured and "
+                       "expected ({unit})",
                        ("intra_busbw", "intra_expected", "net_busbw", "net_expected")),
     "replay_steps": ("replayed steps: communication of the slowest rank per step, and its groups' parts", ()),
     "replay_groups": ("replayed process groups: time per step on the slowest rank, and share", ()),
