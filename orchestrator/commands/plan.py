@@ -28,7 +28,8 @@ def add_parser(sub) -> None:
         "measurements, against the live cluster (--address, $RAY_ADDRESS) or a described inventory.",
     )
     add_spec_options(p, only=OPTIONS)
-    p.add_argument("--inventory", metavar="NxR", help="plan for N nodes of R GPUs (64x8) or R CPU ranks (4x2cpu)")
+    p.add_argument("--inventory", metavar="NxR", help="plan for N nodes of R GPUs (64x8) or R CPU ranks (4x2cpu); "
+                   "NxR/D: in NVLink domains of D nodes (36x4/18: two GB200 NVL72 racks)")
     p.add_argument("--groups", action="store_true", help="list the ranks of every group")
     p.set_defaults(handler=main)
 
@@ -52,7 +53,9 @@ def main(args: argparse.Namespace) -> int:
 
 
 def describe(plan: Plan, inv: Inventory, list_groups: bool) -> str:
-    lines = [f"inventory: {len(inv.nodes)} node(s), {inv.world_size} rank(s) ({'GPU' if inv.use_gpus else 'CPU'})"]
+    domains = inv.domains()
+    lines = [f"inventory: {len(inv.nodes)} node(s), {inv.world_size} rank(s) ({'GPU' if inv.use_gpus else 'CPU'})"
+             + (f", {len(domains)} NVLink domain(s)" if domains else "")]
     for rnd in plan.rounds:
         sizes = Counter(len(g.ranks) for g in rnd)
         shape = ", ".join(f"{count} x {size} ranks" for size, count in sorted(sizes.items()))
