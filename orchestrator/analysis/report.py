@@ -22,7 +22,8 @@ from workloads.messages import Status
 
 # name -> (title, columns scaled by the bandwidth unit)
 TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "busbw": ("busbw ({unit}) by message size, widest group of each topology", ("intra", "inter", "mixed")),
+    "busbw": ("busbw ({unit}) by message size, widest group of each topology", ("intra", "inter", "mixed",
+                                                                               "intra-domain")),
     "latency": ("time_us by message size, widest group of each topology", ()),
     "peaks": ("peak busbw ({unit}) and the size reaching half of it", ("peak_busbw",)),
     "dtypes": ("dtypes at equal element counts (busbw in {unit})", ("busbw",)),

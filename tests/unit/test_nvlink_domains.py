@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
-from orchestrator.analysis import expected
+from orchestrator.analysis import diagnosis, expected
 from orchestrator.errors import UsageError
 from orchestrator.execution import rows
 from orchestrator.sweep.fabric import GpuFabric, node_domain, parse_fabric
@@ -208,3 +209,20 @@ def test_the_shipped_nvl72_entry_applies_to_a_full_rack_from_4_gib():
     assert hit is not None and hit.busbw_gbps == 835 and "coreweave/nccl-tests#43" in hit.source
     assert expected.find(entries, {"gb200"}, "all_reduce", "intra-domain", 4 << 30, 8, "") is None
     assert expected.parse([{"topology": "intra-domain", "busbw_gbps": 900}], "x", "user")[0].topology == "intra-domain"
+
+
+def _rows(topologies: list[tuple[str, int, float]]) -> pd.DataFrame:
+    return pd.DataFrame([{"status": "ok", "collective": "all_reduce", "topology": t, "world_size": w,
+                          "msg_bytes": 1 << 30, "busbw_gbps": b} for t, w, b in topologies])
+
+
+def test_the_busbw_table_has_an_intra_domain_column_only_where_rows_have_it():
+    plain = _rows([("intra", 4, 700.0), ("inter", 2, 45.0)])
+    [row] = diagnosis.by_size(plain, "all_reduce", "busbw_gbps")
+    assert list(row) == ["collective", "msg_bytes", "size", "intra", "inter", "mixed"]
+    rack = _rows([("intra", 4, 700.0), ("inter", 2, 45.0), ("intra-domain", 72, 820.0), ("intra-domain", 8, 800.0)])
+    [row] = diagnosis.by_size(rack, "all_reduce", "busbw_gbps")
+    assert list(row)[-1] == "intra-domain" and row["intra-domain"] == 820.0  # the widest group
+    peaks = diagnosis.peaks(rack, "all_reduce", [row])
+    assert [(p["topology"], p["world_size"], p["peak_busbw"]) for p in peaks] == [
+        ("intra", 4, 700.0), ("inter", 2, 45.0), ("intra-domain", 72, 820.0)]
