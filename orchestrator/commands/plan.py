@@ -11,7 +11,7 @@ from collections import Counter
 from orchestrator.commands.options import add_spec_options, spec_from_args
 from orchestrator.sweep.inventory import Inventory, from_description
 from orchestrator.sweep.planner import Plan, build_cases, check_plan, make_plan
-from orchestrator.sweep.spec import auto_backend, for_backend
+from orchestrator.sweep.spec import DOMAIN_PATTERNS, auto_backend, for_backend
 
 # What plan reads: the groups (patterns, group sizes, concurrency), the cases counted per group
 # (collectives, dtypes, ops, sizes), --root's check, and the live cluster (address, CPU ranks, and
@@ -73,6 +73,11 @@ def _live_inventory(spec) -> Inventory:
 
     joined = connect.connect(spec.address)
     try:
-        return inventory.select(inventory.from_ray_nodes(ray.nodes(), spec.ranks_per_node), spec.nodes, spec.exclude)
+        inv = inventory.select(inventory.from_ray_nodes(ray.nodes(), spec.ranks_per_node), spec.nodes, spec.exclude)
+        if inv.use_gpus and set(spec.patterns) & set(DOMAIN_PATTERNS):  # only then: nvidia-smi -q on every node
+            from orchestrator.execution import probe
+
+            inv = inventory.with_domains(inv, probe.read_domains(inv))
+        return inv
     finally:
         connect.disconnect(joined)

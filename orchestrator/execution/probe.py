@@ -133,6 +133,26 @@ def probe_nodes(inv: Inventory, with_nccl: bool, timeout_s: float = 120.0) -> di
     return gather(inv, submit(inv, with_nccl), timeout_s)
 
 
+def read_domains(inv: Inventory, timeout_s: float = 60.0) -> dict[str, str]:
+    """Each GPU node's NVLink domain alone (node id -> domain, nodes without one left out), one
+    small task per node: for `collbench plan` on a live cluster, which starts no probe of devices."""
+    task = ray.remote(num_cpus=0)(read_domain)
+    refs = {node.node_id: task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False))
+            .remote() for node in inv.nodes if node.gpus}
+    if not refs:
+        return {}
+    ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout_s)
+    out = {}
+    for node_id, ref in refs.items():
+        try:
+            domain = ray.get(ref, timeout=0) if ref in ready else None
+        except Exception:  # a node whose task failed has no domain known: the plan says so, not a crash
+            domain = None
+        if domain:
+            out[node_id] = domain
+    return out
+
+
 def submit(inv: Inventory, with_nccl: bool) -> dict[str, ray.ObjectRef]:
     """Start the probe task on every node; `gather` collects them."""
     task = ray.remote(num_cpus=0)(_read_node)
