@@ -29,18 +29,24 @@ class Stage(str, Enum):
 
 
 class Topology(str, Enum):
-    """Where a group's ranks run: one node, one rank per node, or otherwise."""
+    """Where a group's ranks run: one node, one rank per node, or otherwise; or, where NVLink
+    domain facts exist, several nodes all of one NVLink domain (an NVL72 rack: NVLink between them)."""
 
     INTRA = "intra"
     INTER = "inter"
     MIXED = "mixed"
+    INTRA_DOMAIN = "intra-domain"
 
 
-def topology_of(node_of_rank: Sequence[Hashable]) -> Topology:
-    """The topology of a group from the node of each of its ranks (any node key)."""
+def topology_of(node_of_rank: Sequence[Hashable], domain_of_rank: Sequence[str | None] | None = None) -> Topology:
+    """The topology of a group from the node of each of its ranks (any node key) and, where
+    known, the NVLink domain of each rank's node: several nodes all in one domain are
+    intra-domain. Without domain facts (None, or a rank without a domain) it is as it always was."""
     n_nodes = len(set(node_of_rank))
     if n_nodes == 1:
         return Topology.INTRA
+    if domain_of_rank is not None and len(set(domain_of_rank)) == 1 and domain_of_rank[0] is not None:
+        return Topology.INTRA_DOMAIN
     return Topology.INTER if n_nodes == len(node_of_rank) else Topology.MIXED
 
 

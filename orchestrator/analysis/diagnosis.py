@@ -31,7 +31,13 @@ from orchestrator.judging.judge import MIN_VALUES, peer_arrays, prior_for
 from orchestrator.sweep.sizes import format_bytes
 from workloads.messages import Status, Topology
 
-TOPOLOGIES = tuple(t.value for t in Topology)
+TOPOLOGIES = (Topology.INTRA.value, Topology.INTER.value, Topology.MIXED.value)  # every report's columns
+DOMAIN = Topology.INTRA_DOMAIN.value  # a column only where rows have it (NVLink domains across nodes)
+
+
+def topologies(df: pd.DataFrame) -> tuple[str, ...]:
+    """The topology columns of `df`'s tables: intra, inter, mixed, and intra-domain where it has any."""
+    return TOPOLOGIES + ((DOMAIN,) if "topology" in df and (df.topology == DOMAIN).any() else ())
 SHAPE = ["collective", "dtype", "op", "in_place", "pattern", "world_size", "ranks_per_node"]
 MIN_PEERS = MIN_VALUES
 
@@ -73,7 +79,7 @@ def by_size(df: pd.DataFrame, collective: str, value: str) -> list[dict]:
     rows = []
     for size, rec in table.iterrows():
         row = {"collective": collective, "msg_bytes": int(size), "size": format_bytes(int(size))}
-        for t in TOPOLOGIES:
+        for t in topologies(d):
             v = rec.get(t)
             row[t] = float(v) if v is not None and v == v else None
         rows.append(row)
@@ -86,8 +92,8 @@ def peaks(df: pd.DataFrame, collective: str, busbw: list[dict]) -> list[dict]:
     out = []
     series = {}
     for row in busbw:
-        for t in TOPOLOGIES:
-            if row[t] is not None:
+        for t in (*TOPOLOGIES, DOMAIN):
+            if row.get(t) is not None:
                 series.setdefault(t, []).append((row["msg_bytes"], row[t]))
     d = ok_rows(df)
     d = d[d.collective == collective]

@@ -27,7 +27,7 @@ from workloads.messages import Status
 from workloads.registry import WORKLOADS
 
 SHIPPED = os.path.join(os.path.dirname(__file__), "expected.yaml")
-TOPOLOGIES = ("intra", "inter", "mixed")
+TOPOLOGIES = ("intra", "inter", "mixed", "intra-domain")  # intra-domain: nodes of one NVLink domain (NVL72)
 ORIGINS = ("user", "declared", "shipped")  # precedence
 
 
@@ -225,29 +225,35 @@ def _expected_row(frame: Frame, g: pd.DataFrame, entry: Entry, min_fraction: flo
 
 def intra_vs_inter(table: list[dict]) -> list[dict]:
     """The seed question per collective: NVLink (intra) and the network (inter, else mixed) at the
-    largest size with an entry, measured beside expected, and their ratios."""
+    largest size with an entry, measured beside expected, and their ratios; where rows of nodes in
+    one NVLink domain exist (an NVL72 rack), a second row sets intra beside intra-domain."""
     out = []
     rows = pd.DataFrame(table)
     if rows.empty:
         return out
     for coll, g in rows.groupby("collective", sort=False):
         pick = {}
-        for topo in ("intra", "inter", "mixed"):
+        for topo in TOPOLOGIES:
             t = g[g.topology == topo]
             if len(t):
                 pick[topo] = t[t.msg_bytes == t.msg_bytes.max()].sort_values("world_size").iloc[-1]
-        net = pick.get("inter", pick.get("mixed"))
-        intra = pick.get("intra")
-        if intra is None and net is None:
-            continue
-        out.append({
-            "collective": coll,
-            "intra_busbw": None if intra is None else intra.busbw, "intra_expected": None if intra is None else intra.expected,
-            "net_topology": None if net is None else net.topology,
-            "net_busbw": None if net is None else net.busbw, "net_expected": None if net is None else net.expected,
-            "measured_ratio": intra.busbw / net.busbw if intra is not None and net is not None else None,
-            "expected_ratio": intra.expected / net.expected if intra is not None and net is not None else None,
-            "reasons": [{**r, "message": f"{part}: {r['message']}"} for part, picked in (("intra", intra), ("net", net))
-                        if picked is not None for r in picked.reasons],
-        })
+        intra, net, domain = pick.get("intra"), pick.get("inter", pick.get("mixed")), pick.get("intra-domain")
+        if net is not None or (intra is not None and domain is None):  # as without domains
+            out.append(_intra_vs(coll, intra, net))
+        if domain is not None:
+            out.append(_intra_vs(coll, intra, domain))
     return out
+
+
+def _intra_vs(coll: str, intra, net) -> dict:
+    """One row of intra_vs_inter: intra beside `net` (inter, mixed or intra-domain), either None."""
+    return {
+        "collective": coll,
+        "intra_busbw": None if intra is None else intra.busbw, "intra_expected": None if intra is None else intra.expected,
+        "net_topology": None if net is None else net.topology,
+        "net_busbw": None if net is None else net.busbw, "net_expected": None if net is None else net.expected,
+        "measured_ratio": intra.busbw / net.busbw if intra is not None and net is not None else None,
+        "expected_ratio": intra.expected / net.expected if intra is not None and net is not None else None,
+        "reasons": [{**r, "message": f"{part}: {r['message']}"} for part, picked in (("intra", intra), ("net", net))
+                    if picked is not None for r in picked.reasons],
+    }

@@ -36,9 +36,9 @@ def figures(frame: Frame, scale: float, unit: str) -> Iterator[tuple[str, str, o
             if not rows:
                 continue
             fig, ax = plt.subplots(figsize=(7, 4))
-            for topo in diagnosis.TOPOLOGIES:
+            for topo in diagnosis.topologies(df[df.collective == coll]):
                 pts = [(r["msg_bytes"], r[topo] * (scale if value == "busbw_gbps" else 1)) for r in rows
-                       if r[topo] is not None]
+                       if r.get(topo) is not None]
                 if pts:
                     ax.plot(*zip(*pts), marker="o", label=f"{topo} ({int(widest[topo])} ranks)")
             ax.set_xscale("log", base=2)

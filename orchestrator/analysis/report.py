@@ -22,14 +22,16 @@ from workloads.messages import Status
 
 # name -> (title, columns scaled by the bandwidth unit)
 TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "busbw": ("busbw ({unit}) by message size, widest group of each topology", ("intra", "inter", "mixed")),
+    "busbw": ("busbw ({unit}) by message size, widest group of each topology", ("intra", "inter", "mixed",
+                                                                               "intra-domain")),
     "latency": ("time_us by message size, widest group of each topology", ()),
     "peaks": ("peak busbw ({unit}) and the size reaching half of it", ("peak_busbw",)),
     "dtypes": ("dtypes at equal element counts (busbw in {unit})", ("busbw",)),
     "fits": ("latency-bandwidth fits: time = alpha + bytes / bandwidth ({unit}, algorithm bandwidth)", ("bandwidth",)),
     "failures": ("failed, timed-out and skipped groups", ()),
     "expected": ("busbw ({unit}) beside the expected value for the platform (% of expected)", ("busbw", "expected")),
-    "intra_vs_inter": ("intra-node (NVLink) vs the network, measured and expected ({unit})",
+    "intra_vs_inter": ("intra-node (NVLink) vs the network (and vs intra-domain: NVLink across nodes), measured and "
+                       "expected ({unit})",
                        ("intra_busbw", "intra_expected", "net_busbw", "net_expected")),
     "replay_steps": ("replayed steps: communication of the slowest rank per step, and its groups' parts", ()),
     "replay_groups": ("replayed process groups: time per step on the slowest rank, and share", ()),

@@ -11,7 +11,7 @@ from collections import Counter
 from orchestrator.commands.options import add_spec_options, spec_from_args
 from orchestrator.sweep.inventory import Inventory, from_description
 from orchestrator.sweep.planner import Plan, build_cases, check_plan, make_plan
-from orchestrator.sweep.spec import auto_backend, for_backend
+from orchestrator.sweep.spec import DOMAIN_PATTERNS, auto_backend, for_backend
 
 # What plan reads: the groups (patterns, group sizes, concurrency), the cases counted per group
 # (collectives, dtypes, ops, sizes), --root's check, and the live cluster (address, CPU ranks, and
@@ -28,7 +28,8 @@ def add_parser(sub) -> None:
         "measurements, against the live cluster (--address, $RAY_ADDRESS) or a described inventory.",
     )
     add_spec_options(p, only=OPTIONS)
-    p.add_argument("--inventory", metavar="NxR", help="plan for N nodes of R GPUs (64x8) or R CPU ranks (4x2cpu)")
+    p.add_argument("--inventory", metavar="NxR", help="plan for N nodes of R GPUs (64x8) or R CPU ranks (4x2cpu); "
+                   "NxR/D: in NVLink domains of D nodes (36x4/18: two GB200 NVL72 racks)")
     p.add_argument("--groups", action="store_true", help="list the ranks of every group")
     p.set_defaults(handler=main)
 
@@ -52,7 +53,9 @@ def main(args: argparse.Namespace) -> int:
 
 
 def describe(plan: Plan, inv: Inventory, list_groups: bool) -> str:
-    lines = [f"inventory: {len(inv.nodes)} node(s), {inv.world_size} rank(s) ({'GPU' if inv.use_gpus else 'CPU'})"]
+    domains = inv.domains()
+    lines = [f"inventory: {len(inv.nodes)} node(s), {inv.world_size} rank(s) ({'GPU' if inv.use_gpus else 'CPU'})"
+             + (f", {len(domains)} NVLink domain(s)" if domains else "")]
     for rnd in plan.rounds:
         sizes = Counter(len(g.ranks) for g in rnd)
         shape = ", ".join(f"{count} x {size} ranks" for size, count in sorted(sizes.items()))
@@ -70,6 +73,11 @@ def _live_inventory(spec) -> Inventory:
 
     joined = connect.connect(spec.address)
     try:
-        return inventory.select(inventory.from_ray_nodes(ray.nodes(), spec.ranks_per_node), spec.nodes, spec.exclude)
+        inv = inventory.select(inventory.from_ray_nodes(ray.nodes(), spec.ranks_per_node), spec.nodes, spec.exclude)
+        if inv.use_gpus and set(spec.patterns) & set(DOMAIN_PATTERNS):  # only then: nvidia-smi -q on every node
+            from orchestrator.execution import probe
+
+            inv = inventory.with_domains(inv, probe.read_domains(inv))
+        return inv
     finally:
         connect.disconnect(joined)

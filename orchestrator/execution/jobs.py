@@ -87,6 +87,7 @@ def sweep(spec: SweepSpec, *, run_id: str | None = None, saved: resume.SavedRun 
         if change:
             raise UsageError(f"--resume {run_id}: the cluster is not the one the run started on ({change}), "
                              "so its groups would not be the same; start a new run")
+        inv = session.read_nodes()  # GPU nodes: their NVLink domains, before the plan that may use them
         if planner is None:
             plan = make_plan(session.spec, inv)  # as the backend runs it (`-d all` expanded)
             check_plan(session.spec, plan)

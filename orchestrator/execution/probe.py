@@ -1,8 +1,13 @@
 """One short Ray task per node, before any actor: what its GPUs are (`nvidia-smi`), what torch on
 the node makes of them (the CUDA it is built for, how many GPUs it sees, its error when it cannot use
 them, the NCCL it is built with), and what platform it is (sweep.platform: its NICs in /sys, its
-instance type, what a lab declares). torch is asked in a subprocess, so whatever it initialises
-(and a CUDA_VISIBLE_DEVICES Ray may have emptied for a task without GPUs) ends with it."""
+instance type, what a lab declares), and the NVLink domain its GPUs share with other nodes
+(`nvidia-smi -q`'s Fabric sections, sweep.fabric). torch is asked in a subprocess, so whatever it
+initialises (and a CUDA_VISIBLE_DEVICES Ray may have emptied for a task without GPUs) ends with it.
+
+For tests only: where $COLLBENCH_TEST_NVIDIA_SMI_Q_DIR names a folder, a GPU node's domain is read
+from the recorded `nvidia-smi -q` output `<that folder>/<the node's Ray id>.txt` instead of
+nvidia-smi (a fake-GPU Ray cluster has no nvidia-smi); nothing else reads it."""
 
 from __future__ import annotations
 
@@ -17,10 +22,12 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from orchestrator.errors import first_line
 from orchestrator.sweep.devices import DeviceCaps, parse_version
+from orchestrator.sweep.fabric import node_domain, parse_fabric
 from orchestrator.sweep.inventory import Inventory
 from orchestrator.sweep.platform import Platform, detect
 
 _QUERY = "name,memory.total,compute_cap,driver_version"
+RECORDED_SMI_Q_DIR = "COLLBENCH_TEST_NVIDIA_SMI_Q_DIR"  # tests only: see the module's docstring
 
 
 def parse_nvidia_smi(text: str) -> DeviceCaps:
@@ -38,12 +45,29 @@ def parse_nvidia_smi(text: str) -> DeviceCaps:
 class NodeProbe:
     caps: DeviceCaps | None  # None on a node without GPUs
     platform: Platform
+    nvlink_domain: str | None = None  # the NVLink domain every GPU of the node is in (sweep.fabric), else None
 
 
 def _read_node(with_nccl: bool, gpus: bool) -> NodeProbe:
     caps = _read_gpus(with_nccl) if gpus else None
     names = [caps.gpu_name] * caps.gpus if caps and caps.gpu_name else None
-    return NodeProbe(caps, detect(nvidia_smi_names=names))
+    return NodeProbe(caps, detect(nvidia_smi_names=names), read_domain() if gpus else None)
+
+
+def read_domain(timeout_s: float = 30.0) -> str | None:
+    """The node's NVLink domain from `nvidia-smi -q` (within `timeout_s`: it walks every GPU, slow
+    on an NVL72 tray); None where nvidia-smi fails or shows none: a domain is a fact, never a guess."""
+    recorded = os.environ.get(RECORDED_SMI_Q_DIR)
+    try:
+        if recorded:
+            with open(os.path.join(recorded, f"{ray.get_runtime_context().get_node_id()}.txt")) as f:
+                text = f.read()
+        else:
+            text = subprocess.run(["nvidia-smi", "-q"], capture_output=True, text=True, timeout=timeout_s,
+                                  check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return node_domain(parse_fabric(text))
 
 
 def _read_gpus(with_nccl: bool) -> DeviceCaps:
@@ -107,6 +131,26 @@ def with_torch(caps: DeviceCaps, report: str) -> DeviceCaps:
 def probe_nodes(inv: Inventory, with_nccl: bool, timeout_s: float = 120.0) -> dict[str, NodeProbe]:
     """What every node of the inventory is, read on all of them at once."""
     return gather(inv, submit(inv, with_nccl), timeout_s)
+
+
+def read_domains(inv: Inventory, timeout_s: float = 60.0) -> dict[str, str]:
+    """Each GPU node's NVLink domain alone (node id -> domain, nodes without one left out), one
+    small task per node: for `collbench plan` on a live cluster, which starts no probe of devices."""
+    task = ray.remote(num_cpus=0)(read_domain)
+    refs = {node.node_id: task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False))
+            .remote() for node in inv.nodes if node.gpus}
+    if not refs:
+        return {}
+    ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout_s)
+    out = {}
+    for node_id, ref in refs.items():
+        try:
+            domain = ray.get(ref, timeout=0) if ref in ready else None
+        except Exception:  # a node whose task failed has no domain known: the plan says so, not a crash
+            domain = None
+        if domain:
+            out[node_id] = domain
+    return out
 
 
 def submit(inv: Inventory, with_nccl: bool) -> dict[str, ray.ObjectRef]:

@@ -43,9 +43,12 @@ def check_keys(row: dict) -> dict:
 
 def group_base(run: RunRef, backend: str, group, groups_in_round: int, workers: Sequence[WorkerInfo],
                local_ranks: Sequence[int], pair_nodes: list[str] | None,
-               platforms: Mapping[str, Sequence[str]] | None = None) -> dict:
+               platforms: Mapping[str, Sequence[str]] | None = None,
+               domains: Mapping[str, str] | None = None) -> dict:
     """The columns shared by every row of one group: `workers` and `local_ranks` by group rank;
-    `platforms` (node id -> platform tags) gives the tags all of the group's nodes share."""
+    `platforms` (node id -> platform tags) gives the tags all of the group's nodes share; `domains`
+    (node id -> NVLink domain, where the probe found one) makes a group of one domain's nodes
+    intra-domain."""
     per_node = Counter(w.node_id for w in workers)
     shared = set.intersection(*(set(platforms.get(n, ())) for n in per_node)) if platforms else set()
     return check_keys({
@@ -55,7 +58,8 @@ def group_base(run: RunRef, backend: str, group, groups_in_round: int, workers: 
         "world_size": len(workers),
         "n_nodes": len(per_node),
         "ranks_per_node": max(per_node.values()),
-        "topology": topology_of([w.node_id for w in workers]).value,
+        "topology": topology_of([w.node_id for w in workers],
+                                [domains.get(w.node_id) for w in workers] if domains else None).value,
         "pattern": group.pattern,
         "phase": group.phase,
         "group_id": group.group_id,

@@ -85,7 +85,8 @@ class Runner:
             pair = [self.pool.inv.nodes[i].node_id for i in g.pair] if g.pair else None
             base = rows.group_base(self.run_ref, self.backend, g, groups_in_round,
                                    [self.pool.workers[r].info for r in g.ranks],
-                                   [self.pool.slots[r][1] for r in g.ranks], pair, self.platforms)
+                                   [self.pool.slots[r][1] for r in g.ranks], pair, self.platforms,
+                                   {n.node_id: n.nvlink_domain for n in self.pool.inv.nodes if n.nvlink_domain})
             cases = self._cases_for(g) if self._cases_for else self._cases.setdefault(n, build_cases(self.spec, n))
             r = _GroupRun(g, base, cases, now, self.spec.group_timeout_s)
             self.observers.group_started(ev.GroupStarted(g, base))

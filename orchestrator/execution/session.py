@@ -69,6 +69,7 @@ class Session:
         self.diagnosis = None  # the quick doctor's, once the workers started
         self._checked = False
         self._probe_in_workers = False  # a CPU-only run probes its nodes in its workers, once started
+        self._probed = False  # read_nodes() done
         self._float8_from_all = False
         self._sigterm = None
 
@@ -130,8 +131,7 @@ class Session:
             check_memory(self.spec, self.backend, self.inv, group_sizes, self.caps)
             self._checked = True
             return
-        with self.startup.timing("probe_s"):
-            self._read_probes(probe.submit(self.inv, with_nccl=bool(FLOAT8 & set(self.spec.dtypes))))
+        self.read_nodes()
         check_driver(self.backend, self.inv, self.caps)  # before float8 and memory: their facts need a working torch
         self.spec, note = float8_for_cluster(self.spec, self.backend, self.inv, self.caps, self._float8_from_all)
         if note:
@@ -139,10 +139,25 @@ class Session:
         check_memory(self.spec, self.backend, self.inv, group_sizes, self.caps)
         self._checked = True
 
+    def read_nodes(self) -> Inventory:
+        """The probe of every node of a GPU cluster, once (a run reads it before planning: the
+        NVLink domains it finds shape the domain patterns and the intra-domain topology); the
+        inventory, its nodes' domains filled in where any node has one."""
+        if self.inv is None:
+            raise SessionOrder("Session.read_nodes() needs cluster() first")
+        if self.inv.use_gpus and not self._probed:
+            with self.startup.timing("probe_s"):
+                self._read_probes(probe.submit(self.inv, with_nccl=bool(FLOAT8 & set(self.spec.dtypes))))
+        return self.inv
+
     def _read_probes(self, refs: dict) -> None:
         probes = probe.gather(self.inv, refs)
         self.caps = {node_id: p.caps for node_id, p in probes.items() if p.caps is not None}
         self.platforms = {node_id: p.platform for node_id, p in probes.items()}
+        domains = {node_id: p.nvlink_domain for node_id, p in probes.items() if p.nvlink_domain}
+        if domains:
+            self.inv = inventory.with_domains(self.inv, domains)
+        self._probed = True
 
     def start(self, groups_total: int, observers: list, command: str = "run", skipped: int = 0,
               cases_for=None) -> tuple[Runner, Tally]:

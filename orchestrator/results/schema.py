@@ -32,7 +32,7 @@ ROW_SCHEMA = pa.schema(
         ("world_size", pa.int32()),
         ("n_nodes", pa.int32()),
         ("ranks_per_node", pa.int32()),  # largest number of the group's ranks on one node
-        ("topology", pa.string()),  # intra | inter | mixed, from where the ranks really ran
+        ("topology", pa.string()),  # intra | inter | mixed | intra-domain (NVLink domain facts only), where the ranks ran
         ("pattern", pa.string()),
         ("phase", pa.string()),  # collbench qualify: intra, pairs, retest, gate, bisect (null in a sweep)
         ("group_id", pa.string()),

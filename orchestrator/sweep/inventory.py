@@ -1,14 +1,16 @@
 """The cluster as the planner sees it: nodes, their addresses and how many ranks each holds.
 
 Built from `ray.nodes()` (live clusters) or from a description such as `64x8` (planning only).
-Node order is the rank order: by IP (numerically), then node id.
+Node order is the rank order: by IP (numerically), then node id. A node's `nvlink_domain` is the
+NVLink fabric it shares with other nodes (sweep.fabric; None where none is known, as on every
+cluster without multi-node NVLink).
 """
 
 from __future__ import annotations
 
 import ipaddress
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from orchestrator.errors import UsageError
 
@@ -25,6 +27,7 @@ class Node:
     ranks: int  # ranks placed on this node: its GPUs, or --ranks-per-node CPU ranks, or 0
     accelerator: str | None = None
     memory_bytes: int = 0  # host memory Ray may use on the node (0: unknown)
+    nvlink_domain: str | None = None  # `cluster_uuid/clique_id` of its GPUs' fabric (sweep.fabric), else None
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,19 @@ class Inventory:
 
     def to_json(self) -> list[dict]:
         return [n.__dict__ for n in self.nodes]
+
+    def domains(self) -> dict[str, list[int]]:
+        """NVLink domain -> the indices of its nodes, in rank order (empty without domain facts)."""
+        out: dict[str, list[int]] = {}
+        for i, node in enumerate(self.nodes):
+            if node.nvlink_domain is not None:
+                out.setdefault(node.nvlink_domain, []).append(i)
+        return out
+
+
+def with_domains(inv: Inventory, domains: dict[str, str | None]) -> Inventory:
+    """`inv` with each node's NVLink domain (`domains`: node id -> domain, as the probe read it)."""
+    return Inventory(tuple(replace(n, nvlink_domain=domains.get(n.node_id)) for n in inv.nodes))
 
 
 def _ip_key(ip: str) -> tuple:
@@ -90,17 +106,24 @@ def from_ray_nodes(ray_nodes: list[dict], ranks_per_node: int) -> Inventory:
 
 
 def from_description(text: str) -> Inventory:
-    """`64x8` -> 64 nodes of 8 GPUs each; `4x2cpu` -> 4 nodes of 2 CPU ranks each."""
-    m = re.fullmatch(r"([0-9]{1,9})x([0-9]{1,9})(cpu)?", text.strip().lower())
-    if not m or int(m.group(1)) < 1 or int(m.group(2)) < 1:
-        raise UsageError(f"--inventory {text[:80]!r}: expected NODESxRANKS, such as 64x8 or 4x2cpu")
+    """`64x8` -> 64 nodes of 8 GPUs each; `4x2cpu` -> 4 nodes of 2 CPU ranks each; `36x4/18` -> 36
+    nodes of 4 GPUs in NVLink domains of 18 consecutive nodes (two NVL72 racks; the last domain
+    may be smaller)."""
+    m = re.fullmatch(r"([0-9]{1,9})x([0-9]{1,9})(cpu)?(?:/([0-9]{1,9}))?", text.strip().lower())
+    if not m or int(m.group(1)) < 1 or int(m.group(2)) < 1 or (m.group(4) is not None and int(m.group(4)) < 1):
+        raise UsageError(f"--inventory {text[:80]!r}: expected NODESxRANKS, such as 64x8 or 4x2cpu, or "
+                         "NODESxGPUS/DOMAIN for NVLink domains of DOMAIN nodes, such as 36x4/18")
+    if m.group(3) and m.group(4):
+        raise UsageError(f"--inventory {text}: NVLink domains (/{m.group(4)}) need GPU nodes, not cpu ranks")
     if int(m.group(1)) > MAX_PLAN_NODES or int(m.group(1)) * int(m.group(2)) > MAX_PLAN_RANKS:
         # every group is an object: 1e8 nodes exhausted the memory, 4096x1024cpu took 8 GB and 4 minutes
         raise UsageError(f"--inventory {text}: at most {MAX_PLAN_NODES} nodes and {MAX_PLAN_RANKS} ranks")
     n_nodes, ranks = int(m.group(1)), int(m.group(2))
     gpus = 0 if m.group(3) else ranks
+    per_domain = int(m.group(4)) if m.group(4) else None
     nodes = [
-        Node(f"node-{i:05d}", str(ipaddress.ip_address(0x0A000000 + i + 1)), f"node-{i:05d}", gpus, ranks)
+        Node(f"node-{i:05d}", str(ipaddress.ip_address(0x0A000000 + i + 1)), f"node-{i:05d}", gpus, ranks,
+             nvlink_domain=f"described/{i // per_domain}" if per_domain else None)
         for i in range(n_nodes)
     ]
     return Inventory(order_nodes(nodes))

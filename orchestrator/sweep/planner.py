@@ -10,6 +10,14 @@ A round is a set of disjoint groups that run at the same time. Patterns:
 - intra-pairwise: every pair of ranks inside each node, all nodes at once (circle method over
   the ranks of a node: N-1 rounds for N ranks per node), to name a bad GPU or NVLink;
 - kbatch:K: consecutive blocks of K nodes with all their ranks, all at once.
+
+Where nodes report NVLink domains (Node.nvlink_domain: an NVL72 rack's trays share one), and
+only there (elsewhere they are refused, naming the pattern):
+- domain: all ranks of all nodes of each domain, every domain at once;
+- domain-pairwise: every node pair inside each domain (circle method per domain, all domains at once);
+- cross-domain: one GPU per domain, rail-aligned (the j-th node of every domain, local rank i), all at once;
+- domain-pairs: every pair of whole domains (circle method over the domains).
+Nodes without a domain take no part in these patterns.
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ from dataclasses import dataclass
 from orchestrator.errors import UsageError
 from orchestrator.sweep import traffic
 from orchestrator.sweep.inventory import Inventory
-from orchestrator.sweep.spec import SweepSpec
+from orchestrator.sweep.spec import DOMAIN_PATTERNS, SweepSpec
 from workloads import registry
 from workloads.dtypes import ELEMENT_BYTES, NO_OP
 from workloads.messages import Case
@@ -133,7 +141,26 @@ def resolve_patterns(patterns: tuple[str, ...], n_nodes: int) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def check_domains(patterns: tuple[str, ...], inv: Inventory) -> None:
+    """Refuse a domain pattern the cluster's NVLink domain facts cannot give a group (one line,
+    naming the pattern): no domain known, one domain only, or no domain of two nodes."""
+    domains = inv.domains()
+    for p in patterns:
+        if p not in DOMAIN_PATTERNS:
+            continue
+        if not domains:
+            raise UsageError(f"--patterns {p}: no node reports an NVLink domain (nvidia-smi -q: Fabric State "
+                             f"Completed, Status Success, a ClusterUUID and CliqueId shared across nodes, as on "
+                             f"GB200/GB300 NVL72) among the {len(inv.nodes)} node(s)")
+        if p in ("cross-domain", "domain-pairs") and len(domains) < 2:
+            raise UsageError(f"--patterns {p}: needs two NVLink domains, the cluster's nodes are in 1")
+        if p in ("domain", "domain-pairwise") and max(map(len, domains.values())) < 2:
+            raise UsageError(f"--patterns {p}: each of the {len(domains)} NVLink domain(s) has one node here "
+                             "(no domain spans nodes)")
+
+
 def make_plan(spec: SweepSpec, inv: Inventory) -> Plan:
+    check_domains(spec.patterns, inv)
     patterns = resolve_patterns(spec.patterns, len(inv.nodes))
     sizes = set(spec.group_sizes)
     rounds: list[tuple[str, list[tuple[tuple[int, ...], tuple[int, int] | None]]]] = []
@@ -204,12 +231,34 @@ def _pattern_rounds(pattern: str, inv: Inventory):
     elif pattern == "pairwise":
         for pairs in circle_rounds(n_nodes):
             yield [(all_ranks(p), p) for p in pairs]
+    elif pattern in DOMAIN_PATTERNS:
+        yield from _domain_rounds(pattern, inv, all_ranks)
     elif pattern.startswith("kbatch:"):
         k = int(pattern.split(":")[1])
         blocks = [range(b, min(b + k, n_nodes)) for b in range(0, n_nodes, k)]
         yield [(all_ranks(nodes), None) for nodes in blocks if len(nodes) >= 2]
     else:  # guarded by SweepSpec
         raise ValueError(pattern)
+
+
+def _domain_rounds(pattern: str, inv: Inventory, all_ranks):
+    first = inv.first_rank()
+    domains = list(inv.domains().values())  # node indices of each domain, domains in order of their first node
+    if pattern == "domain":
+        yield [(all_ranks(nodes), None) for nodes in domains if len(nodes) >= 2]
+    elif pattern == "domain-pairwise":
+        spanning = [nodes for nodes in domains if len(nodes) >= 2]
+        per = [circle_rounds(len(nodes)) for nodes in spanning]
+        for k in range(max(map(len, per), default=0)):
+            yield [(all_ranks((nodes[a], nodes[b])), (nodes[a], nodes[b]))
+                   for nodes, rounds in zip(spanning, per) if k < len(rounds) for a, b in rounds[k]]
+    elif pattern == "cross-domain":
+        depth = min(map(len, domains))
+        yield [(tuple(sorted(first[d[j]] + rail for d in domains)), None) for j in range(depth)
+               for rail in range(min(inv.nodes[d[j]].ranks for d in domains))]
+    else:  # domain-pairs
+        for pairs in circle_rounds(len(domains)):
+            yield [(all_ranks(sorted((*domains[a], *domains[b]))), None) for a, b in pairs]
 
 
 def circle_rounds(n: int) -> list[list[tuple[int, int]]]:

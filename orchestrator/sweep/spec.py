@@ -25,7 +25,9 @@ from workloads.comm_env import COMM_ENV_PREFIXES as ENV_PREFIXES
 from workloads.dtypes import BACKEND_DTYPES, DTYPE_ALIASES, ELEMENT_BYTES, OPS, unsupported_pair
 from workloads.registry import COLLECTIVES, WORKLOADS
 
-PATTERNS = ("intra", "inter", "mixed", "pairwise", "intra-pairwise")  # and kbatch:K
+# the patterns of NVLink domains across nodes (NVL72): planned only where the nodes report domains
+DOMAIN_PATTERNS = ("domain", "domain-pairwise", "cross-domain", "domain-pairs")
+PATTERNS = ("intra", "inter", "mixed", "pairwise", "intra-pairwise", *DOMAIN_PATTERNS)  # and kbatch:K
 # Upper bounds: a value past them would exhaust memory or time (or overflow a timeout) somewhere
 # after Ray started, so it is refused here, with the bound named.
 MAX_MSG_BYTES = 1 << 40  # 1T: more than any device holds
@@ -80,7 +82,10 @@ class SweepSpec:
         ("auto",),
         ("--patterns",),
         "group patterns, comma-separated: intra, inter, mixed, pairwise (every node pair), intra-pairwise "
-        "(every rank pair inside each node), kbatch:K; auto = intra, plus inter and mixed on several nodes",
+        "(every rank pair inside each node), kbatch:K; auto = intra, plus inter and mixed on several nodes. Where "
+        "nodes share NVLink domains (GB200/GB300 NVL72, read from nvidia-smi's Fabric section): domain (all nodes "
+        "of each domain together), domain-pairwise (every node pair inside each domain), cross-domain (one GPU per "
+        "domain), domain-pairs (every pair of whole domains)",
         "list",
     )
     group_sizes: tuple[int, ...] = _opt(

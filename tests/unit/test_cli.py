@@ -44,7 +44,8 @@ def test_plan_refuses_an_empty_inventory():
     proc = run_main(["plan", "--inventory", ""])
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == ["collbench: error: --inventory '': expected NODESxRANKS, such as "
-                                                "64x8 or 4x2cpu"]
+                                                "64x8 or 4x2cpu, or NODESxGPUS/DOMAIN for NVLink domains of DOMAIN "
+                                                "nodes, such as 36x4/18"]
     assert proc.stdout == ""
 
 
