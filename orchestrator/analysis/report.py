@@ -4,7 +4,7 @@ Pure: the command reads the dataset, this builds, `commands.render` formats.
 JSON form (README: "The report as JSON"): {"run": {...}, "unit": "GBps", "warnings": [...],
 "tables": {"busbw": [...], "latency": [...], "peaks": [...], "dtypes": [...], "fits": [...],
 "failures": [...], "expected": [...], "intra_vs_inter": [...], "replay_steps": [...],
-"replay_groups": [...]}, "flags": [{"kind", "nodes",
+"replay_groups": [...], "all_to_allv": [...]}, "flags": [{"kind", "nodes",
 "ranks", "collective", "msg_bytes", "value", "reference", "message", ...}]}.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from orchestrator.analysis import diagnosis, expected, fits, replay
+from orchestrator.analysis import alltoallv, diagnosis, expected, fits, replay
 from orchestrator.analysis.diagnosis import Flag
 from orchestrator.analysis.explain import explain
 from orchestrator.analysis.frame import Frame
@@ -35,6 +35,8 @@ TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
                        ("intra_busbw", "intra_expected", "net_busbw", "net_expected")),
     "replay_steps": ("replayed steps: communication of the slowest rank per step, and its groups' parts", ()),
     "replay_groups": ("replayed process groups: time per step on the slowest rank, and share", ()),
+    "all_to_allv": ("all_to_allv at each group's largest size: its traffic matrix, busbw ({unit}), the busiest "
+                    "rank and heaviest pair by bytes, the rank that took longest", ("busbw",)),
 }
 # The columns of each table, for the header of an empty one (CSV readers need it); the unit tests
 # check them against the rows the tables hold.
@@ -52,6 +54,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
                        "measured_ratio", "expected_ratio", "reasons"),
     "replay_steps": replay.STEP_COLUMNS,
     "replay_groups": replay.GROUP_COLUMNS,
+    "all_to_allv": alltoallv.COLUMNS,
     "flags": ("kind", "nodes", "ranks", "collective", "msg_bytes", "value", "reference", "message", "source",
               "reasons"),
 }
@@ -141,6 +144,7 @@ def build(frame: Frame, manifest: dict | None, threshold: float, unit: str, scal
     found += [f for f in judged.flags if f.collective in collectives]
     if "step" in df and df.step.notna().any():
         tables.update(replay.tables(frame.replay_rows()))
+    tables["all_to_allv"] = alltoallv.table(frame) if alltoallv.NAME in collectives else []
     for name, (_, scaled) in TABLES.items():
         tables[name] = [{k: v * scale if k in scaled and isinstance(v, float) else v for k, v in r.items()}
                         for r in tables[name]]

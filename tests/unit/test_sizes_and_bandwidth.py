@@ -35,6 +35,7 @@ FACTORS = {
     "all_gather": {2: 0.5, 3: 2 / 3, 8: 7 / 8},
     "reduce_scatter": {2: 0.5, 3: 2 / 3, 8: 7 / 8},
     "all_to_all": {2: 0.5, 3: 2 / 3, 8: 7 / 8},
+    "all_to_allv": {2: 0.5, 3: 2 / 3, 8: 7 / 8},  # src/alltoallv.cu: (n-1)/n of the busiest rank's rate
     "broadcast": {2: 1.0, 3: 1.0, 8: 1.0},
     "reduce": {2: 1.0, 3: 1.0, 8: 1.0},
     "send_recv": {2: 1.0, 3: 1.0, 8: 1.0},

@@ -1,0 +1,49 @@
+"""all_to_allv rows (workloads.traffic) as one table: at each group's largest size, its matrix
+(source and digest), its bus bandwidth, the busiest rank (the one whose bytes algbw counts), the
+heaviest pair, and the rank that took longest against the median rank. Pure.
+
+Inside one all_to_all_v every pair's transfer overlaps every other's, so a pair's own time is not
+measured; what the rows hold is each rank's own time, and the matrix's bytes per rank and pair."""
+
+from __future__ import annotations
+
+import statistics
+
+from orchestrator.analysis.frame import Frame
+from orchestrator.sweep.sizes import format_bytes
+from workloads.messages import Status
+
+NAME = "all_to_allv"
+COLUMNS = ("group_id", "topology", "world_size", "msg_bytes", "size", "traffic", "busbw", "busiest_rank",
+           "heaviest_pair", "slowest_rank")
+
+
+def table(frame: Frame) -> list[dict]:
+    df = frame.df
+    if "traffic_digest" not in df:
+        return []
+    ok = df[(df.collective == NAME) & (df.status == Status.OK) & df.traffic_digest.notna()]
+    if ok.empty:
+        return []
+    largest = ok.loc[ok.groupby("group_id", observed=True).msg_bytes.idxmax()]
+    out = []
+    for i, r in largest.iterrows():
+        lists = frame.lists(int(i))
+        ranks, ips, times = lists["ranks"], lists["node_ips"], lists["rank_time_us"] or []
+
+        def who(j: int) -> str:
+            return f"rank {ranks[j]} ({ips[j]})" if j < len(ranks) else f"group rank {j}"
+
+        sender, receiver = lists["traffic_heaviest_pair"] or (0, 0)
+        slowest = ""
+        if len(times) == len(ranks) and times:
+            j = max(range(len(times)), key=times.__getitem__)
+            slowest = f"{who(j)}: {times[j] / statistics.median(times):.2f}x the median rank's time"
+        out.append({"group_id": r.group_id, "topology": r.topology, "world_size": int(r.world_size),
+                    "msg_bytes": int(r.msg_bytes), "size": format_bytes(int(r.msg_bytes)),
+                    "traffic": f"{r.traffic_source} [{r.traffic_digest}]", "busbw": float(r.busbw_gbps),
+                    "busiest_rank": f"{who(int(r.traffic_busiest_rank))}: {format_bytes(int(r.traffic_busiest_bytes))}",
+                    "heaviest_pair": f"{who(int(sender))} -> {who(int(receiver))}: "
+                                     f"{format_bytes(int(r.traffic_heaviest_bytes))}",
+                    "slowest_rank": slowest})
+    return out
