@@ -27,6 +27,10 @@ COLLECTIVES = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_s
 DTYPES = {"float": "float32", "half": "float16", "bfloat16": "bfloat16", "double": "float64", "int32": "int32",
           "int": "int32", "int8": "int8", "char": "int8", "f8e4m3": "float8_e4m3", "f8e5m2": "float8_e5m2",
           "uint8": "uint8", "uint32": "uint32", "int64": "int64", "uint64": "uint64"}
+# and back, for printing collbench's rows in nccl-tests' layout (2.19's names)
+TYPE_NAMES = {"float32": "float", "float16": "half", "float64": "double", "float8_e4m3": "f8e4m3",
+              "float8_e5m2": "f8e5m2"}
+BINARIES = {collective: f"{name}_perf" for name, collective in COLLECTIVES.items()}
 OPS = ("sum", "prod", "max", "min", "avg", "mulsum", "none")
 
 _RANK = re.compile(r"#\s*Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)\s+"
