@@ -160,9 +160,13 @@ def _write_csv_dir(folder: str, named: dict[str, list[dict]]) -> None:
 def _header(rep: report.Report) -> str:
     r = rep.run
     lines = [f"run {r['run_id']} ({r.get('state') or 'state unknown'}), started {r.get('started_at') or '?'}"]
-    if r.get("collbench_version"):
+    if r.get("command") == "import":
+        lines.append(f"imported from nccl-tests output by collbench {r.get('collbench_version')}, backend "
+                     f"{r.get('backend')}, NCCL {', '.join(r['nccl_versions']) or '-'}")
+    elif r.get("collbench_version"):
         lines.append(f"collbench {r.get('collbench_version')}, torch {r.get('torch_version')}, ray "
                      f"{r.get('ray_version')}, backend {r.get('backend')}, NCCL {', '.join(r['nccl_versions']) or '-'}")
+    if r.get("collbench_version"):
         lines.append(f"hosts: {', '.join(r.get('hostnames') or [])}; devices: "
                      f"{', '.join(r['gpu_models'] or r.get('device_models') or [])}")
     lines += [f"WARNING: {w}" for w in rep.warnings]
