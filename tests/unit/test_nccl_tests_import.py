@@ -59,6 +59,16 @@ def test_a_2_13_table_without_group_version_or_binary():
     assert s.avg_busbw_gbps == 107.96
 
 
+def test_a_table_before_2_13_reads_by_its_header():
+    """No root column, and `error` (the largest error, not a count of wrong elements): n_wrong null."""
+    head = "#       size         count      type   redop     time   algbw   busbw  error     time   algbw   busbw  error"
+    row = "  1310720000     327680000     float     sum   110234   11.89   11.89  0e+00   110102   11.90   11.90  0e+00"
+    [s] = nccl_tests.parse("old.txt", f"# nThread 1 nGpus 1\n{head}\n{row}\n".encode())
+    [r] = s.results
+    assert (r.msg_bytes, r.root, r.out_of_place, r.in_place.busbw_gbps) == \
+        (1310720000, -1, nccl_tests.Timing(110234.0, 11.89, 11.89, None), 11.90)
+
+
 def test_per_iteration_columns_and_na_wrong():
     [s] = _parse(A2A_I)
     r = s.results[-1]
