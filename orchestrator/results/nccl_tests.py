@@ -175,8 +175,11 @@ def _text(path: str, text: str) -> list[Section]:
             elif stripped.startswith("# Out of bounds"):
                 columns = None
             continue
-        if columns is not None and not _NCCL_LOG.match(stripped):
-            s.results.append(_row(path, n, columns, stripped.split()))
+        cells = stripped.split()
+        if columns is not None and (cells[0][0].isdigit() or len(cells) == len(columns)):
+            s.results.append(_row(path, n, columns, cells))  # a row: read whole or refused
+        elif columns is not None:
+            continue  # other output inside the table (NCCL_DEBUG lines, MPI's warnings)
         elif "_perf" in stripped and not _NCCL_LOG.match(stripped) and s.command_line is None:
             s.command_line = stripped.removeprefix("$ ").strip()
             binary = next((w for w in s.command_line.split() if _BINARY.search(w.rsplit("/", 1)[-1])), None)
@@ -310,9 +313,13 @@ def _json_result(where: str, r) -> Result:
         wrong = t.get("nwrong")
         timings.append(Timing(_number(w, "time", t.get("time", t.get("cpu_time"))), _number(w, "alg_bw", t.get("alg_bw")),
                               _number(w, "bus_bw", t.get("bus_bw")),
-                              None if wrong is None else int(_number(w, "nwrong", wrong) or 0), per_iter))
+                              _whole(_number(w, "nwrong", wrong)), per_iter))
     return Result(_jint(where, r, "size"), _jint(where, r, "count"), DTYPES[dtype], op,
                   int(root) if re.fullmatch(r"-?\d+", root) else -1, *timings)
+
+
+def _whole(value: float | None) -> int | None:
+    return None if value is None else int(value)
 
 
 def _jint(where: str, d: dict, key: str) -> int:

@@ -92,6 +92,14 @@ def test_the_json_of_2_19_reads_back_to_its_numbers():
     assert s.avg_busbw_gbps == 35.018607
 
 
+def test_other_output_inside_a_table_is_passed_over():
+    text = AR_8.read_text().replace(LINE_8G, "dgx-h100-07:48213:48300 [3] NCCL INFO Channel 00/0 : 3[3] -> 4[4] via "
+                                    "P2P/CUMEM\nWarning: Permanently added 'dgx-h100-08' to the list of known hosts.\n"
+                                    + LINE_8G)
+    [s] = nccl_tests.parse("log.txt", text.encode())
+    assert len(s.results) == 31 and s.results[-1].out_of_place.busbw_gbps == 638.10
+
+
 def test_names_of_binaries_and_versions():
     assert nccl_tests.collective_of("/x/build/alltoall_perf_mpi") == "all_to_all"
     assert nccl_tests.collective_of("sendrecv_perf") == "send_recv"
@@ -197,13 +205,16 @@ def _junk_files(tmp: Path) -> list[tuple[Path, str]]:
     bad_type.write_text(AR_JSON.read_text().replace('"type":"float"', '"type":"quad"', 1))
     gather = tmp / "gather.txt"
     gather.write_text(AR_8.read_text().replace("all_reduce_perf", "gather_perf"))
+    torn_row = tmp / "torn_row.txt"  # killed while printing the last row
+    torn_row.write_text(AR_8.read_text().split(LINE_8G)[0] + LINE_8G[:60] + "\n")
     no_table = tmp / "no_table.txt"
     no_table.write_text("\n".join(AR_8.read_text().splitlines()[:12]) + "\n")
     return [(binary, "line 2: binary data"), (bad_size, "line 50: size '8G' is not a whole number"),
             (empty, "empty"), (other, "a JSON of another shape"), (torn, "line 1: not valid JSON"),
             (bad_type, "results[0].type: 'quad' is not an nccl-tests type"),
             (gather, "gather_perf measures gather, which collbench has no collective for"),
-            (no_table, "no nccl-tests result table")]
+            (no_table, "no nccl-tests result table"),
+            (torn_row, "line 50: 6 fields where the table's header has 13")]
 
 
 def test_hostile_files_are_refused_in_one_line_and_nothing_is_written(tmp_path):
