@@ -128,9 +128,15 @@ def import_run(options: ImportOptions, now: dt.datetime | None = None) -> Import
 def section_rows(path: str, s: nccl_tests.Section, options: ImportOptions, run_id: str, started: dt.datetime,
                  group_id: str, round_: int) -> list[dict]:
     """The rows of one test of a file: one per size and placement measured."""
-    collective = s.collective or (_collective(options.collective) if options.collective else None)
+    named = _collective(options.collective) if options.collective else None
+    if s.collective and named and named != s.collective:
+        raise UsageError(f"--collective {options.collective}: {path} says it is {s.binary}'s output ({s.collective})")
+    collective = s.collective or named
     if collective is None:
         raise UsageError(f"{path}: does not say which nccl-tests binary wrote it; name it with --collective")
+    if len({r.group for r in s.ranks}) > 1:
+        raise UsageError(f"{path}: its ranks ran as {len({r.group for r in s.ranks})} groups at once "
+                         "(NCCL_TESTS_SPLIT), whose table is one group's: not read")
     hosts, topology = _placement(path, s, options)
     per_node = Counter(hosts)
     ranks = s.ranks

@@ -52,6 +52,7 @@ class Rank:
     """One `#  Rank` line (JSON: one of config.devices)."""
 
     rank: int
+    group: int  # NCCL_TESTS_SPLIT's color (0 before 2.13, which printed none)
     pid: int
     host: str
     device: int
@@ -166,7 +167,8 @@ def _text(path: str, text: str) -> list[Section]:
             elif stripped.startswith("# nThread") and (m := _CONFIG.search(stripped)):
                 s.warmup, s.iters, s.check_iters = int(m.group(1)), int(m.group(2)), int(m.group(3))
             elif m := _RANK.match(stripped):
-                s.ranks.append(Rank(int(m.group(1)), int(m.group(3)), m.group(4), int(m.group(5)), m.group(7)))
+                s.ranks.append(Rank(int(m.group(1)), int(m.group(2) or 0), int(m.group(3)), m.group(4),
+                                    int(m.group(5)), m.group(7)))
             elif words[:3] == ["size", "count", "type"]:
                 columns = words
             elif m := _AVG.match(stripped):
@@ -277,7 +279,8 @@ def _json(path: str, text: str) -> list[Section]:
         where = f"{path} config.devices[{i}]"
         if not isinstance(d, dict):
             raise BadFile(f"{where}: not an object")
-        s.ranks.append(Rank(_jint(where, d, "rank"), _jint(where, d, "pid"), str(d.get("hostname", "")),
+        s.ranks.append(Rank(_jint(where, d, "rank"), int(d.get("group") or 0), _jint(where, d, "pid"),
+                            str(d.get("hostname", "")),
                             _jint(where, d, "device"), str(d.get("device_info", ""))))
     for i, r in enumerate(doc["results"]):
         s.results.append(_json_result(f"{path} results[{i}]", r))

@@ -255,6 +255,18 @@ def test_bad_options_are_refused_in_one_line(tmp_path, args, said):
     assert not (tmp_path / "r").exists()
 
 
+def test_a_contradicting_collective_and_split_groups_are_refused(tmp_path):
+    out = str(tmp_path / "r")
+    proc = run_main(["import", str(AR_8), "--output", out, "--collective", "all_gather"])
+    assert proc.returncode == 2 and "--collective all_gather: " in proc.stderr
+    assert "says it is all_reduce_perf's output (all_reduce)" in proc.stderr
+    split = tmp_path / "split.txt"  # NCCL_TESTS_SPLIT="MOD 2": two groups of 4 ranks at once
+    split.write_text(AR_8.read_text().replace("#  Rank  1 Group  0", "#  Rank  1 Group  1"))
+    proc = run_main(["import", str(split), "--output", out])
+    assert proc.returncode == 2 and "its ranks ran as 2 groups at once (NCCL_TESTS_SPLIT)" in proc.stderr
+    assert not os.path.exists(out)
+
+
 def test_missing_file_collective_and_an_existing_run_are_refused(tmp_path):
     out = str(tmp_path / "r")
     missing = run_main(["import", str(tmp_path / "nope.txt"), "--output", out])
