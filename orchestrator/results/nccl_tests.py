@@ -172,7 +172,7 @@ def _text(path: str, text: str) -> list[Section]:
             elif words[:3] == ["size", "count", "type"]:
                 columns = words
             elif m := _AVG.match(stripped):
-                s.avg_busbw_gbps = _float(m.group(1))
+                s.avg_busbw_gbps = _number(f"{path} line {n}", "Avg bus bandwidth", m.group(1))
                 columns = None
             elif stripped.startswith("# Out of bounds"):
                 columns = None
@@ -238,22 +238,17 @@ def _int(where: str, name: str, cell: str, signed: bool = False, exponent: bool 
 
 
 def _number(where: str, name: str, cell) -> float | None:
-    """A figure of the table or the JSON; nccl-tests writes a NaN as nan (text) or "nan" (JSON): None."""
+    """A figure of the table or the JSON; a NaN (nccl-tests writes nan, or "nan" in JSON) or an
+    infinity is None: not a measurement."""
     if cell is None:
         return None
-    value = _float(cell) if isinstance(cell, str) else float(cell) if isinstance(cell, (int, float)) \
-        and not isinstance(cell, bool) else False
-    if value is False:
-        raise BadFile(f"{where}: {name} {str(cell)[:40]!r} is not a number")
-    return value
-
-
-def _float(cell: str) -> float | None | bool:
     try:
+        if isinstance(cell, bool) or not isinstance(cell, (str, int, float)):
+            raise TypeError
         value = float(cell)
-    except ValueError:
-        return False
-    return None if math.isnan(value) else value
+    except (TypeError, ValueError):
+        raise BadFile(f"{where}: {name} {str(cell)[:40]!r} is not a number") from None
+    return value if math.isfinite(value) else None
 
 
 def _json(path: str, text: str) -> list[Section]:

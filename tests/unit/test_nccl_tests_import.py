@@ -207,13 +207,15 @@ def _junk_files(tmp: Path) -> list[tuple[Path, str]]:
     gather.write_text(AR_8.read_text().replace("all_reduce_perf", "gather_perf"))
     torn_row = tmp / "torn_row.txt"  # killed while printing the last row
     torn_row.write_text(AR_8.read_text().split(LINE_8G)[0] + LINE_8G[:60] + "\n")
+    bad_bw = tmp / "bad_bw.txt"
+    bad_bw.write_text(AR_8.read_text().replace("364.63  638.10", "364.63  fast!!"))
     no_table = tmp / "no_table.txt"
     no_table.write_text("\n".join(AR_8.read_text().splitlines()[:12]) + "\n")
     return [(binary, "line 2: binary data"), (bad_size, "line 50: size '8G' is not a whole number"),
             (empty, "empty"), (other, "a JSON of another shape"), (torn, "line 1: not valid JSON"),
             (bad_type, "results[0].type: 'quad' is not an nccl-tests type"),
             (gather, "gather_perf measures gather, which collbench has no collective for"),
-            (no_table, "no nccl-tests result table"),
+            (no_table, "no nccl-tests result table"), (bad_bw, "line 50: busbw 'fast!!' is not a number"),
             (torn_row, "line 50: 6 fields where the table's header has 13")]
 
 
