@@ -1,6 +1,7 @@
 """`collbench import PATH... --output DIR`: nccl-tests output files as a collbench run, which
 report, compare and predict read as any other. Exit 0 once written, 2 for a bad file or option
-(one line naming it; nothing written). Never touches Ray or torch.
+(one line naming it; nothing written), 1 when writing fails part-way (nothing of the run kept).
+Never touches Ray or torch.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ def add_parser(sub) -> None:
         "manifest (command import; the files, nccl-tests' version and command line under 'sources'). Each test of "
         "a file is one group: its ranks and hosts from the '#  Rank' lines, its topology from the hosts. "
         "Then `collbench report`, `compare` (--by shape against a collbench run) and `predict` read it. "
-        "Exit 0 once written, 2 for a bad file or option (nothing written).",
+        "Exit 0 once written, 2 for a bad file or option (nothing written), 1 when writing fails part-way "
+        "(nothing of the run kept).",
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="nccl-tests output files (text or -J JSON)")
     p.add_argument("--output", required=True, metavar="DIR",

@@ -4,8 +4,8 @@ product's ResultStore with a manifest (command "import", the sources in `sources
 report, compare and predict read it as any run.
 
 Every file is read and every row made before anything is written: a bad file, host list or
-topology is refused in one line and leaves nothing behind; a write that fails part-way removes
-the run's folder.
+topology is refused in one line and leaves nothing behind (exit 2); a write that fails part-way
+removes the run's folder and says so in one line (exit 1).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Literal
 import pyarrow.fs as pafs
 
 import orchestrator
-from orchestrator.errors import UsageError
+from orchestrator.errors import RunStopped, UsageError
 from orchestrator.results import nccl_tests
 from orchestrator.results.location import MANIFEST_DIR, check_writable, new_run_id
 from orchestrator.results.schema import RunState, check_columns
@@ -116,9 +116,12 @@ def import_run(options: ImportOptions, now: dt.datetime | None = None) -> Import
             store.write_group(group_id, rows)
         store.compact()
         store.write_manifest(_manifest(groups, sources, now))
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(Exception):
             store.fs.delete_dir(store.run_dir)
+        if isinstance(e, OSError):  # a full disk, a store that went away: said in one line, exit 1
+            raise RunStopped(f"{options.output}: writing run {run_id} failed ({e.strerror or e}); nothing of it "
+                             "kept") from None
         raise
     finally:
         store.release()
