@@ -35,9 +35,10 @@ def add_parser(sub) -> None:
                    "checked against the hosts, a contradiction refused (default: read from the hosts)")
     p.add_argument("--run-id", metavar="ID", help="the run's id (default: a new one, as a sweep's: time and random)")
     p.add_argument("--collective", metavar="NAME",
-                   help="the collective of a file that does not name its binary (files before nccl-tests 2.17 "
-                   "print no '# Collective test starting' line): all_reduce, all_gather, ... or nccl-tests' "
-                   "all_reduce_perf, alltoall_perf, ... (default: the file's)")
+                   help="the collective of a file that does not name its binary (nccl-tests before June 2025 "
+                   "printed no '# Collective test starting' line): all_reduce, all_gather, ... or nccl-tests' "
+                   "all_reduce_perf, alltoall_perf, ...; one that contradicts the file is refused (default: the "
+                   "file's)")
     p.set_defaults(handler=main)
 
 

@@ -279,9 +279,10 @@ def _json(path: str, text: str) -> list[Section]:
                             _jint(where, d, "device"), str(d.get("device_info", ""))))
     for i, r in enumerate(doc["results"]):
         s.results.append(_json_result(f"{path} results[{i}]", r))
-    avg = doc.get("average_bus_bandwidth")
+    avg = doc.get("average_bus_bandwidth", doc.get("average_bus_bandwidith"))  # spelt so before Feb 2026
     if isinstance(avg, dict):
-        s.avg_busbw_gbps = _number(f"{path} average_bus_bandwidth", "bandwidth", avg.get("bandwidth"))
+        s.avg_busbw_gbps = _number(f"{path} average_bus_bandwidth", "bandwidth",
+                                   avg.get("bandwidth", avg.get("bandwidith")))
     return [s]
 
 

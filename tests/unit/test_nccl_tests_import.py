@@ -90,6 +90,9 @@ def test_the_json_of_2_19_reads_back_to_its_numbers():
     assert out.per_iter["times_us"] == [6354.946297, 5875.327708, 5815.375385, 5935.280032]
     assert (out.per_iter["p50_us"], out.per_iter["cv_pct"]) == (5935.280032, 3.535534)
     assert s.avg_busbw_gbps == 35.018607
+    older = AR_JSON.read_text().replace("average_bus_bandwidth", "average_bus_bandwidith").replace(
+        '"bandwidth"', '"bandwidith"')  # the JSON's keys before nccl-tests' fix of February 2026
+    assert nccl_tests.parse("old.json", older.encode())[0].avg_busbw_gbps == 35.018607
 
 
 def test_other_output_inside_a_table_is_passed_over():
