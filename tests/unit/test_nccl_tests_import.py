@@ -286,6 +286,17 @@ def test_missing_file_collective_and_an_existing_run_are_refused(tmp_path):
     assert sorted(os.listdir(out)) == ["_runs", "one"] and os.listdir(os.path.join(out, "_runs")) == ["one.json"]
 
 
+def test_the_python_api_imports_as_the_command_does(tmp_path):
+    from orchestrator import api
+    from orchestrator.errors import UsageError
+
+    done = api.import_nccl_tests(str(AR_JSON), str(tmp_path / "r"), run_id="py")
+    assert (done.run_id, done.rows, done.groups) == ("py", 6, 1) and done.sources[0]["format"] == "json"
+    assert api.report(str(tmp_path / "r"), run_id="py").run["command"] == "import"
+    with pytest.raises(UsageError, match="--topology intra: the 2 ranks of"):
+        api.import_nccl_tests([str(AR_JSON)], str(tmp_path / "q"), topology="intra")
+
+
 def test_help_explains_every_option():
     proc = run_main(["import", "--help"])
     assert proc.returncode == 0
