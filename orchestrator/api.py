@@ -11,6 +11,7 @@ line, for Ray users' own drivers and notebooks (README: "Python API").
     rep.frame("intra_vs_inter")
     bad = api.preflight(my_placement_group).exclude  # nodes to leave out before trainer.fit()
     api.replay("/dumps/", repeat=3).rows()           # a job's collectives, from its Flight Recorder dumps
+    api.import_nccl_tests(["all_reduce.log"], "results").run_id   # nccl-tests' output as a run
 
 Options are the sweep options' long names with underscores, as in a `--config` YAML file (`max_bytes`
 for --max-bytes, `group_timeout="5m"` for --group-timeout), with the same values and the same checks: a bad value raises `UsageError` with
@@ -35,10 +36,12 @@ from orchestrator.execution.jobs import RunResult
 from orchestrator.execution.qualifying import Qualification
 from orchestrator.execution.voice import COMMAND_LINE, QUIET
 from orchestrator.operations import compare as comparing
+from orchestrator.operations import import_ as importing
 from orchestrator.operations import qualify as qualifying
 from orchestrator.operations import report as reporting
 from orchestrator.operations.checks import Unit, user_expected
 from orchestrator.operations.compare import By, Comparison
+from orchestrator.operations.import_ import Imported, Topology
 from orchestrator.results.location import check_writable, resolve_output
 from orchestrator.results.schema import RunState
 from orchestrator.sweep.spec import SweepSpec, field_of, from_mapping
@@ -153,6 +156,16 @@ def compare(baseline: str, new: str | None = None, *, baseline_runs: Sequence[st
     return comparing.compare(comparing.CompareOptions(
         baseline=baseline, new=new, baseline_runs=tuple(baseline_runs or ()), new_run=new_run,
         threshold=threshold, by=by))
+
+
+def import_nccl_tests(paths: str | Sequence[str], output: str, *, hosts: Sequence[str] = (),
+                      topology: Topology | None = None, run_id: str | None = None,
+                      collective: str | None = None) -> Imported:
+    """nccl-tests output files as a run of `output`, as `collbench import` does; then `report(output,
+    run_id=...)` and `compare` read it. A bad file or option raises UsageError, nothing written."""
+    return importing.import_run(importing.ImportOptions(
+        paths=(paths,) if isinstance(paths, str) else tuple(paths), output=output, hosts=tuple(hosts),
+        topology=topology, run_id=run_id, collective=collective))
 
 
 def _spec(sweep: SweepSpec | None, nodes: Sequence[str] | None, options: dict) -> SweepSpec:

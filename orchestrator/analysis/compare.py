@@ -8,7 +8,8 @@ rank, in rank order), so a pair that lost 40% among many is compared with itself
 median. `by="shape"` pools every group of a shape instead (two different clusters).
 
 The change of a matched key is measured on log times: d = mean(log t_new) - mean(log t_base)
-over the iterations of its rows (all baseline runs together), and judged by the one judge
+over the iterations of its rows (all baseline runs together; a row without them, imported from
+nccl-tests without -I, counts its mean time as one), and judged by the one judge
 (judging/judge.py) against the key's own past: how far a healthy link moves between runs is read
 from several baseline runs where they exist (`runs`), else from the other matched links of its
 shape, the judged one left out (`peers`), each pooled with the platform's prior (gloo inside a
@@ -66,9 +67,15 @@ def _rows(table: pa.Table, by: str) -> pd.DataFrame:
     lengths = np.diff(times.offsets.to_numpy()) if len(times) else np.zeros(0, dtype=int)
     logs = np.log(np.maximum(times.values.to_numpy(zero_copy_only=False), 1e-9))
     owner = np.repeat(np.arange(len(df)), lengths)
-    df["n"] = lengths
-    df["s1"] = np.bincount(owner, weights=logs, minlength=len(df))
-    df["s2"] = np.bincount(owner, weights=logs * logs, minlength=len(df))
+    s1 = np.bincount(owner, weights=logs, minlength=len(df))
+    s2 = np.bincount(owner, weights=logs * logs, minlength=len(df))
+    # a row without its iterations (imported from nccl-tests without -I) counts its mean time as one
+    mean = df.time_us.to_numpy(dtype=float)
+    alone = (lengths == 0) & (np.nan_to_num(mean) > 0)
+    log_mean = np.log(np.where(alone, mean, 1.0))
+    df["n"] = np.where(alone, 1, lengths)
+    df["s1"] = np.where(alone, log_mean, s1)
+    df["s2"] = np.where(alone, log_mean * log_mean, s2)
     return df
 
 

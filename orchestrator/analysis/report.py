@@ -59,7 +59,8 @@ COLUMNS: dict[str, tuple[str, ...]] = {
               "reasons"),
 }
 RUN_FIELDS = ("run_id", "state", "started_at", "finished_at", "collbench_version", "torch_version", "ray_version",
-              "nccl_version", "gpu_driver", "python_version", "backend", "hostnames", "device_models", "command_line")
+              "nccl_version", "gpu_driver", "python_version", "backend", "hostnames", "device_models", "command_line",
+              "command")
 
 
 @dataclass

@@ -54,3 +54,55 @@ def render_csv(rows: list[dict], columns: tuple[str, ...] = ()) -> str:
         writer.writerow(["" if r.get(c) is None else _cell(r.get(c), ";") if isinstance(r.get(c), (list, tuple))
                          else r.get(c) for c in columns])
     return buf.getvalue()
+
+
+# nccl-tests' own layout (src/util.cu, 2.19): a block per test, out-of-place and in-place side by side
+_NCCL_HEAD = "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s "
+_PER_RANK_COUNT = ("all_gather", "reduce_scatter", "all_to_all")  # nccl-tests prints these' count per rank
+_ROOTED = ("broadcast", "reduce")
+
+
+def _nccl_float(value: float | None, width: int) -> str:
+    """nccl-tests' getFloatStr: two decimals, else one, else none, else an exponent, in `width`."""
+    if value is None or value != value:
+        return "nan".rjust(width)
+    for fmt in (f"%{width}.2f", f"%{width}.1f", f"%{width}.0f"):
+        text = fmt % value
+        if len(text) <= width:
+            return text
+    return (f"%{width}.1e" if width >= 7 else f"%{width}.0e") % value
+
+
+def _nccl_placement(m: dict | None) -> str:
+    if m is None:
+        return " " * 32  # nccl-tests' blank body of a placement not measured
+    wrong = m.get("n_wrong")
+    wrong = "   N/A" if wrong is None or wrong != wrong else "%6g" % wrong
+    return "  %7s  %6s  %6s  %s" % (_nccl_float(m.get("time_us"), 7), _nccl_float(m.get("algbw_gbps"), 6),
+                                    _nccl_float(m.get("busbw_gbps"), 6), wrong)
+
+
+def render_nccl_tests(blocks: list[dict]) -> str:
+    """Blocks of rows in nccl-tests' table layout, for reading beside its output. A block: `title`
+    (a comment line), `collective`, `dtype` (nccl-tests' type name), `op`, `world_size`, and `rows`:
+    {msg_bytes: {False: figures, True: figures}}, figures being time_us, algbw_gbps, busbw_gbps, n_wrong."""
+    lines = []
+    for b in blocks:
+        lines += [f"# Collective test starting: {b['binary']}", f"# {b['title']}", "#",
+                  "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          "
+                  % ("", "", "", "", ""),
+                  _NCCL_HEAD % ("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time",
+                                "algbw", "busbw", "#wrong"),
+                  _NCCL_HEAD % ("(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
+                                "(GB/s)", "")]
+        busbw = []
+        for msg_bytes, placed in b["rows"].items():
+            count = placed["count"] // b["world_size"] if b["collective"] in _PER_RANK_COUNT else placed["count"]
+            root = 0 if b["collective"] in _ROOTED else -1
+            line = "%12li  %12li  %8s  %6s  %6s" % (msg_bytes, count, b["dtype"], b["op"], "%6i" % root)
+            lines.append(line + _nccl_placement(placed.get(False)) + _nccl_placement(placed.get(True)))
+            busbw += [m["busbw_gbps"] for m in (placed.get(False), placed.get(True))
+                      if m is not None and m.get("busbw_gbps") is not None]
+        avg = sum(busbw) / len(busbw) if busbw else 0.0
+        lines += ["# %-20s : %g " % ("Avg bus bandwidth", avg), "#", ""]
+    return "\n".join(lines)

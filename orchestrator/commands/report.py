@@ -13,10 +13,11 @@ import sys
 
 from orchestrator.analysis import report
 from orchestrator.commands.options import add_analysis_options, add_expected_options
-from orchestrator.commands.render import render_csv, render_tables
+from orchestrator.commands.render import render_csv, render_nccl_tests, render_tables
 from orchestrator.errors import UsageError
 from orchestrator.operations import report as reporting
 from orchestrator.operations.checks import UNITS
+from orchestrator.results import nccl_tests
 from orchestrator.results.location import check_writable, is_uri
 
 TABLE_NAMES = (*report.TABLES, "flags")
@@ -41,9 +42,12 @@ def add_parser(sub) -> None:
                    help="write PNG plots to DIR (default: PATH/_plots/RUN_ID, which readers of PATH skip); "
                    "needs the plot extra: pip install 'collbench[plot]'")
     add_expected_options(p, "flag measurements")
-    add_analysis_options(p, threshold=0.10, formats=("html",),
+    add_analysis_options(p, threshold=0.10, formats=("html", "nccl-tests"),
                          formats_help="; html: one self-contained page to send (flags with their reasons first, "
-                         "intra vs inter, expected, plots inline; needs the plot extra), on stdout")
+                         "intra vs inter, expected, plots inline; needs the plot extra), on stdout; nccl-tests: the "
+                         "run's ok rows in nccl-tests' own table layout, a block per collective, dtype, op and group "
+                         "shape (topology, ranks, nodes), out-of-place and in-place side by side, the median over the "
+                         "shape's groups, busbw in GB/s, and its '# Avg bus bandwidth' line")
     p.set_defaults(handler=main)
 
 
@@ -60,6 +64,12 @@ def main(args: argparse.Namespace) -> int:
             raise UsageError(f"--csv-dir {args.csv_dir[:80]!r}: not a folder name")
     if args.format == "html" and (args.table or args.csv_dir):
         raise UsageError("--format html: the whole report in one page; drop --table/--csv-dir")
+    if args.format == "nccl-tests":
+        if args.table or args.csv_dir is not None or args.plots is not None:
+            raise UsageError("--format nccl-tests: the run's rows in nccl-tests' layout; drop --table/--csv-dir/--plots")
+        frame = reporting.run_frame(args.path, args.run, args.collective)
+        print(render_nccl_tests(nccl_blocks(frame)), end="")
+        return 0
     if args.plots is not None or args.format == "html":
         _require_matplotlib()
     found = reporting.report(options)
@@ -101,6 +111,39 @@ def _print(rep: report.Report, args: argparse.Namespace) -> None:
         print(_header(rep) + render_tables(titles, args.format))
 
 
+_BLOCK = ["collective", "dtype", "op", "topology", "world_size", "n_nodes"]
+
+
+def nccl_blocks(frame) -> list[dict]:
+    """The ok rows of a run as render_nccl_tests' blocks: one per collective, dtype, op and group
+    shape, in the run's order; a size's figures the median over the shape's groups (#wrong: the sum)."""
+    df = frame.df[frame.df.status == "ok"]
+    if df.empty:
+        raise UsageError(f"run {frame.df.run_id.iloc[0]}: no ok row to print in nccl-tests' layout")
+    figures = df.groupby(_BLOCK + ["msg_bytes", "in_place"], sort=False, dropna=False).agg(
+        time_us=("time_us", "median"), algbw_gbps=("algbw_gbps", "median"), busbw_gbps=("busbw_gbps", "median"),
+        n_wrong=("n_wrong", lambda s: None if s.isna().all() else int(s.sum())), count=("count", "first"),
+        groups=("group_id", "nunique")).reset_index()
+    blocks = []
+    for key, rows in figures.groupby(_BLOCK, sort=False, dropna=False):
+        collective, dtype, op, topology, world_size, n_nodes = key
+        b = {"collective": collective, "binary": nccl_tests.BINARIES.get(collective, collective),
+             "dtype": nccl_tests.TYPE_NAMES.get(dtype, dtype), "op": op, "world_size": int(world_size),
+             "title": f"collbench run {frame.df.run_id.iloc[0]}: {collective} {dtype} {op}, topology {topology}, "
+                      f"{world_size} rank(s) on {n_nodes} node(s), median of {int(rows.groups.max())} group(s)",
+             "rows": {}}
+        for r in rows.sort_values("msg_bytes", kind="stable").itertuples():
+            placed = b["rows"].setdefault(int(r.msg_bytes), {"count": int(r.count)})
+            placed[bool(r.in_place)] = {"time_us": _number(r.time_us), "algbw_gbps": _number(r.algbw_gbps),
+                                        "busbw_gbps": _number(r.busbw_gbps), "n_wrong": r.n_wrong}
+        blocks.append(b)
+    return blocks
+
+
+def _number(value) -> float | None:
+    return None if value is None or value != value else float(value)
+
+
 def _write_csv_dir(folder: str, named: dict[str, list[dict]]) -> None:
     """Every table to FOLDER/NAME.csv, each written whole under a temporary name, then renamed."""
     try:
@@ -117,9 +160,13 @@ def _write_csv_dir(folder: str, named: dict[str, list[dict]]) -> None:
 def _header(rep: report.Report) -> str:
     r = rep.run
     lines = [f"run {r['run_id']} ({r.get('state') or 'state unknown'}), started {r.get('started_at') or '?'}"]
-    if r.get("collbench_version"):
+    if r.get("command") == "import":
+        lines.append(f"imported from nccl-tests output by collbench {r.get('collbench_version')}, backend "
+                     f"{r.get('backend')}, NCCL {', '.join(r['nccl_versions']) or '-'}")
+    elif r.get("collbench_version"):
         lines.append(f"collbench {r.get('collbench_version')}, torch {r.get('torch_version')}, ray "
                      f"{r.get('ray_version')}, backend {r.get('backend')}, NCCL {', '.join(r['nccl_versions']) or '-'}")
+    if r.get("collbench_version"):
         lines.append(f"hosts: {', '.join(r.get('hostnames') or [])}; devices: "
                      f"{', '.join(r['gpu_models'] or r.get('device_models') or [])}")
     lines += [f"WARNING: {w}" for w in rep.warnings]

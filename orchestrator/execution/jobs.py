@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -20,6 +19,7 @@ from orchestrator.errors import UsageError
 from orchestrator.execution.events import RunObserver
 from orchestrator.execution.outcome import Tally
 from orchestrator.execution.voice import COMMAND_LINE, Voice
+from orchestrator.results.location import new_run_id
 from orchestrator.results.schema import RunState
 from orchestrator.sweep import resume
 from orchestrator.sweep.planner import Group, Plan
@@ -55,10 +55,6 @@ class Planner(Protocol):
     def plan(self, spec: SweepSpec, inv) -> Plan: ...
 
     def cases(self, group: Group) -> list[Case]: ...
-
-
-def new_run_id(now: dt.datetime) -> str:
-    return f"{now:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
 
 
 def sweep(spec: SweepSpec, *, run_id: str | None = None, saved: resume.SavedRun | None = None,

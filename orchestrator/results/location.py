@@ -24,6 +24,11 @@ PART_PREFIX = "part-"
 PART_ROWS = 1_000_000  # rows per compacted file
 
 
+def new_run_id(now: dt.datetime) -> str:
+    """A run's id: its start (UTC, to the second) and 6 random hex digits."""
+    return f"{now:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
+
+
 def is_uri(output: str) -> bool:
     return "://" in output
 

@@ -123,7 +123,7 @@ MANIFEST_SCHEMA = pa.schema(
         ("started_at", pa.timestamp("us", tz="UTC")),
         ("finished_at", pa.timestamp("us", tz="UTC")),
         ("state", pa.string()),  # a RunState's value
-        ("command", pa.string()),  # run | qualify | watch | replay
+        ("command", pa.string()),  # run | qualify | watch | replay | import
         ("job_submission_id", pa.string()),  # under `ray job submit`: the job's submission id
         ("collbench_version", pa.string()),
         ("torch_version", pa.string()),
@@ -150,6 +150,9 @@ MANIFEST_SCHEMA = pa.schema(
         ("startup_first_join_s", pa.float64()),
         ("startup_doctor_s", pa.float64()),
         ("doctor", pa.string()),  # JSON: node IP -> the facts the quick doctor read there (doctor.facts)
+        # collbench import: JSON list, one object per test read: path, format, group_id, binary,
+        # nccl_tests_version, command_line, start_time, avg_busbw_gbps (null where the file does not say)
+        ("sources", pa.string()),
     ]
 )
 
