@@ -13,9 +13,8 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from orchestrator.doctor import checks as ck
-from orchestrator.doctor import diagnostics
+from orchestrator.doctor import diagnostics, reach
 from orchestrator.doctor import facts as fx
-from orchestrator.doctor import reach
 from orchestrator.errors import UsageError, first_line
 from orchestrator.sweep.inventory import Inventory
 
