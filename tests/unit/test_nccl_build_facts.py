@@ -221,3 +221,15 @@ def test_the_manifest_keeps_the_runs_build(tmp_path):
     s.manifest = {"device_models": [], "nccl_version": "2.21.5"}
     s.finish(Tally())
     assert s.store.manifests[-1]["nccl_version"] == "2.21.5" and s.store.manifests[-1]["nccl_git_hash"] is None
+
+
+def test_the_report_says_the_runs_build():
+    from orchestrator.analysis.frame import COLUMNS, Frame
+    from orchestrator.analysis.report import run_header
+
+    table = rows_table([{"run_id": "run-1", "status": "ok", "collective": "all_reduce", "world_size": 2,
+                        "node_ips": ["10.0.0.1", "10.0.0.2"], "hosts": ["a", "b"], "ranks": [0, 1]}])
+    manifest = {"nccl_version": "2.29.2", "nccl_git_hash": "ebd1e92", "nccl_tuner_plugin": "nccl_ofi_tuner (v3)"}
+    run, _ = run_header(Frame(table.select(COLUMNS)), manifest)
+    assert (run["nccl_git_hash"], run["nccl_tuner_plugin"], run["nccl_net_plugin"]) == (
+        "ebd1e92", "nccl_ofi_tuner (v3)", None)
