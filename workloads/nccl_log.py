@@ -68,7 +68,7 @@ SUBSYSTEMS = ("INIT", "NET", "GRAPH", "ENV", "REG")
 # them (the net plugin up to 2.25 in ncclInit, guarded by `initialized`, from 2.26 on the first
 # communicator; the tuner's and profiler's `status` and refcount), so a later group prints them
 # again only if every earlier communicator was destroyed and the library reloaded (the net plugin:
-# never in 2.26, NCCL_NET_PLUGIN_REF_COUNT 1 by default; possible from 2.28, where it is 0);
+# never in 2.26-2.27, NCCL_NET_PLUGIN_REF_COUNT 1 by default; possible from 2.28, where it is 0);
 # aws-ofi-nccl's `Initializing` is behind its netRefCount; the CTA policy line is printed once (2.29+
 # `std::call_once(onceEnvCtaPolicy, ...)`, 2.27-2.28 NCCL_PARAM's cached value). Registered buffers
 # are a communicator's own.
