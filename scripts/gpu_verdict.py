@@ -4,7 +4,8 @@
 
 RESULTS_DIR holds the check's runs (scripts/gpu_check.sh: a sweep of every collective and dtype
 with the overlap workload, and a --cuda-graph run). Checks, on every row of every run:
-- exact and ok; NCCL's own log read (its version on every row); the transport columns: with two
+- exact and ok; NCCL's own log read (its version on every row; its git hash, plugins, CTA policy
+  and registered buffers printed where a row has them); the transport columns: with two
   or more GPUs the intra-node path on every row of a group of two or more, and on one node no
   inter-node path;
 - the memory each size took (`mem_peak_bytes`, torch's peak on the GPU) within its estimate
@@ -38,6 +39,10 @@ import pandas as pd
 # only where every multi-GPU row's intra-node path is NVLink (PCIe cards share the names).
 FLOORS_8GPU = {"H100": 300.0, "H200": 300.0, "A100": 180.0, "B200": 550.0}
 MIN_BYTES = 256 << 20
+# the build NCCL ran with, as its log said it (printed only where some row has it)
+BUILD = (("nccl_git_hash", "git"), ("nccl_net_plugin", "net plugin"), ("nccl_tuner_plugin", "tuner"),
+         ("nccl_profiler_plugin", "profiler"), ("nccl_cta_policy", "CTA policy"),
+         ("nccl_buffers_registered", "registered"))
 BATCH_FROM_BYTES = 1 << 20  # from here a call is long enough that per-call events cost nothing
 BATCH_SLACK = 1.10  # a batch may read up to 10% above per-call timing (noise), never more
 MEMORY_SLACK_BYTES = 2 << 20  # torch's allocator rounds each block up (to 2 MiB segments for large ones)
@@ -90,6 +95,8 @@ def verdict(df: pd.DataFrame, manifests: dict[str, dict] | None = None,
         facts.append(f"NCCL {','.join(versions) or '?'}")
         if df.nccl_version.isna().any():
             problems.append("NCCL's log was not read on every row")
+        facts += [f"NCCL {label} {','.join(sorted(set(df[c].dropna())))}" for c, label in BUILD
+                  if c in df and df[c].notna().any()]
         _transports(df, n, facts, problems)
         _memory(ok, facts, problems)
         # one rank: in place NCCL launches nothing, so only out-of-place rows time a transfer

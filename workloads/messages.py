@@ -124,7 +124,7 @@ class JoinRequest:
 
 @dataclass(frozen=True)
 class NcclLog:
-    """What NCCL's own INFO log (INIT, NET, GRAPH) says it used, as one rank read it."""
+    """What NCCL's own INFO log (INIT, NET, GRAPH, ENV, REG) says it used, as one rank read it."""
 
     version: str | None = None  # of the library loaded, from its banner
     network: str | None = None  # `Using network X`: IB, Socket, AWS Libfabric, Libfabric, GPUDirectTCPX_v7, ...
@@ -135,6 +135,14 @@ class NcclLog:
     nvls: bool = False  # NVLink SHARP buffers were set up
     intra_link: str | None = None  # the ring graph's intra-node link type: NVL, PIX, PXB, PHB, SYS, LOC
     warnings: tuple[str, ...] = ()  # NCCL WARN messages
+    # the build NCCL ran with (workloads.nccl_log: formats and which are printed once per process)
+    git_hash: str | None = None  # `NCCL git version <branch> <hash>` (NCCL 2.29+)
+    net_plugin: str | None = None  # the network plugin loaded and its API version, "Libfabric (v11)"; or "internal"
+    net_plugin_release: str | None = None  # the plugin's own release where it says it: "aws-ofi-nccl 1.18.0"
+    tuner_plugin: str | None = None  # "nccl_ofi_tuner (v3)", or "internal"
+    profiler_plugin: str | None = None  # "Example-profiler (v5)"
+    cta_policy: str | None = None  # set by NCCL_CTA_POLICY: DEFAULT, EFFICIENCY, ZERO (bits joined by |)
+    registered: tuple[str, ...] = ()  # kinds of user buffers this communicator registered: COLLNET, IPC, NET, NVLS
 
 
 @dataclass(frozen=True)

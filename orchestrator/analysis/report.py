@@ -60,7 +60,9 @@ COLUMNS: dict[str, tuple[str, ...]] = {
 }
 RUN_FIELDS = ("run_id", "state", "started_at", "finished_at", "collbench_version", "torch_version", "ray_version",
               "nccl_version", "gpu_driver", "python_version", "backend", "hostnames", "device_models", "command_line",
-              "command")
+              "command",
+              # the build NCCL ran with (issue 34), as the manifest keeps it
+              "nccl_git_hash", "nccl_net_plugin", "nccl_tuner_plugin", "nccl_profiler_plugin", "nccl_cta_policy")
 
 
 @dataclass

@@ -13,8 +13,8 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from orchestrator.doctor import checks as ck
+from orchestrator.doctor import diagnostics, reach
 from orchestrator.doctor import facts as fx
-from orchestrator.doctor import reach
 from orchestrator.errors import UsageError, first_line
 from orchestrator.sweep.inventory import Inventory
 
@@ -131,7 +131,8 @@ def judge(inv: Inventory, facts: list[fx.NodeFacts], attempts: dict, wall_s: flo
     reachable, reach_nodes = reach.verdicts(ips, attempts)
     out = Diagnosis(cluster=[*same, *mtu, reachable], wall_s=wall_s, facts=list(facts))
     for node, f in zip(inv.nodes, facts):
-        own = [*per_node[node.ip], *mtu_nodes[node.ip], *reach_nodes[node.ip], *ck.node_checks(f, node.gpus)]
+        own = [*per_node[node.ip], *mtu_nodes[node.ip], *reach_nodes[node.ip], *ck.node_checks(f, node.gpus),
+               diagnostics.check(f)]
         out.nodes.append({"node": node.ip, "host": node.hostname or f.hostname, "checks": own})
     return out
 

@@ -17,6 +17,7 @@ from orchestrator.execution.events import (
     RunObserver,
 )
 from orchestrator.execution.rows import where
+from orchestrator.execution.transport import BUILD_MANIFEST
 from workloads.messages import Status
 
 
@@ -31,7 +32,8 @@ class Tally(RunObserver):
     n_wrong: int = 0
     failures: list[GroupFailure] = field(default_factory=list)  # groups, and sizes a group skipped
     device_names: set[str] = field(default_factory=set)
-    nccl_versions: set[str] = field(default_factory=set)  # loaded by the workers, from NCCL's log
+    # the build NCCL ran with, from NCCL's log (its version, git hash, plugins, CTA policy): manifest field -> values
+    nccl_build: dict[str, set[str]] = field(default_factory=lambda: {name: set() for name in BUILD_MANIFEST})
     setup_s: list[float] = field(default_factory=list)  # round start -> group formed, per group
     teardown_s: list[float] = field(default_factory=list)  # last measurement -> group left, per group
     first_row_at: float | None = None  # time.monotonic() of the first row
@@ -39,6 +41,11 @@ class Tally(RunObserver):
     _measured: dict[int, dict[str, float]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(float)))
     _round_t0: dict[int, tuple[float, int]] = field(default_factory=dict)
     _last_result_at: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def nccl_versions(self) -> set[str]:
+        """The versions of NCCL the workers loaded."""
+        return self.nccl_build["nccl_version"]
 
     @property
     def measured_s(self) -> float:
@@ -76,8 +83,9 @@ class Tally(RunObserver):
         group, status, rows, failure = event.group, event.status, event.rows, event.failure
         self.rows += len(rows)
         for row in rows:
-            if row.get("nccl_version"):
-                self.nccl_versions.update(row["nccl_version"].split(","))
+            for name, seen in self.nccl_build.items():
+                if row.get(name):
+                    seen.update(row[name].split(","))
         self.n_wrong += sum(r.get("n_wrong") or 0 for r in rows)
         if status is Status.OK:
             self.groups_ok += 1

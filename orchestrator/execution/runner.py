@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 import ray
 
 from orchestrator.errors import one_line
-from orchestrator.execution import rows, transport
 from orchestrator.execution import events as ev
+from orchestrator.execution import ras, rows, transport
 from orchestrator.execution.events import GroupFailure, Observers, RunObserver
 from orchestrator.execution.pool import ActorPool, PlacementError
 from orchestrator.results.store import ResultStore
@@ -149,6 +149,11 @@ class Runner:
         else:
             what += (f"ranks {_ranks(late)} on {', '.join(sorted({rows.where(r.base, j) for j in late}))} had not "
                      "returned; every one answers (stuck in the backend or waiting on the network)")
+        ras_addr = next((w.info.comm_env.get("NCCL_RAS_ADDR") for j in late
+                         if (w := self.pool.workers[r.group.ranks[j]]) is not None), None)
+        if self.backend == "nccl" and ras_addr:  # only where the workers opened RAS beyond localhost
+            nodes = [r.base["node_ips"][j] for j in silent or late] + list(r.base["node_ips"])
+            what += "; " + ras.hang_note(nodes, set(r.base["pids"]), ras_addr, _RAS_TIMEOUT_S)
         self._end(r, Status.TIMEOUT, silent or late, what, culprits=bool(silent))
 
     def _outstanding(self, r: _GroupRun) -> list:
@@ -235,6 +240,7 @@ class Runner:
 
 
 _PEER_GRACE_S = 5.0
+_RAS_TIMEOUT_S = 5.0  # the most a hang's verdict waits on NCCL's RAS (NCCL_RAS_ADDR set on the workers)
 
 
 def _error(ref) -> BaseException | None:

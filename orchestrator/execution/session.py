@@ -202,10 +202,11 @@ class Session:
             raise SessionOrder("Session.finish() needs start() first")
         self.pool.shutdown()
         self.store.compact()
+        build = {name: ",".join(sorted(seen)) or None for name, seen in outcome.nccl_build.items()}
+        build["nccl_version"] = build["nccl_version"] or self.manifest["nccl_version"]  # else torch's
         self.manifest.update(
             state=RunState.FINISHED.value, finished_at=dt.datetime.now(dt.timezone.utc),
-            device_models=sorted(set(self.manifest["device_models"]) | outcome.device_names),
-            nccl_version=",".join(sorted(outcome.nccl_versions)) or self.manifest["nccl_version"],
+            device_models=sorted(set(self.manifest["device_models"]) | outcome.device_names), **build,
             **self.startup.fields(),
         )
         self.store.write_manifest(self.manifest)

@@ -7,17 +7,30 @@ Pure: the group's rows say which rank ran on which node.
   carried a channel; on gloo, "gloo/tcp/<interface>";
 - intra_transport: the paths NCCL connected between ranks of one node: P2P (with the ring graph's
   link type: P2P/NVL over NVLink, P2P/PIX over a PCIe switch), SHM, NET (through the NIC), and
-  NVLS; joined by "+".
+  NVLS; joined by "+";
+- the build (BUILD): nccl_git_hash, nccl_net_plugin ("Libfabric (v11) aws-ofi-nccl 1.18.0": the plugin NCCL
+  loaded, which is not always the one it used: net_transport says that), nccl_tuner_plugin,
+  nccl_profiler_plugin, nccl_cta_policy (each the ranks' distinct values joined by ","), and
+  nccl_buffers_registered (the kinds of user buffers any rank registered: IPC, NET, NVLS, COLLNET, by "+").
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from orchestrator.execution.rows import where
 from workloads.messages import NcclLog, Transport
 
-COLUMNS = ("gpu_model", "nccl_version", "net_transport", "intra_transport")
+# The build's columns, each from one rank's log; the manifest keeps the run's values (BUILD_MANIFEST)
+BUILD: dict[str, Callable[[NcclLog], str | None]] = {
+    "nccl_git_hash": lambda log: log.git_hash,
+    "nccl_net_plugin": lambda log: " ".join(filter(None, (log.net_plugin, log.net_plugin_release))) or None,
+    "nccl_tuner_plugin": lambda log: log.tuner_plugin,
+    "nccl_profiler_plugin": lambda log: log.profiler_plugin,
+    "nccl_cta_policy": lambda log: log.cta_policy,
+}
+BUILD_MANIFEST = ("nccl_version", *BUILD)  # per run; registration is a group's own
+COLUMNS = ("gpu_model", "nccl_version", "net_transport", "intra_transport", *BUILD, "nccl_buffers_registered")
 
 # Names a network goes by: --expect-net takes any of them.
 ALIASES = {
@@ -45,6 +58,9 @@ def columns(backend: str, node_ids: Sequence[str], transports: Sequence[Transpor
         return {}
     versions = sorted({log.version for log in logs if log.version})
     out = {"nccl_version": ",".join(versions) or None}
+    build = {column: ",".join(sorted({v for log in logs if (v := read(log))})) for column, read in BUILD.items()}
+    build["nccl_buffers_registered"] = "+".join(sorted({kind for log in logs for kind in log.registered}))
+    out.update((column, value) for column, value in build.items() if value)  # what no rank logged stays null
     if spans_nodes:
         out["net_transport"] = _network(logs)
     intra, link = set(), next((log.intra_link for log in logs if log.intra_link), None)

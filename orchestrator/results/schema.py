@@ -100,6 +100,13 @@ ROW_SCHEMA = pa.schema(
         ("traffic_heaviest_bytes", pa.int64()),
         ("iter_time_us", pa.list_(pa.float64())),  # slowest rank per iteration
         ("rank_time_us", pa.list_(pa.float64())),  # each rank's mean, by group rank
+        # the build NCCL ran with, from its log (null where it did not say; README: Transport)
+        ("nccl_git_hash", pa.string()),  # NCCL 2.29+: `NCCL git version <branch> <hash>`
+        ("nccl_net_plugin", pa.string()),  # loaded (not always used), "Libfabric (v11) aws-ofi-nccl 1.18.0", "internal"
+        ("nccl_tuner_plugin", pa.string()),  # "nccl_ofi_tuner (v3)", "internal"
+        ("nccl_profiler_plugin", pa.string()),
+        ("nccl_cta_policy", pa.string()),  # as NCCL_CTA_POLICY set it: DEFAULT, EFFICIENCY, ZERO
+        ("nccl_buffers_registered", pa.string()),  # kinds of user buffers registered: COLLNET, IPC, NET, NVLS (+)
     ]
 )
 
@@ -153,6 +160,12 @@ MANIFEST_SCHEMA = pa.schema(
         # collbench import: JSON list, one object per test read: path, format, group_id, binary,
         # nccl_tests_version, command_line, start_time, avg_busbw_gbps (null where the file does not say)
         ("sources", pa.string()),
+        # the build NCCL ran with, as the rows have it (the run's distinct values joined by ",")
+        ("nccl_git_hash", pa.string()),
+        ("nccl_net_plugin", pa.string()),
+        ("nccl_tuner_plugin", pa.string()),
+        ("nccl_profiler_plugin", pa.string()),
+        ("nccl_cta_policy", pa.string()),
     ]
 )
 

@@ -51,7 +51,7 @@ def test_one_actor_per_gpu_on_its_node_reused_across_groups(gpu_cluster, tmp_pat
         # --env passes through; NCCL logs INFO of INIT, NET, GRAPH to a file (transport columns)
         assert all(envs[r].comm_env["NCCL_ALGO"] == "Ring" for r in members)
         assert all(envs[r].comm_env["NCCL_DEBUG"] == "INFO" for r in members)
-        assert all(envs[r].comm_env["NCCL_DEBUG_SUBSYS"] == "INIT,NET,GRAPH" for r in members)
+        assert all(envs[r].comm_env["NCCL_DEBUG_SUBSYS"] == "INIT,NET,GRAPH,ENV,REG" for r in members)
 
     spec = SweepSpec(collectives=("all_reduce",), min_bytes=64, max_bytes=64, iters=2, warmup=1,
                      patterns=("intra", "inter", "mixed", "pairwise"), output=str(tmp_path))

@@ -149,3 +149,14 @@ def test_the_rehearsal_verdict_judges_only_what_a_cpu_can_show():
     wrong.loc[0, "n_wrong"] = 1
     assert gpu_verdict.verdict(wrong, {}, None, gpu=False) == (
         False, line.replace("PASS", "FAIL") + " | 1 row(s) not ok or not exact")
+
+
+def test_the_build_nccl_ran_with_is_printed_where_rows_have_it():
+    rows = _rows(8, 362.0)
+    rows["nccl_git_hash"] = "ebd1e92"
+    rows["nccl_net_plugin"] = None
+    rows["nccl_tuner_plugin"] = "internal"
+    rows.loc[rows.run_id == "graph", "nccl_buffers_registered"] = "IPC+NVLS"
+    ok, line = gpu_verdict.verdict(rows, MANIFESTS, (9, 0))
+    assert ok and "| NCCL 2.21.5 | NCCL git ebd1e92 | NCCL tuner internal | NCCL registered IPC+NVLS | intra" in line
+    assert "net plugin" not in line and "NCCL git" not in gpu_verdict.verdict(_rows(8, 362.0), MANIFESTS, (9, 0))[1]

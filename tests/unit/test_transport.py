@@ -89,11 +89,11 @@ def test_wrong_network_names_the_ranks():
 def test_debug_file_settings_keep_what_the_user_chose():
     env = {}
     path = nccl_log.configure(env)
-    assert env["NCCL_DEBUG"] == "INFO" and env["NCCL_DEBUG_SUBSYS"] == "INIT,NET,GRAPH"
+    assert env["NCCL_DEBUG"] == "INFO" and env["NCCL_DEBUG_SUBSYS"] == "INIT,NET,GRAPH,ENV,REG"
     assert path.endswith(".log") and "%" not in path
     env = {"NCCL_DEBUG": "TRACE", "NCCL_DEBUG_SUBSYS": "COLL", "NCCL_DEBUG_FILE": "/logs/n.%h.%p.%%.txt"}
     path = nccl_log.configure(env)
-    assert env["NCCL_DEBUG"] == "TRACE" and env["NCCL_DEBUG_SUBSYS"] == "COLL,INIT,NET,GRAPH"
+    assert env["NCCL_DEBUG"] == "TRACE" and env["NCCL_DEBUG_SUBSYS"] == "COLL,INIT,NET,GRAPH,ENV,REG"
     assert nccl_log.debug_file_path("/logs/n.%h.%p.%%.txt", "gpu7.cluster.local", 42) == "/logs/n.gpu7.42.%.txt"
     assert path.startswith("/logs/n.")
     # NCCL reads every name after "^" as left out: ours are taken off that list, never appended to it
