@@ -14,10 +14,10 @@ import json
 import sys
 
 from orchestrator.analysis.compare import SHAPE_KEY
-from orchestrator.judging.judge import Source
 from orchestrator.commands.options import add_analysis_options
 from orchestrator.commands.render import render_csv, render_tables
 from orchestrator.errors import UsageError
+from orchestrator.judging.judge import Source
 from orchestrator.operations.checks import UNITS
 from orchestrator.operations.compare import CompareOptions, compare
 

@@ -61,7 +61,6 @@ def main(args: argparse.Namespace) -> int:
     spec = spec_from_qualify_args(args)
     check_writable(spec.output)
     from orchestrator.execution.qualifying import qualification
-
     from orchestrator.execution.voice import COMMAND_LINE, Voice
 
     log = sys.stderr if args.format == "json" else sys.stdout  # stdout: the JSON alone

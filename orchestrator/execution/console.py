@@ -10,8 +10,15 @@ import sys
 import time
 from typing import TextIO
 
-from orchestrator.execution.events import (GroupEnded, GroupFailure, GroupStarted, Measuring, Note, RowsMeasured,
-                                           RunObserver)
+from orchestrator.execution.events import (
+    GroupEnded,
+    GroupFailure,
+    GroupStarted,
+    Measuring,
+    Note,
+    RowsMeasured,
+    RunObserver,
+)
 from orchestrator.sweep.planner import Group
 from orchestrator.sweep.sizes import format_bytes
 from workloads.messages import Status

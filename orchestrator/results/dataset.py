@@ -23,8 +23,8 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from orchestrator.errors import CollbenchWarning, UsageError, first_line
-from orchestrator.results.schema import MANIFEST_SCHEMA, ROW_SCHEMA, SCHEMA_VERSION
 from orchestrator.results.location import MANIFEST_DIR, PART_PREFIX, resolve
+from orchestrator.results.schema import MANIFEST_SCHEMA, ROW_SCHEMA, SCHEMA_VERSION
 
 # Raw per-iteration samples are large and only compare needs them.
 COLUMNS = [f.name for f in ROW_SCHEMA if f.name != "iter_time_us"]

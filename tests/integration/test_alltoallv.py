@@ -9,6 +9,7 @@ import json
 import pandas as pd
 import pytest
 
+from orchestrator.analysis import alltoallv
 from orchestrator.sweep import traffic as tv
 from tests.helpers import run_cli
 from workloads import traffic
@@ -42,6 +43,7 @@ def test_a_moe_all_to_allv_is_exact_and_its_rows_say_which_matrix_and_bytes(ray_
     table = rep["tables"]["all_to_allv"]
     assert len(table) == df.group_id.nunique()  # one row per group, at its largest size
     for row in table:
+        assert tuple(row) == alltoallv.COLUMNS  # the declared header of an empty table
         assert row["msg_bytes"] == 65536 and MOE in row["traffic"] and row["busiest_rank"].startswith("rank ")
         assert " -> " in row["heaviest_pair"] and "median rank" in row["slowest_rank"]
 

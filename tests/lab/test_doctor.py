@@ -7,9 +7,9 @@ node 2 would hang until its deadline), nothing written; `--exclude` of the two m
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import shutil
-import re
 import time
 
 import pandas as pd

@@ -71,8 +71,9 @@ def test_a_healthy_cluster_passes(tmp_path):
         "no expected value covers platform unknown: busbw is judged against its peers only (add entries with "
         "--expected FILE)"]
     assert set(rep["tables"]) == {"busbw", "latency", "peaks", "dtypes", "fits", "failures", "expected",
-                                  "intra_vs_inter", "replay_steps", "replay_groups"}
+                                  "intra_vs_inter", "replay_steps", "replay_groups", "all_to_allv"}
     assert rep["tables"]["replay_steps"] == rep["tables"]["replay_groups"] == []  # a sweep replays nothing
+    assert rep["tables"]["all_to_allv"] == []  # nor an uneven exchange
 
 
 def test_degraded_intra_node_fabric_names_its_node(tmp_path):
@@ -163,7 +164,7 @@ def test_text_csv_and_one_table(tmp_path):
     assert len(table) == len(SIZES)
     run_main(["report", str(tmp_path / "res"), "--format", "csv", "--csv-dir", str(tmp_path / "csv")])
     assert sorted(p.name for p in (tmp_path / "csv").iterdir()) == [
-        "busbw.csv", "dtypes.csv", "expected.csv", "failures.csv", "fits.csv", "flags.csv", "intra_vs_inter.csv",
+        "all_to_allv.csv", "busbw.csv", "dtypes.csv", "expected.csv", "failures.csv", "fits.csv", "flags.csv", "intra_vs_inter.csv",
         "latency.csv", "peaks.csv", "replay_groups.csv", "replay_steps.csv"]
     flags = pd.read_csv(tmp_path / "csv" / "flags.csv")
     assert list(flags.kind) == ["slow_pair"] and flags.nodes[0] == "10.0.0.11;10.0.0.14"

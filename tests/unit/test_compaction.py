@@ -6,8 +6,8 @@ pyarrow.dataset and pandas, and the next compaction succeeds."""
 from __future__ import annotations
 
 import collections
-import multiprocessing as mp
 import errno
+import multiprocessing as mp
 import os
 
 import pandas as pd

@@ -12,11 +12,11 @@ import pandas as pd
 from orchestrator.analysis import expected
 from orchestrator.analysis.explain import explain
 from orchestrator.analysis.frame import Frame
-from orchestrator.results.schema import rows_table
-from workloads import nccl_log
 from orchestrator.execution.transport import columns
-from workloads.messages import Transport
+from orchestrator.results.schema import rows_table
 from tests.unit.test_nccl_sequences import FIXTURES
+from workloads import nccl_log
+from workloads.messages import Transport
 
 MIB = 1 << 20
 

@@ -8,8 +8,8 @@ import pytest
 
 from orchestrator.errors import UsageError
 from orchestrator.results import dataset
-from orchestrator.results.schema import ROW_SCHEMA, SCHEMA_VERSION, rows_table
 from orchestrator.results.location import check_writable
+from orchestrator.results.schema import ROW_SCHEMA, SCHEMA_VERSION, rows_table
 from orchestrator.results.store import ResultStore
 
 
