@@ -46,7 +46,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from orchestrator.lab import raynodes  # noqa: E402  (standard library only)
 
-COLLECTIVES = "all_reduce,all_gather,reduce_scatter,all_to_all,broadcast,reduce,send_recv"
+COLLECTIVES = "all_reduce,all_gather,reduce_scatter,all_to_all,all_to_allv,broadcast,reduce,send_recv"
 # 1K, 64K, 4M, 256M: x64 steps reach 256M, the size the 8-GPU NVLink floor is judged at
 GPU_SIZES = ("-b", "1K", "-e", "256M", "-f", "64")
 CPU_SIZES = ("-b", "1K", "-e", "1M", "-f", "32")

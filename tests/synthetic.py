@@ -44,7 +44,7 @@ def _row(run_id, started, pattern, topology, ranks, ips, size, alpha_us, bw_gbps
     if drop and drop["msg_bytes"] == size and drop["pattern"] == pattern:
         busbw *= drop["factor"]
         time_us /= drop["factor"]
-    rank_times = [time_us * (1.5 if r == straggler else 1.0) for r in ranks]
+    rank_times = [time_us * (0.5 if r == straggler else 1.0) for r in ranks]  # late: the others wait
     return {
         "run_id": run_id, "started_at": started, "collective": "all_reduce", "backend": "nccl", "dtype": "float32",
         "op": "sum", "in_place": True, "msg_bytes": size, "count": size // 4, "world_size": 2,
@@ -76,7 +76,9 @@ def write_cluster_run(out: str, run_id: str, *, nodes: int = 4, ranks_per_node: 
       ("gpu_pair", node, a, b, f)  one GPU-to-GPU link: the intra-pairwise group of exactly that pair
       ("rail", local, f)           one rail: inter groups of that local rank
       ("pair", a, b, f)            one node pair: the pairwise group of exactly those nodes
-      ("straggler", rank, x)       the rank's own time is x times its group's
+      ("straggler", rank, x)       the rank's own time is x times its group's (x < 1: it arrives late,
+                                   the others wait for it)
+      ("rank_noise", sigma)        every rank's own time times a lognormal factor of this sigma
     noise: sigma of a lognormal factor on each iteration's time (0: every iteration identical).
     one_file: all rows in one file (fast for thousands of groups), as a compacted run has them.
     file_suffix: added to each group's file name, so that a second call adds another collective's
@@ -124,6 +126,8 @@ def write_cluster_run(out: str, run_id: str, *, nodes: int = 4, ranks_per_node: 
                 bw *= f
             elif kind == "straggler" and args[0] in group.ranks:
                 straggle[group.ranks.index(args[0])] = f
+            elif kind == "rank_noise":
+                straggle = {j: straggle.get(j, 1.0) * float(np.exp(rng.normal(0.0, f))) for j in range(len(group.ranks))}
         n = len(group.ranks)
         factor = factor_of(n) if n > 1 else 1.0
         base = {

@@ -77,6 +77,10 @@ class Collective(ABC):
     splits: ClassVar[bool] = False  # count must be a multiple of n (rounded down)
     in_place_modes: ClassVar[tuple[bool, ...]] = (False, True)
     min_ranks: ClassVar[int] = 1
+    # every member waits for every other and all finish at about the same moment, so a rank that
+    # arrives late shows as the member with the shortest own time (analysis.stragglers); not so for
+    # a rooted or one-way collective (broadcast, reduce, send_recv), where the root or the receiver waits
+    finishes_together: ClassVar[bool] = True
 
     @staticmethod
     @abstractmethod

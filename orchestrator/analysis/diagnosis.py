@@ -2,7 +2,7 @@
 Pure functions of a `Frame` (one run's rows); no Ray, no I/O.
 
 Size: over 300 lines for the tables and one flag rule per pattern (pairs, GPU pairs, intra,
-rails and groups, stragglers, failures), each small and pure.
+rails and groups, failures), each small and pure.
 
 Every group is compared with its peers of the same shape (collective, dtype, op, placement,
 pattern, world size, ranks per node) at the largest size the shape measured, through the one
@@ -16,8 +16,8 @@ can be placed:
 - inter groups (rail-aligned): a rail all of whose groups are slow, or a node all of whose
   groups are slow; otherwise the group and its nodes;
 - mixed and kbatch groups: the group and its nodes.
-Ranks whose own time is above their group's median (stragglers) and failed, timed-out and
-skipped groups are flagged too.
+Failed, timed-out and skipped groups are flagged too; stragglers (the ranks the others wait for)
+are analysis.stragglers'.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ MIN_PEERS = MIN_VALUES
 @dataclass(frozen=True)
 class Flag:
     """One finding: `kind` (slow_pair, slow_node, slow_group, slow_rail, slow_gpu_pair, slow_gpu,
-    straggler, failed_group, below_expected), where (node IPs; ranks: local GPU indices for GPU
+    straggler, straggler_node, failed_group, below_expected), where (node IPs; ranks: local GPU indices for GPU
     kinds and rails, global ranks for stragglers and failures), what and by how much."""
 
     kind: str
@@ -157,7 +157,6 @@ def flags(frame: Frame, threshold: float) -> list[Flag]:
     for _, shape in rest.groupby(SHAPE):
         out += _group_flags(frame, shape, threshold)
     out = _merge(out)
-    out += stragglers(frame, threshold)
     out += failures(frame)
     return out
 
@@ -293,32 +292,6 @@ def _group_flags(frame: Frame, shape: pd.DataFrame, threshold: float) -> list[Fl
             kind = "slow_pair" if len(members[i]) == 2 else "slow_group"  # two nodes no other group separates
             out.append(_flag(kind, frame, row, members[i], [], f"slow {row.pattern} group of {int(row.world_size)} "
                              "ranks on " + ", ".join(frame.label(n) for n in members[i])))
-    return out
-
-
-def stragglers(frame: Frame, threshold: float, top: int = 10) -> list[Flag]:
-    """Ranks whose own mean time is above their group's median rank, in the median over at least
-    three rows."""
-    d = ok_rows(frame.df)
-    d = d[d.world_size >= 3] if (d.world_size >= 3).any() else d[d.world_size >= 2]
-    if d.empty:
-        return []
-    owner, ranks, times = frame.rank_times(d.index.to_numpy())
-    flat = pd.DataFrame({"row": owner, "rank": ranks, "t": times})
-    flat["median"] = flat.groupby("row").t.transform("median")
-    flat = flat[flat["median"] > 0]
-    flat["ratio"] = flat.t / flat["median"]
-    score = flat.groupby("rank").agg(ratio=("ratio", "median"), rows=("ratio", "size"), row=("row", "first"))
-    # A rank is flagged on evidence from several rows, not on one noisy measurement.
-    score = score[(score.ratio > 1 + threshold) & (score.rows >= 3)].sort_values("ratio", ascending=False).head(top)
-    out = []
-    for rank, s in score.iterrows():
-        lists = frame.lists(int(s.row))
-        j = lists["ranks"].index(int(rank))
-        where = f"{lists['hosts'][j]} ({lists['node_ips'][j]})"
-        out.append(Flag("straggler", [lists["node_ips"][j]], [int(rank)], None, None, float(s.ratio), 1.0,
-                        f"straggler: rank {rank} on {where} takes {s.ratio:.2f}x its group's median time "
-                        f"(median over {int(s.rows)} rows)", extra={"rows": int(s.rows)}))
     return out
 
 

@@ -79,8 +79,8 @@ class Frame:
         """The list columns of one row, as Python lists."""
         return {c: self.table.column(c)[row].as_py() for c in LISTS}
 
-    def rank_times(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(row, global rank, rank's mean time) of every rank of `rows`, flattened."""
+    def rank_times(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(row, global rank, rank's mean time, rank's node code) of every rank of `rows`, flattened."""
         times = self.table.column("rank_time_us").combine_chunks()
         ranks = self.table.column("ranks").combine_chunks()
         n = self.table.num_rows
@@ -88,6 +88,8 @@ class Frame:
         keep = np.zeros(n, bool)
         keep[rows] = True
         keep &= time_len == rank_len  # rows without per-rank times (not measured) have none
+        keep &= np.diff(self._offsets) == rank_len  # a node for every rank
         t_owner, r_owner = np.repeat(np.arange(n), time_len), np.repeat(np.arange(n), rank_len)
+        n_owner = np.repeat(np.arange(n), np.diff(self._offsets))
         return (t_owner[keep[t_owner]], ranks.values.to_numpy(zero_copy_only=False)[keep[r_owner]],
-                times.values.to_numpy(zero_copy_only=False)[keep[t_owner]])
+                times.values.to_numpy(zero_copy_only=False)[keep[t_owner]], self._codes[keep[n_owner]])

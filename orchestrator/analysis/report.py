@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from orchestrator.analysis import alltoallv, diagnosis, expected, fits, replay
+from orchestrator.analysis import alltoallv, diagnosis, expected, fits, replay, stragglers
 from orchestrator.analysis.diagnosis import Flag
 from orchestrator.analysis.explain import explain
 from orchestrator.analysis.frame import Frame
@@ -135,7 +135,7 @@ def build(frame: Frame, manifest: dict | None, threshold: float, unit: str, scal
     for row in tables["busbw"]:
         row["intra/inter"] = row["intra"] / row["inter"] if row["intra"] and row["inter"] else None
     tables["fits"] = [f for f in fits.fits(df) if f["collective"] in collectives]
-    found = diagnosis.flags(frame, threshold)
+    found = diagnosis.flags(frame, threshold) + stragglers.flags(frame, threshold)
     if collective:
         found = [f for f in found if f.collective in (collective, None)]
     tables["failures"] = diagnosis.failure_table(found)

@@ -172,3 +172,30 @@ def leave_one_out_medians(v: np.ndarray) -> np.ndarray:
     if (n - 1) % 2:
         return kth_of_others((n - 1) // 2)
     return (kth_of_others((n - 1) // 2 - 1) + kth_of_others((n - 1) // 2)) / 2
+
+
+def grouped_leave_one_out_medians(groups: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """leave_one_out_medians within each group (`groups`: a label per value), all groups at once:
+    each value's reference is the median of the other members of its own group (NaN alone)."""
+    groups, v = np.asarray(groups), np.asarray(v, dtype=float)
+    if not len(v):
+        return np.array([], dtype=float)
+    order = np.lexsort((v, groups))
+    g, s = groups[order], v[order]
+    starts = np.r_[0, np.flatnonzero(g[1:] != g[:-1]) + 1]
+    sizes = np.diff(np.r_[starts, len(g)])
+    first, size = np.repeat(starts, sizes), np.repeat(sizes, sizes)
+    position = np.arange(len(g)) - first
+    others = size - 1
+
+    def kth_of_others(k: np.ndarray) -> np.ndarray:  # as in leave_one_out_medians, per group
+        return s[first + np.where(position > k, k, np.minimum(k + 1, size - 1))]
+
+    middle = others // 2
+    odd = kth_of_others(middle)
+    even = (kth_of_others(np.maximum(middle - 1, 0)) + odd) / 2
+    medians = np.where(others % 2 == 1, odd, even)
+    medians[others == 0] = np.nan
+    out = np.empty_like(medians)
+    out[order] = medians
+    return out

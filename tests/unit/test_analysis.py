@@ -122,16 +122,38 @@ def test_a_slow_nic_names_its_node_among_its_pairs(tmp_path):
 
 
 def test_stragglers_and_failures_are_flags(tmp_path):
-    write_cluster_run(str(tmp_path), "r", patterns=("intra",), faults=(("straggler", 5, 1.5),),
+    # rank 5 arrives late: the others wait for it, so its own time is the shortest of its group
+    write_cluster_run(str(tmp_path), "r", patterns=("intra",), faults=(("straggler", 5, 0.5),),
                       failed_groups=("r1-g2",))
     rep, _ = _report(str(tmp_path), code=1)
     kinds = {f["kind"]: f for f in rep["flags"]}
-    assert set(kinds) == {"straggler", "failed_group"}
+    assert set(kinds) == {"straggler", "failed_group"}  # one late rank of four: not its node
     assert kinds["straggler"]["ranks"] == [5] and kinds["straggler"]["nodes"] == [IP[1]]
-    assert kinds["straggler"]["value"] == pytest.approx(1.5)
+    assert kinds["straggler"]["value"] == pytest.approx(0.5)
+    assert kinds["straggler"]["arrived_last"] == kinds["straggler"]["rows"] >= 3  # last in every row it is in
     failed = kinds["failed_group"]
     assert failed["group_id"] == "r1-g2" and failed["status"] == "timeout" and failed["nodes"] == [IP[2]]
     assert rep["tables"]["failures"][0]["group_id"] == "r1-g2"
+
+
+@pytest.mark.parametrize("nodes, ranks_per_node", [(3, 2), (4, 4), (8, 2)])
+def test_a_node_whose_ranks_all_arrive_late_is_a_straggler_node(tmp_path, nodes, ranks_per_node):
+    late = 1  # every rank of node 1, in groups across nodes (one rank per node)
+    faults = tuple(("straggler", late * ranks_per_node + j, 0.6) for j in range(ranks_per_node))
+    write_cluster_run(str(tmp_path), "r", nodes=nodes, ranks_per_node=ranks_per_node, patterns=("inter", "pairwise"),
+                      faults=faults)
+    rep, _ = _report(str(tmp_path), code=1)
+    found = {(f["kind"], tuple(f["nodes"]), tuple(f["ranks"])) for f in rep["flags"]}
+    assert ("straggler_node", (IP[late],), ()) in found
+    assert {f[0] for f in found} <= {"straggler", "straggler_node"} and all(f[1] == (IP[late],) for f in found)
+
+
+def test_healthy_ranks_with_noisy_own_times_are_not_stragglers(tmp_path):
+    # every rank's own time off its group's by a lognormal 5%: noise, never a straggler
+    write_cluster_run(str(tmp_path), "r", nodes=4, ranks_per_node=4, patterns=("intra", "inter", "pairwise"),
+                      faults=(("rank_noise", 0.05),), seed=3)
+    rep, _ = _report(str(tmp_path), code=0)
+    assert not [f for f in rep["flags"] if f["kind"].startswith("straggler")]
 
 
 def test_tables_have_fixed_names_sizes_latency_and_fit_reasons(tmp_path):

@@ -12,6 +12,7 @@ from orchestrator.judging.judge import (
     GROSS_DROP,
     PRIORS,
     Source,
+    grouped_leave_one_out_medians,
     leave_one_out_medians,
     limit,
     peer_arrays,
@@ -61,3 +62,17 @@ def test_fewer_than_three_values_are_unjudged():
 def test_the_prior_follows_the_platform():
     assert prior_for("gloo", False) == CPU and prior_for("gloo", True) == NET and prior_for("nccl", True) == GPU
     assert prior_for(None, False) == CPU  # unknown: the widest
+
+
+def test_grouped_leave_one_out_medians_are_each_groups_own():
+    rng = np.random.default_rng(4)
+    groups = np.repeat(np.arange(40), rng.integers(1, 9, 40))
+    rng.shuffle(groups)
+    values = rng.lognormal(0, 1, len(groups))
+    got = grouped_leave_one_out_medians(groups, values)
+    for i in range(len(values)):
+        others = values[(groups == groups[i]) & (np.arange(len(values)) != i)]
+        if len(others):
+            assert got[i] == pytest.approx(np.median(others))
+        else:
+            assert np.isnan(got[i])

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 @register
 class Broadcast(Collective):
     name = "broadcast"
+    finishes_together = False  # the root (or the receiver) waits; the others may leave early
     # torch.distributed.broadcast works on one buffer.
     in_place_modes = (True,)
 

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 @register
 class Reduce(Collective):
     name = "reduce"
+    finishes_together = False  # the root (or the receiver) waits; the others may leave early
     reduces = True
     # torch.distributed.reduce works on one buffer.
     in_place_modes = (True,)

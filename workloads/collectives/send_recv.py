@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 @register
 class SendRecv(Collective):
     name = "send_recv"
+    finishes_together = False  # the root (or the receiver) waits; the others may leave early
     in_place_modes = (False,)
     min_ranks = 2
 

@@ -1,0 +1,107 @@
+"""Stragglers: the ranks (and nodes) the others wait for. Pure.
+
+In a collective whose members all finish together (registry: finishes_together), a rank that
+arrives late waits for nobody: its own time is the shortest of its group, and the others' times
+hold its lateness. So each rank's own mean time (`rank_time_us`) is set against the median of the
+other members of its row (leave one out), in log space; a rank's score is the median of that ratio
+over every row it is in, with how often it was its row's shortest ("arrived last") and the
+median time the others waited for it (their median time less its own). The scores of all ranks are
+then read by the one judge (judging.judge.peer_arrays): a rank straggles when its score is low
+against the other ranks' scores beyond their noise and the report's threshold, on at least MIN_ROWS
+rows. Nodes likewise, from every rank entry on them: a node whose ranks arrive late in many groups
+is a flag of its own (CPU contention, a slow host path to its devices), needing MIN_VALUES nodes.
+
+The prior is the spread of a healthy rank's score among its peers (measured on this host's lab and
+gloo groups: docs/PERFORMANCE.md, stragglers); data from many ranks outweighs it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from orchestrator.analysis.diagnosis import Flag, ok_rows
+from orchestrator.analysis.frame import Frame
+from orchestrator.judging.judge import MIN_VALUES, Prior, grouped_leave_one_out_medians, peer_arrays
+from workloads import registry
+
+MIN_ROWS = 3  # a rank is named on evidence from several rows, never on one measurement
+# A healthy rank's score (the median over its rows of log(own time / its peers' median)) about the
+# other ranks' scores. Measured: docs/PERFORMANCE.md, section "Stragglers".
+PRIOR = Prior("rank-arrival", 0.10, 8.0, "healthy ranks' own times within 10% of their peers' (lab, gloo)")
+
+
+def flags(frame: Frame, threshold: float, top: int = 10) -> list[Flag]:
+    """Straggler flags of ranks (kind "straggler") and nodes ("straggler_node"), worst first."""
+    scored = scores(frame)
+    if scored is None:
+        return []
+    ranks, nodes = scored
+    out = _flagged(ranks, threshold, top, lambda r: _rank_flag(frame, r))
+    out += _flagged(nodes, threshold, top, lambda r: _node_flag(frame, r))
+    return out
+
+
+def scores(frame: Frame) -> tuple[pd.DataFrame, pd.DataFrame] | None:
+    """Per rank and per node: score (ratio), rows, last (rows where it was the shortest), wait_us,
+    and the judge's floor; None where no row of a collective that finishes together has per-rank
+    times of two ranks or more."""
+    together = [name for name in registry.names() if registry.get(name).finishes_together]
+    d = ok_rows(frame.df)
+    d = d[d.collective.isin(together) & (d.world_size >= 2)]
+    if d.empty:
+        return None
+    row, rank, t, node = frame.rank_times(d.index.to_numpy())
+    good = np.isfinite(t) & (t > 0)
+    row, rank, t, node = row[good], rank[good], t[good], node[good]
+    ref = grouped_leave_one_out_medians(row, t)
+    has_peers = np.isfinite(ref) & (ref > 0)
+    row, rank, t, node, ref = row[has_peers], rank[has_peers], t[has_peers], node[has_peers], ref[has_peers]
+    if not len(t):
+        return None
+    shortest = pd.Series(t).groupby(row).transform("min").to_numpy()
+    flat = pd.DataFrame({"row": row, "rank": rank, "node": node, "log_ratio": np.log(t / ref),
+                         "last": t <= shortest, "wait_us": ref - t})
+    return _judged(flat, "rank"), _judged(flat, "node")
+
+
+def _judged(flat: pd.DataFrame, by: str) -> pd.DataFrame:
+    g = flat.groupby(by)
+    out = pd.DataFrame({"log_score": g.log_ratio.median(), "rows": g.row.nunique(), "last": g["last"].sum(),
+                        "wait_us": g.wait_us.median(), "row": g.row.first(), "node": g.node.first()})
+    out["ratio"] = np.exp(out.log_score)
+    if len(out) >= MIN_VALUES:
+        judged = peer_arrays(out.ratio.to_numpy(), PRIOR)
+        out["reference"], out["floor"] = judged.reference, judged.floor
+    else:
+        out["reference"], out["floor"] = np.nan, 0.0  # which of two is late cannot be said
+    return out
+
+
+def _flagged(scored: pd.DataFrame, threshold: float, top: int, make) -> list[Flag]:
+    low = scored[(scored.ratio < scored.floor) & (scored.ratio < 1 - threshold) & (scored.rows >= MIN_ROWS)]
+    return [make((key, r)) for key, r in low.sort_values("ratio").head(top).iterrows()]
+
+
+def _evidence(r) -> str:
+    return (f"arrived last in {int(r.last)} of {int(r.rows)} rows; its own time is {r.ratio:.2f}x its peers' "
+            f"(median), the others waited a median {r.wait_us:.0f} us for it (the other ranks' scores: "
+            f"{r.reference:.2f}x, judged low below {r.floor:.2f}x)")
+
+
+def _rank_flag(frame: Frame, item) -> Flag:
+    rank, r = item
+    lists = frame.lists(int(r.row))
+    j = lists["ranks"].index(int(rank))
+    where = f"{lists['hosts'][j]} ({lists['node_ips'][j]})"
+    return Flag("straggler", [lists["node_ips"][j]], [int(rank)], None, None, float(r.ratio), float(r.reference),
+                f"straggler: rank {rank} on {where}: " + _evidence(r),
+                extra={"rows": int(r.rows), "arrived_last": int(r.last), "wait_us": float(r.wait_us)})
+
+
+def _node_flag(frame: Frame, item) -> Flag:
+    code, r = item
+    ip = frame.ips([int(code)])[0]
+    return Flag("straggler_node", [ip], [], None, None, float(r.ratio), float(r.reference),
+                f"straggler node: {frame.label(int(code))}'s ranks " + _evidence(r),
+                extra={"rows": int(r.rows), "arrived_last": int(r.last), "wait_us": float(r.wait_us)})
