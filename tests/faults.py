@@ -68,3 +68,57 @@ class LiveRun:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+
+
+class CpuHold:
+    """Hold one process's CPU down, as a noisy neighbour or a cgroup limit does in life: a cgroup
+    with a CPU quota of `share` of one CPU (v1 cpu controller, or v2 cpu.max). `hold(pid)` moves it
+    in; `release()` moves it back and removes the cgroup. `available()` says why not, if it cannot."""
+
+    V1, V2 = "/sys/fs/cgroup/cpu", "/sys/fs/cgroup"
+
+    def __init__(self, share: float, name: str = "collbench-hold") -> None:
+        self.share, self.period_us = share, 100_000
+        self.v1 = os.path.isfile(f"{self.V1}/cpu.cfs_quota_us")
+        self.dir = f"{self.V1 if self.v1 else self.V2}/{name}"
+        self.held: list[int] = []
+
+    @classmethod
+    def available(cls) -> str | None:
+        if os.geteuid() != 0:
+            return "holding a CPU down needs root (cgroups)"
+        if os.path.isfile(f"{cls.V1}/cpu.cfs_quota_us"):
+            return None
+        if os.path.isfile(f"{cls.V2}/cgroup.controllers") and "cpu" in open(f"{cls.V2}/cgroup.controllers").read():
+            return None
+        return "no cgroup CPU controller (v1 cpu or v2 cpu.max) to hold a CPU down with"
+
+    def hold(self, pid: int) -> None:
+        os.makedirs(self.dir, exist_ok=True)
+        quota = int(self.share * self.period_us)
+        if self.v1:
+            self._write("cpu.cfs_period_us", str(self.period_us))
+            self._write("cpu.cfs_quota_us", str(quota))
+        else:
+            with open(f"{self.V2}/cgroup.subtree_control", "w") as f:
+                f.write("+cpu")
+            self._write("cpu.max", f"{quota} {self.period_us}")
+        self._write("cgroup.procs", str(pid))
+        self.held.append(pid)
+
+    def release(self) -> None:
+        root = self.V1 if self.v1 else self.V2
+        for pid in self.held:
+            try:
+                with open(f"{root}/cgroup.procs", "w") as f:
+                    f.write(str(pid))
+            except OSError:
+                pass  # it has ended
+        try:
+            os.rmdir(self.dir)
+        except OSError:
+            pass
+
+    def _write(self, name: str, value: str) -> None:
+        with open(f"{self.dir}/{name}", "w") as f:
+            f.write(value)
