@@ -90,11 +90,6 @@ class Collective(ABC):
     def send_numel(self, c: Ctx) -> int:
         return c.count
 
-    def timed_numel(self, c: Ctx) -> int:
-        """Elements the bandwidth counts (nccl-tests' S): the count, or what the busiest rank of an
-        uneven exchange really moves."""
-        return c.count
-
     def recv_numel(self, c: Ctx) -> int:
         return c.count
 

@@ -36,12 +36,15 @@ def generated(n: int, spread: float = 1.0) -> Matrix:
     return tuple(tuple(share((j - i) % n) for j in range(n)) for i in range(n))
 
 
-def busiest(weights: Matrix) -> int:
-    """The largest per-rank total: what a rank sends (its row) or receives (its column)."""
+def rank_totals(weights: Matrix) -> list[int]:
+    """Each rank's total: the larger of what it sends (its row) and receives (its column)."""
     n = len(weights)
-    rows = [sum(r) for r in weights]
-    cols = [sum(weights[i][j] for i in range(n)) for j in range(n)]
-    return max(rows + cols)
+    return [max(sum(weights[r]), sum(weights[i][r] for i in range(n))) for r in range(n)]
+
+
+def busiest(weights: Matrix) -> int:
+    """The largest per-rank total."""
+    return max(rank_totals(weights))
 
 
 @functools.lru_cache(maxsize=64)

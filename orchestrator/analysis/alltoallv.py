@@ -1,6 +1,7 @@
 """all_to_allv rows (workloads.traffic) as one table: at each group's largest size, its matrix
 (source and digest), its bus bandwidth, the busiest rank (the one whose bytes algbw counts), the
-heaviest pair, and the rank that took longest against the median rank. Pure.
+heaviest pair, and the slowest rank against its bytes: the lowest of each rank's own rate (its
+bytes, the larger of sent and received, over its own time), against the median rank's. Pure.
 
 Inside one all_to_all_v every pair's transfer overlaps every other's, so a pair's own time is not
 measured; what the rows hold is each rank's own time, and the matrix's bytes per rank and pair."""
@@ -15,7 +16,7 @@ from workloads.messages import Status
 
 NAME = "all_to_allv"
 COLUMNS = ("group_id", "topology", "world_size", "msg_bytes", "size", "traffic", "busbw", "busiest_rank",
-           "heaviest_pair", "slowest_rank")
+           "heaviest_pair", "slowest_rank_for_its_bytes")
 
 
 def table(frame: Frame) -> list[dict]:
@@ -35,15 +36,18 @@ def table(frame: Frame) -> list[dict]:
             return f"rank {ranks[j]} ({ips[j]})" if j < len(ranks) else f"group rank {j}"
 
         sender, receiver = lists["traffic_heaviest_pair"] or (0, 0)
+        moved = lists["traffic_rank_bytes"] or []
+        rates = {j: moved[j] / times[j] for j in range(len(times)) if j < len(moved) and moved[j] and times[j] > 0}
         slowest = ""
-        if len(times) == len(ranks) and times:
-            j = max(range(len(times)), key=times.__getitem__)
-            slowest = f"{who(j)}: {times[j] / statistics.median(times):.2f}x the median rank's time"
+        if rates:
+            j = min(rates, key=rates.get)
+            slowest = (f"{who(j)}: {format_bytes(moved[j])} at {rates[j] / 1e3:.3g} GB/s, "
+                       f"{rates[j] / statistics.median(rates.values()):.2f}x the median rank's rate")
         out.append({"group_id": r.group_id, "topology": r.topology, "world_size": int(r.world_size),
                     "msg_bytes": int(r.msg_bytes), "size": format_bytes(int(r.msg_bytes)),
                     "traffic": f"{r.traffic_source} [{r.traffic_digest}]", "busbw": float(r.busbw_gbps),
                     "busiest_rank": f"{who(int(r.traffic_busiest_rank))}: {format_bytes(int(r.traffic_busiest_bytes))}",
                     "heaviest_pair": f"{who(int(sender))} -> {who(int(receiver))}: "
                                      f"{format_bytes(int(r.traffic_heaviest_bytes))}",
-                    "slowest_rank": slowest})
+                    "slowest_rank_for_its_bytes": slowest})
     return out

@@ -123,7 +123,8 @@ def _gpu_pairs(frame: Frame, scale: float, unit: str):
 def _rails(frame: Frame, scale: float, unit: str):
     """Rails across nodes: the inter groups of several GPUs per node are one per local rank."""
     df, coll = _pair_rows(frame)
-    inter = df[(df.topology == "inter") & (df.pattern == "inter") & (df.local_first >= 0)]
+    # one GPU per node: across nodes, inside an NVLink domain or not
+    inter = df[df.topology.isin(["inter", "intra-domain"]) & (df.pattern == "inter") & (df.local_first >= 0)]
     if inter.local_first.nunique() < 2:
         return None
     inter = inter[inter.msg_bytes == inter.msg_bytes.max()]

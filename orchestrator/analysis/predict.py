@@ -84,11 +84,15 @@ def group_topology(size: int, stride: int, gpus_per_node: int) -> str:
 def choose_fit(fits: dict, collective: str, topology: str, world: int) -> FitRef | None:
     """The fit for exactly this group, else the nearest measured world size of the same topology,
     its bandwidth scaled by the collective's busbw factor (the link's bus bandwidth is what
-    carries over: algbw(n) = busbw / factor(n)) and said in `note`; `mixed` falls back to `inter`."""
+    carries over: algbw(n) = busbw / factor(n)) and said in `note`; `mixed` falls back to `inter`,
+    and a group across nodes to the cluster's `intra-domain` fits where its nodes share one NVLink
+    domain (an NVL72 rack measures no `inter` group inside it)."""
     factor = registry.get(collective).busbw_factor
-    for topo in (topology, "inter") if topology == "mixed" else (topology,):
+    order = {"mixed": ("mixed", "inter", "intra-domain"), "inter": ("inter", "intra-domain")}.get(topology, (topology,))
+    for topo in order:
         if (collective, topo, world) in fits:
-            return fits[(collective, topo, world)]
+            ref = fits[(collective, topo, world)]
+            return ref if topo == topology else FitRef(**{**ref.__dict__, "note": f"from {topo} world {world}"})
         same = [k for k in fits if k[0] == collective and k[1] == topo]
         if same:
             k = min(same, key=lambda k: (abs(math.log2(k[2]) - math.log2(world)), k[2]))
@@ -102,7 +106,7 @@ def choose_fit(fits: dict, collective: str, topology: str, world: int) -> FitRef
 
 def _sweep_for(collective: str, topology: str, size: int, msg_bytes: float) -> str:
     """The `collbench run` that would measure a missing term."""
-    pattern = {"intra": "intra", "inter": "inter", "mixed": "mixed"}[topology]
+    pattern = {"intra": "intra", "inter": "inter", "mixed": "mixed", "intra-domain": "domain"}[topology]
     low, high = max(8, int(msg_bytes) >> 6), max(int(msg_bytes) * 4, 1 << 20)
     return (f"collbench run --collectives {collective} --patterns {pattern} -b {low} -e {high} -f 2"
             + (f" --group-sizes {size}" if topology != "intra" or size > 1 else ""))

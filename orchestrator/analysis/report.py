@@ -36,7 +36,7 @@ TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "replay_steps": ("replayed steps: communication of the slowest rank per step, and its groups' parts", ()),
     "replay_groups": ("replayed process groups: time per step on the slowest rank, and share", ()),
     "all_to_allv": ("all_to_allv at each group's largest size: its traffic matrix, busbw ({unit}), the busiest "
-                    "rank and heaviest pair by bytes, the rank that took longest", ("busbw",)),
+                    "rank and heaviest pair by bytes, the slowest rank for its bytes", ("busbw",)),
 }
 # The columns of each table, for the header of an empty one (CSV readers need it); the unit tests
 # check them against the rows the tables hold.

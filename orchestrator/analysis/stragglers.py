@@ -67,8 +67,9 @@ def scores(frame: Frame) -> tuple[pd.DataFrame, pd.DataFrame] | None:
 
 def _judged(flat: pd.DataFrame, by: str) -> pd.DataFrame:
     g = flat.groupby(by)
-    out = pd.DataFrame({"log_score": g.log_ratio.median(), "rows": g.row.nunique(), "last": g["last"].sum(),
-                        "wait_us": g.wait_us.median(), "row": g.row.first(), "node": g.node.first()})
+    out = pd.DataFrame({"log_score": g.log_ratio.median(), "rows": g.row.nunique(), "wait_us": g.wait_us.median(),
+                        "row": g.row.first(), "node": g.node.first()})
+    out["last"] = flat[flat["last"]].groupby(by).row.nunique().reindex(out.index, fill_value=0)  # rows, not ranks
     out["ratio"] = np.exp(out.log_score)
     if len(out) >= MIN_VALUES:
         judged = peer_arrays(out.ratio.to_numpy(), PRIOR)

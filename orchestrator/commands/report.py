@@ -68,6 +68,8 @@ def main(args: argparse.Namespace) -> int:
         if args.table or args.csv_dir is not None or args.plots is not None:
             raise UsageError("--format nccl-tests: the run's rows in nccl-tests' layout; drop --table/--csv-dir/--plots")
         frame = reporting.run_frame(args.path, args.run, args.collective)
+        if args.collective:  # checked by run_frame: the run has it
+            frame.df = frame.df[frame.df.collective == args.collective]
         print(render_nccl_tests(nccl_blocks(frame)), end="")
         return 0
     if args.plots is not None or args.format == "html":

@@ -43,11 +43,6 @@ class Tally(RunObserver):
     _last_result_at: dict[str, float] = field(default_factory=dict)
 
     @property
-    def nccl_versions(self) -> set[str]:
-        """The versions of NCCL the workers loaded."""
-        return self.nccl_build["nccl_version"]
-
-    @property
     def measured_s(self) -> float:
         """Wall time inside timed iterations: the groups of a round measure at the same time,
         so a round counts as long as its longest group."""

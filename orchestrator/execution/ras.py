@@ -9,6 +9,9 @@ src/ras/client_support.cc (2.24.3 to 2.30.7); the protocol from src/ras/client.c
 `STATUS`, whose answer ends when NCCL closes the connection. NCCL listens on localhost:28028 unless
 NCCL_RAS_ADDR says otherwise, so another machine reaches it only where NCCL_RAS_ADDR names an
 address it can reach (0.0.0.0:28028, or the node's own).
+
+Size: over 300 lines because RAS speaks two formats of four NCCL releases and a socket protocol;
+the parsers, the query and the hang note belong together (one source of what RAS says).
 """
 
 from __future__ import annotations
@@ -243,7 +246,7 @@ def query(node: str, ras_addr: str | None = None, timeout_s: float = 5.0, fmt: s
         return RasAnswer(where, reason=e.strerror or type(e).__name__)
     try:
         return RasAnswer(where, parse(text), text=text)
-    except (ValueError, KeyError, TypeError) as e:
+    except (ValueError, KeyError, TypeError, AttributeError) as e:  # AttributeError: an entry not an object
         return RasAnswer(where, reason=f"unreadable answer ({type(e).__name__}: {e})", text=text)
 
 
@@ -280,10 +283,18 @@ class _Reader:
         self.sock.settimeout(left)
 
 
-def hang_note(nodes: list[str], pids: set[int], ras_addr: str | None, timeout_s: float = 5.0) -> str:
+REUSE_S = 30.0  # an answer this recent serves every group that times out after it (RAS speaks for the job)
+
+
+def hang_note(nodes: list[str], pids: set[int], ras_addr: str | None, timeout_s: float = 5.0,
+              recent: dict | None = None) -> str:
     """For a group that passed its deadline: "NCCL RAS ...: ..." as the first of `nodes` that answers
     tells it (only the entries of the group's processes, `pids`), or why none answered. Any node of
-    the job answers for all of it; the nodes are tried in order within one `timeout_s`."""
+    the job answers for all of it; the nodes are tried in order within one `timeout_s`. `recent`
+    (the caller's, kept between calls) holds the last answer: within REUSE_S it serves the next
+    group at once, so k groups timing out together cost one query, not k."""
+    if recent is not None and (kept := recent.get(ras_addr)) and time.monotonic() - kept[0] < REUSE_S:
+        return f"NCCL RAS ({kept[1].address}): {kept[1].report.summary(pids)}"
     deadline = time.monotonic() + timeout_s
     reasons = []
     for node in dict.fromkeys(nodes):
@@ -292,6 +303,8 @@ def hang_note(nodes: list[str], pids: set[int], ras_addr: str | None, timeout_s:
             break
         answer = query(node, ras_addr, left)
         if answer.report is not None:
+            if recent is not None:
+                recent[ras_addr] = (time.monotonic(), answer)
             return f"NCCL RAS ({answer.address}): {answer.report.summary(pids)}"
         reasons.append(f"{answer.address}: {answer.reason}")
         if answer.reason and answer.reason.startswith("NCCL RAS listens on localhost"):

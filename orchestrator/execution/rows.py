@@ -104,12 +104,12 @@ def traffic_fields(case: Case, count: int) -> dict:
     """An uneven exchange's matrix at this size (workloads.traffic): what the row's bytes are."""
     m, elem = case.traffic, ELEMENT_BYTES[case.dtype]
     cells = traffic.counts(m, count)
-    n = len(m)
-    per_rank = [max(sum(cells[r]), sum(row[r] for row in cells)) for r in range(n)]
+    per_rank = traffic.rank_totals(cells)
     sender, receiver = traffic.heaviest_pair(cells)
     return {"traffic_source": case.traffic_source, "traffic_digest": traffic.digest(m),
             "traffic_total_bytes": traffic.total_numel(m, count) * elem,
             "traffic_busiest_bytes": max(per_rank) * elem, "traffic_busiest_rank": per_rank.index(max(per_rank)),
+            "traffic_rank_bytes": [b * elem for b in per_rank],
             "traffic_heaviest_pair": [sender, receiver], "traffic_heaviest_bytes": cells[sender][receiver] * elem}
 
 

@@ -66,6 +66,7 @@ class Runner:
         self.observers = Observers(list(observers))
         self._cases: dict[int, list[Case]] = {}
         self._cases_for = cases_for  # a plan's own cases (a replay's), else the sweep's by group size
+        self._ras_recent: dict = {}  # NCCL RAS's last answer, for the next group that times out (ras.hang_note)
 
     def run(self, plan: Plan, skip: frozenset[str] | set[str] = frozenset()) -> None:
         for rnd in plan.rounds:
@@ -151,9 +152,11 @@ class Runner:
                      "returned; every one answers (stuck in the backend or waiting on the network)")
         ras_addr = next((w.info.comm_env.get("NCCL_RAS_ADDR") for j in late
                          if (w := self.pool.workers[r.group.ranks[j]]) is not None), None)
-        if self.backend == "nccl" and ras_addr:  # only where the workers opened RAS beyond localhost
-            nodes = [r.base["node_ips"][j] for j in silent or late] + list(r.base["node_ips"])
-            what += "; " + ras.hang_note(nodes, set(r.base["pids"]), ras_addr, _RAS_TIMEOUT_S)
+        if self.backend == "nccl" and ras_addr:  # only where the workers set NCCL_RAS_ADDR (off localhost)
+            # nodes whose processes answer first (a powered-off host would spend the whole budget), silent last
+            answering = [r.base["node_ips"][j] for j in range(len(r.group.ranks)) if j not in silent]
+            nodes = answering + [r.base["node_ips"][j] for j in silent]
+            what += "; " + ras.hang_note(nodes, set(r.base["pids"]), ras_addr, _RAS_TIMEOUT_S, self._ras_recent)
         self._end(r, Status.TIMEOUT, silent or late, what, culprits=bool(silent))
 
     def _outstanding(self, r: _GroupRun) -> list:

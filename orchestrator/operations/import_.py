@@ -17,7 +17,6 @@ import os
 import sys
 from collections import Counter
 from dataclasses import dataclass
-from typing import Literal
 
 import pyarrow.fs as pafs
 
@@ -28,10 +27,9 @@ from orchestrator.results.location import MANIFEST_DIR, check_writable, new_run_
 from orchestrator.results.schema import RunState, check_columns
 from orchestrator.results.store import ResultStore
 from workloads.dtypes import ELEMENT_BYTES
-from workloads.messages import Status
+from workloads.messages import Status, Topology, topology_of
 
-Topology = Literal["intra", "inter", "mixed"]
-TOPOLOGIES = ("intra", "inter", "mixed")
+TOPOLOGIES = tuple(t.value for t in (Topology.INTRA, Topology.INTER, Topology.MIXED))  # what a file's hosts can say
 _ELEMENT_BYTES = {**ELEMENT_BYTES, "uint8": 1, "uint32": 4, "int64": 8, "uint64": 8}
 _COLLECTIVES = {**{v: v for v in nccl_tests.COLLECTIVES.values()}, **nccl_tests.COLLECTIVES}
 
@@ -47,7 +45,7 @@ class ImportOptions:
     hosts: tuple[str, ...] = ()
     """One host per rank, or one per node (ranks in equal blocks, as mpirun places them); empty: the
     hosts of the files' `#  Rank` lines."""
-    topology: Topology | None = None
+    topology: str | None = None  # one of TOPOLOGIES
     """intra, inter or mixed: checked against the hosts (a contradiction is refused); None: from them."""
     run_id: str | None = None
     """The run's id; None: a new one, as a sweep's."""
@@ -193,7 +191,7 @@ def _placement(path: str, s: nccl_tests.Section, options: ImportOptions) -> tupl
     else:
         raise UsageError(f"{path}: has no '#  Rank' lines saying where its ranks ran; name a host per rank with --hosts")
     nodes = len(set(hosts))
-    topology = "intra" if nodes == 1 else "inter" if nodes == len(hosts) else "mixed"
+    topology = topology_of(hosts).value
     if options.topology and options.topology != topology:
         raise UsageError(f"--topology {options.topology}: the {len(hosts)} ranks of {path} ran on {nodes} host(s), "
                          f"which is {topology}; name the hosts with --hosts where the file's are not the machines")

@@ -274,7 +274,8 @@ def _json(path: str, text: str) -> list[Section]:
         where = f"{path} config.devices[{i}]"
         if not isinstance(d, dict):
             raise BadFile(f"{where}: not an object")
-        s.ranks.append(Rank(_jint(where, d, "rank"), int(d.get("group") or 0), _jint(where, d, "pid"),
+        s.ranks.append(Rank(_jint(where, d, "rank"), _jint(where, d, "group") if d.get("group") else 0,
+                            _jint(where, d, "pid"),
                             str(d.get("hostname", "")),
                             _jint(where, d, "device"), str(d.get("device_info", ""))))
     for i, r in enumerate(doc["results"]):
@@ -290,9 +291,9 @@ def _json_result(where: str, r) -> Result:
     if not isinstance(r, dict):
         raise BadFile(f"{where}: not an object")
     dtype, op = r.get("type"), r.get("redop")
-    if dtype not in DTYPES:
+    if not isinstance(dtype, str) or dtype not in DTYPES:
         raise BadFile(f"{where}.type: {str(dtype)[:40]!r} is not an nccl-tests type")
-    if op not in OPS:
+    if not isinstance(op, str) or op not in OPS:
         raise BadFile(f"{where}.redop: {str(op)[:40]!r} is not an nccl-tests reduction")
     root = str(r.get("root", "-1")).strip()
     timings = []

@@ -96,6 +96,7 @@ ROW_SCHEMA = pa.schema(
         ("traffic_total_bytes", pa.int64()),
         ("traffic_busiest_bytes", pa.int64()),
         ("traffic_busiest_rank", pa.int32()),  # group rank
+        ("traffic_rank_bytes", pa.list_(pa.int64())),  # each group rank's: the larger of sent and received
         ("traffic_heaviest_pair", pa.list_(pa.int32())),  # (sender, receiver) group ranks
         ("traffic_heaviest_bytes", pa.int64()),
         ("iter_time_us", pa.list_(pa.float64())),  # slowest rank per iteration

@@ -32,6 +32,7 @@ from orchestrator.sweep.spec import DOMAIN_PATTERNS, SweepSpec
 from workloads import registry
 from workloads.dtypes import ELEMENT_BYTES, NO_OP
 from workloads.messages import Case
+from workloads.traffic import busiest_numel
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +75,10 @@ def build_cases(spec: SweepSpec, n: int) -> list[Case]:
             if name == "all_to_allv":  # its matrix for this group size, the same on every rank
                 chosen = traffic.parse(spec.traffic)
                 matrix = {"traffic": chosen.for_ranks(n), "traffic_source": chosen.source}
+                # a size too small for any cell to carry one element measures an empty exchange
+                counts = [c for c in counts if busiest_numel(matrix["traffic"], c)]
+                if not counts:
+                    continue
             cases += [
                 Case(name, dtype, op, in_place, tuple(counts), spec.iters, spec.warmup, spec.check_iters,
                      spec.root, spec.compute_flops, cuda_graph=spec.cuda_graph, **matrix)

@@ -20,12 +20,12 @@ rank's bytes.
 
 from __future__ import annotations
 
-import csv
 import functools
-import io
 import math
 import os
+import re
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
@@ -35,7 +35,8 @@ from workloads import traffic
 
 MOE_DEFAULTS = {"experts": 256, "topk": 8, "skew": 0.0, "seed": 0}  # DeepSeek-V3's 256 routed experts, top 8
 TOKENS_PER_RANK = 4096  # the router's sample per rank: a cell's weight, not bytes (the sweep sets the bytes)
-MAX_EXPERTS = 1 << 16
+MAX_EXPERTS = 4096  # the router draws tokens x experts scores a chunk of tokens at a time
+TOKEN_CHUNK = 256
 MAX_FILE_BYTES = 64 << 20
 MAX_DIM = 1 << 14
 
@@ -56,21 +57,38 @@ class Traffic:
             if n > dim:
                 raise UsageError(f"--traffic {self.source}: a {dim}x{dim} matrix, and the plan has a group of "
                                  f"{n} ranks (give a matrix of at least {n} rows, or --group-sizes up to {dim})")
-            return tuple(row[:n] for row in self.file_matrix[:n])
+            block = tuple(row[:n] for row in self.file_matrix[:n])
+            if not any(map(any, block)):
+                raise UsageError(f"--traffic {self.source}: its first {n} rows and columns (a group of {n} ranks) "
+                                 "are all 0")
+            return block
         if self.moe is not None:
             return _moe(n, *self.moe)
         return traffic.generated(n, self.spread)
 
 
 def parse(text: str | None) -> Traffic:
-    """--traffic's value (None: nccl-tests' generated pattern, spread 1)."""
+    """--traffic's value (None: nccl-tests' generated pattern, spread 1). A file is read again each
+    time (it may change between runs of one process); it is cached while it stays the same file."""
     if text is None:
         return Traffic("nccl-tests:spread=1")
-    return _parse(text)
+    if text.startswith(("moe:", "nccl-tests:")) or text in ("moe", "nccl-tests"):
+        return _generator(text)
+    try:
+        st = os.stat(text)
+        stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+    except (OSError, ValueError):
+        stamp = None
+    return _file(text, stamp)
 
 
 @functools.lru_cache(maxsize=8)
-def _parse(text: str) -> Traffic:
+def _file(path: str, stamp: tuple | None) -> Traffic:
+    return Traffic(path, file_matrix=read_matrix(path))
+
+
+@functools.lru_cache(maxsize=8)
+def _generator(text: str) -> Traffic:
     if text.startswith("moe:") or text == "moe":
         values = _keys(text, "moe", MOE_DEFAULTS)
         experts, topk, skew, seed = (int(values["experts"]), int(values["topk"]), float(values["skew"]),
@@ -89,7 +107,6 @@ def _parse(text: str) -> Traffic:
         if not 0.0 <= spread <= 1.0:
             raise UsageError(f"--traffic {text}: spread={spread:g} must be between 0 (uniform) and 1")
         return Traffic(text, spread=spread)
-    return Traffic(text, file_matrix=read_matrix(text))
 
 
 def _keys(text: str, kind: str, defaults: dict) -> dict:
@@ -124,10 +141,9 @@ def read_matrix(path: str) -> traffic.Matrix:
         raise UsageError(f"--traffic {shown}: cannot read it as text ({e.__class__.__name__})") from None
     if path.endswith((".yaml", ".yml")):
         rows = _yaml_rows(path, shown)
-    else:
-        reader = csv.reader(io.StringIO(text)) if "," in text else (line.split() for line in text.splitlines())
-        rows = [[cell.strip() for cell in row if cell.strip()] for row in reader]
-        rows = [r for r in rows if r and not r[0].startswith("#")]
+    else:  # nccl-tests' whitespace form or CSV: cells between commas and blanks, after any # comment
+        rows = [re.split(r"[,\s]+", line.split("#", 1)[0].strip()) for line in text.splitlines()]
+        rows = [r for r in rows if r != [""]]
     if not rows:
         raise UsageError(f"--traffic {shown}: no matrix in it")
     dim = len(rows)
@@ -141,17 +157,20 @@ def read_matrix(path: str) -> traffic.Matrix:
         cells = []
         for j, cell in enumerate(row, 1):
             try:
-                value = float(cell)
-            except (TypeError, ValueError):
-                value = math.nan
-            if not math.isfinite(value) or value < 0:
+                value = Fraction(str(cell)) if not isinstance(cell, bool) else None
+            except (TypeError, ValueError, ZeroDivisionError):
+                value = None
+            if value is None or value < 0:
                 raise UsageError(f"--traffic {shown}: row {i} column {j}: {str(cell)[:40]!r} is not a "
                                  "non-negative number of bytes")
-            cells.append(int(value))
-        out.append(tuple(cells))
+            cells.append(value)
+        out.append(cells)
     if not any(map(any, out)):
         raise UsageError(f"--traffic {shown}: every cell is 0")
-    return tuple(out)
+    # a matrix is a shape: fractional cells (shares, probabilities) kept exactly as integers by
+    # their common denominator
+    scale = math.lcm(*(c.denominator for row in out for c in row))
+    return tuple(tuple(int(c * scale) for c in row) for row in out)
 
 
 def _yaml_rows(path: str, shown: str) -> list:
@@ -174,8 +193,10 @@ def _moe(n: int, experts: int, topk: int, skew: float, seed: int) -> traffic.Mat
     cells = np.zeros((n, n), dtype=np.int64)
     for i in range(n):
         # K distinct experts per token, drawn by popularity: the K largest of log p + Gumbel noise
-        scores = logp + rng.gumbel(size=(TOKENS_PER_RANK, experts))
-        chosen = np.argpartition(-scores, topk - 1, axis=1)[:, :topk] if topk < experts \
-            else np.broadcast_to(np.arange(experts), (TOKENS_PER_RANK, experts))
-        cells[i] = np.bincount(home[chosen].ravel(), minlength=n)
+        # (TOKEN_CHUNK tokens at a time: a chunk's scores are TOKEN_CHUNK x experts floats)
+        for _ in range(TOKENS_PER_RANK // TOKEN_CHUNK):
+            scores = logp + rng.gumbel(size=(TOKEN_CHUNK, experts))
+            chosen = np.argpartition(-scores, topk - 1, axis=1)[:, :topk] if topk < experts \
+                else np.broadcast_to(np.arange(experts), (TOKEN_CHUNK, experts))
+            cells[i] += np.bincount(home[chosen].ravel(), minlength=n)
     return tuple(tuple(int(v) for v in row) for row in cells)

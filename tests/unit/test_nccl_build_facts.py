@@ -208,7 +208,7 @@ def test_the_manifest_keeps_the_runs_build(tmp_path):
     tally = Tally()
     group = Group("r0-g0", "inter", 0, (0, 1))
     tally.group_ended(GroupEnded(group, Status.OK, ({**efa, "n_wrong": 0}, {**failed, "n_wrong": 0}), None))
-    assert tally.nccl_versions == {"2.29.2", "2.27.7"}
+    assert tally.nccl_build["nccl_version"] == {"2.29.2", "2.27.7"}
     s = Session(SweepSpec(output=str(tmp_path / "out")), "run-1", dt.datetime.now(dt.timezone.utc))
     s.pool, s.store, s.manifest = _Pool(), _Store(), {"device_models": [], "nccl_version": "2.21.5"}
     s.finish(tally)

@@ -142,3 +142,12 @@ def test_a_replays_ops_are_not_fitted(tmp_path):
                                  "time_us": 10.0 + b / 1e4, "step": 0, "seq": 1} for b in (1 << 10, 1 << 14, 1 << 18)])
     proc = run_main(["predict", out, "--params", "1e9", "--dp", "2", "--ranks-per-node", "1"])
     assert proc.returncode == 2 and "holds no sweep, only replayed ops" in proc.stderr
+
+
+def test_a_group_across_nodes_of_one_nvlink_domain_is_priced_from_intra_domain_fits():
+    from orchestrator.analysis.predict import FitRef, choose_fit
+
+    fits = {("all_reduce", "intra-domain", 8): FitRef("all_reduce", "intra-domain", 8, 5.0, 800.0, 1024, 1 << 30)}
+    ref = choose_fit(fits, "all_reduce", "inter", 8)
+    assert ref.bandwidth_gbps == 800.0 and ref.note == "from intra-domain world 8"
+    assert choose_fit(fits, "all_reduce", "intra", 8) is None  # inside a node is not across nodes

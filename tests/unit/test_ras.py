@@ -164,8 +164,14 @@ def test_every_wait_ends():
 
 def test_the_hang_note():
     server = FakeRas(_read("status_rank_lines_reconstructed.txt"))
-    note = ras.hang_note(["127.0.0.1"], {3487984}, f"0.0.0.0:{server.port}", timeout_s=5)
+    recent = {}
+    note = ras.hang_note(["127.0.0.1"], {3487984}, f"0.0.0.0:{server.port}", timeout_s=5, recent=recent)
     server.close()
+    # the next group that times out is told at once from the same answer, its own pids picked out
+    t0 = time.monotonic()
+    again = ras.hang_note(["127.0.0.1"], {999}, f"0.0.0.0:{server.port}", timeout_s=5, recent=recent)
+    assert time.monotonic() - t0 < 0.5 and again.startswith(f"NCCL RAS (127.0.0.1:{server.port}): ")
+    assert "3487984" not in again
     assert note == (f"NCCL RAS (127.0.0.1:{server.port}): 1 sent no data: pid 3487984 on 172.16.64.213 (GPU 5); "
                     "communicator cf264af53edbe986 misses ranks 21 (pid 3487984 on 172.16.64.213), 30; "
                     "communicator cf264af53edbe986: Asynchronous errors on 2 ranks; 1 RAS timeout while gathering")
@@ -188,7 +194,7 @@ def test_a_timed_out_group_asks_ras_only_where_the_workers_opened_it(monkeypatch
     def timed_out(env: dict) -> str:
         run = object.__new__(Runner)
         worker = SimpleNamespace(info=SimpleNamespace(comm_env=env))
-        run.backend = "nccl"
+        run.backend, run._ras_recent = "nccl", {}
         run.pool = SimpleNamespace(workers=[worker, worker], silent=lambda ranks: [])
         run._end = lambda r, status, failed, what, culprits=False: ended.append(what)
         base = {"node_ips": ["127.0.0.1", "127.0.0.1"], "hosts": ["a", "a"], "pids": [4242, 4243]}

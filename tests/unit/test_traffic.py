@@ -40,10 +40,31 @@ def test_a_matrix_file_reads_in_every_form_to_the_same_cells(tmp_path):
 def test_a_bad_matrix_file_is_refused_naming_the_cell(tmp_path, text, said):
     path = tmp_path / "bad.txt"
     path.write_text(text)
-    tv._parse.cache_clear()
     with pytest.raises(UsageError, match="--traffic .*bad.txt: ") as e:
         tv.parse(str(path))
     assert said in str(e.value) and "\n" not in str(e.value)
+
+
+def test_comments_fractions_and_a_changed_file_read_as_they_are(tmp_path):
+    path = tmp_path / "m.txt"
+    path.write_text("# rows, as shares\n0.25 0.75\n0.5, 0.5  # a CSV row\n")
+    t = tv.parse(str(path))
+    assert t.for_ranks(2) == ((1, 3), (2, 2))  # exact: scaled by the common denominator
+    path.write_text("1 0\n0 1\n")  # the same path, a new matrix: read again, not the cached one
+    assert tv.parse(str(path)).for_ranks(2) == ((1, 0), (0, 1))
+    path.write_text("0 0 5\n0 0 5\n5 5 0\n")
+    with pytest.raises(UsageError, match="its first 2 rows and columns .* are all 0"):
+        tv.parse(str(path)).for_ranks(2)
+    (tmp_path / "b.yaml").write_text("- [true, 1]\n- [1, 1]\n")
+    with pytest.raises(UsageError, match="row 1 column 1: 'True' is not a non-negative number"):
+        tv.parse(str(tmp_path / "b.yaml"))
+
+
+def test_sizes_too_small_for_any_cell_are_not_measured():
+    # 4 ranks, spread 1: each rank sends 1/6, 2/6, 3/6 of its total; one element fills no cell
+    spec = SweepSpec(collectives=("all_to_allv",), min_bytes=4, max_bytes=2048, step_factor=8)
+    (case,) = build_cases(spec, 4)
+    assert case.counts == (8, 64, 512) and traffic.busiest_numel(case.traffic, 1) == 0
 
 
 def test_binary_and_missing_files_are_refused(tmp_path):
