@@ -61,23 +61,46 @@ def scores(frame: Frame) -> tuple[pd.DataFrame, pd.DataFrame] | None:
     row, rank, t, node, ref = row[has_peers], rank[has_peers], t[has_peers], node[has_peers], ref[has_peers]
     if not len(t):
         return None
-    shortest = pd.Series(t).groupby(row).transform("min").to_numpy()
-    flat = pd.DataFrame({"row": row, "rank": rank, "node": node, "log_ratio": np.log(t / ref),
-                         "last": t <= shortest, "wait_us": ref - t})
-    return _judged(flat, "rank"), _judged(flat, "node")
+    starts = np.r_[0, np.flatnonzero(row[1:] != row[:-1]) + 1]  # entries come row by row
+    shortest = np.repeat(np.minimum.reduceat(t, starts), np.diff(np.r_[starts, len(t)]))
+    entries = {"row": row, "node": node, "log_ratio": np.log(t / ref), "last": t <= shortest, "wait_us": ref - t}
+    return _judged(entries, rank), _judged(entries, node)
 
 
-def _judged(flat: pd.DataFrame, by: str) -> pd.DataFrame:
-    g = flat.groupby(by)
-    out = pd.DataFrame({"log_score": g.log_ratio.median(), "rows": g.row.nunique(), "wait_us": g.wait_us.median(),
-                        "row": g.row.first(), "node": g.node.first()})
-    out["last"] = flat[flat["last"]].groupby(by).row.nunique().reindex(out.index, fill_value=0)  # rows, not ranks
+def _judged(e: dict, key: np.ndarray) -> pd.DataFrame:
+    """Per key (a rank, a node): the median log ratio and wait, the rows it is in and those where
+    it arrived last (a row counted once however many of its ranks were there), and the judge's verdict."""
+    keys, log_score = _medians(key, e["log_ratio"])
+    _, wait_us = _medians(key, e["wait_us"])
+    first = np.unique(key, return_index=True)[1]
+    out = pd.DataFrame({"log_score": log_score, "rows": _distinct_rows(key, e["row"], keys),
+                        "last": _distinct_rows(key[e["last"]], e["row"][e["last"]], keys), "wait_us": wait_us,
+                        "row": e["row"][first], "node": e["node"][first]}, index=keys)
     out["ratio"] = np.exp(out.log_score)
     if len(out) >= MIN_VALUES:
         judged = peer_arrays(out.ratio.to_numpy(), PRIOR)
         out["reference"], out["floor"] = judged.reference, judged.floor
     else:
         out["reference"], out["floor"] = np.nan, 0.0  # which of two is late cannot be said
+    return out
+
+
+def _medians(key: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The sorted distinct keys and the median of `values` of each."""
+    order = np.lexsort((values, key))
+    k, v = key[order], values[order]
+    starts = np.r_[0, np.flatnonzero(k[1:] != k[:-1]) + 1]
+    sizes = np.diff(np.r_[starts, len(k)])
+    return k[starts], (v[starts + (sizes - 1) // 2] + v[starts + sizes // 2]) / 2
+
+
+def _distinct_rows(key: np.ndarray, row: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """How many distinct rows each of `keys` has entries in."""
+    span = int(row.max()) + 1 if len(row) else 1
+    pairs = pd.unique(key.astype(np.int64) * span + row)  # one per (key, row), by hashing (no sort)
+    found, counts = np.unique(pairs // span, return_counts=True)
+    out = np.zeros(len(keys), dtype=int)
+    out[np.searchsorted(keys, found)] = counts
     return out
 
 

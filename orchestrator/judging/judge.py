@@ -176,26 +176,39 @@ def leave_one_out_medians(v: np.ndarray) -> np.ndarray:
 
 def grouped_leave_one_out_medians(groups: np.ndarray, v: np.ndarray) -> np.ndarray:
     """leave_one_out_medians within each group (`groups`: a label per value), all groups at once:
-    each value's reference is the median of the other members of its own group (NaN alone)."""
+    each value's reference is the median of the other members of its own group (NaN alone). Groups
+    of one size are sorted together as the rows of one matrix (a million groups of 2 in a blink)."""
     groups, v = np.asarray(groups), np.asarray(v, dtype=float)
     if not len(v):
         return np.array([], dtype=float)
-    order = np.lexsort((v, groups))
-    g, s = groups[order], v[order]
-    starts = np.r_[0, np.flatnonzero(g[1:] != g[:-1]) + 1]
-    sizes = np.diff(np.r_[starts, len(g)])
-    first, size = np.repeat(starts, sizes), np.repeat(sizes, sizes)
-    position = np.arange(len(g)) - first
-    others = size - 1
-
-    def kth_of_others(k: np.ndarray) -> np.ndarray:  # as in leave_one_out_medians, per group
-        return s[first + np.where(position > k, k, np.minimum(k + 1, size - 1))]
-
-    middle = others // 2
-    odd = kth_of_others(middle)
-    even = (kth_of_others(np.maximum(middle - 1, 0)) + odd) / 2
-    medians = np.where(others % 2 == 1, odd, even)
-    medians[others == 0] = np.nan
-    out = np.empty_like(medians)
-    out[order] = medians
+    if np.any(groups[1:] < groups[:-1]):  # not in group order: put it so, and back
+        order = np.argsort(groups, kind="stable")
+        out = np.empty(len(v))
+        out[order] = grouped_leave_one_out_medians(groups[order], v[order])
+        return out
+    starts = np.r_[0, np.flatnonzero(groups[1:] != groups[:-1]) + 1]
+    sizes = np.diff(np.r_[starts, len(v)])
+    out = np.full(len(v), np.nan)
+    for k in np.unique(sizes):
+        if k == 1:
+            continue
+        idx = starts[sizes == k][:, None] + np.arange(k)
+        out[idx] = _leave_one_out_rows(v[idx])
     return out
+
+
+def _leave_one_out_rows(m: np.ndarray) -> np.ndarray:
+    """leave_one_out_medians of every row of a matrix (rows of k >= 2 values)."""
+    k = m.shape[1]
+    order = np.argsort(m, axis=1, kind="stable")
+    s = np.take_along_axis(m, order, axis=1)
+    position = np.empty_like(order)
+    np.put_along_axis(position, order, np.arange(k)[None, :].repeat(len(m), 0), axis=1)
+
+    def kth_of_others(j: int) -> np.ndarray:  # the j-th smallest of the others (0-based), per element
+        return np.where(position > j, s[:, [j]], s[:, [min(j + 1, k - 1)]])
+
+    others = k - 1
+    if others % 2:
+        return kth_of_others(others // 2)
+    return (kth_of_others(others // 2 - 1) + kth_of_others(others // 2)) / 2
