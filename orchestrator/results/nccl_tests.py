@@ -40,6 +40,8 @@ _STARTING = re.compile(r"#\s*Collective test starting:\s*(\S+)")
 _CONFIG = re.compile(r"warmup iters:\s*(\d+)\s+iters:\s*(\d+).*?validation:\s*(\d+)")
 _AVG = re.compile(r"#\s*Avg bus bandwidth\s*:\s*(\S+)")
 _NCCL_LOG = re.compile(r"^\S+:\d+:\d+ \[\d+\] NCCL ")  # NCCL_DEBUG lines interleaved with the table
+_BANNER = re.compile(r"NCCL version (\d+\.\d+\.\d+)\b")  # NCCL's own line on stdout: NCCL version 2.28.7+cuda13.0
+_PROMPT = re.compile(r"^[$>]\s+")  # a shell prompt, or a Markdown quote, before a pasted command line
 _BINARY = re.compile(r"([A-Za-z][A-Za-z0-9]*(?:_[a-z0-9]+)*?)_perf(?![A-Za-z0-9])")
 
 
@@ -177,13 +179,16 @@ def _text(path: str, text: str) -> list[Section]:
             elif stripped.startswith("# Out of bounds"):
                 columns = None
             continue
+        if m := _BANNER.match(stripped):  # NCCL's banner: its release where no '# nccl-tests version' line said it
+            s.nccl_version = s.nccl_version or m.group(1)
+            continue
         cells = stripped.split()
         if columns is not None and (cells[0][0].isdigit() or len(cells) == len(columns)):
             s.results.append(_row(path, n, columns, cells))  # a row: read whole or refused
         elif columns is not None:
             continue  # other output inside the table (NCCL_DEBUG lines, MPI's warnings)
         elif "_perf" in stripped and not _NCCL_LOG.match(stripped) and s.command_line is None:
-            s.command_line = stripped.removeprefix("$ ").strip()
+            s.command_line = _PROMPT.sub("", stripped)
             binary = next((w for w in s.command_line.split() if _BINARY.search(w.rsplit("/", 1)[-1])), None)
             if binary and s.collective is None:
                 s.binary, s.collective = binary.rsplit("/", 1)[-1], _name(path, f"line {n}", binary)

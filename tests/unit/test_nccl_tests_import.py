@@ -20,6 +20,10 @@ AR_8 = FIXTURES / "all_reduce_perf_8xH100.txt"
 AG_213 = FIXTURES / "all_gather_perf_2x8_v2.13.txt"
 A2A_I = FIXTURES / "alltoall_perf_per_iter.txt"
 AR_JSON = FIXTURES / "all_reduce_perf.json"
+# real outputs posted publicly, as posted (sources in SOURCE.md)
+REAL_2X8 = FIXTURES / "all_reduce_perf_2x8_H100_a3mega.txt"
+REAL_AR_1X4 = FIXTURES / "all_reduce_perf_1x4_GB300.txt"
+REAL_A2A_1X4 = FIXTURES / "alltoall_perf_1x4_GB300.txt"
 LINE_8G = ("  8589934592    2147483648     float     sum      -1  23558.1  364.63  638.10       0  23487.4  365.73"
            "  640.02       0")
 
@@ -93,6 +97,90 @@ def test_the_json_of_2_19_reads_back_to_its_numbers():
     older = AR_JSON.read_text().replace("average_bus_bandwidth", "average_bus_bandwidith").replace(
         '"bandwidth"', '"bandwidith"')  # the JSON's keys before nccl-tests' fix of February 2026
     assert nccl_tests.parse("old.json", older.encode())[0].avg_busbw_gbps == 35.018607
+
+
+def test_real_posted_outputs_read_back_to_their_numbers():
+    """Three outputs as their authors posted them (SOURCE.md): each read to the figures of its text."""
+    [h100] = _parse(REAL_2X8)  # 2 hosts x 8 H100, -g 1 under mpirun, the command line quoted in Markdown
+    assert (h100.collective, h100.version, h100.nccl_version) == ("all_reduce", None, None)
+    assert h100.command_line == "/opt/src/nccl-tests/build/all_reduce_perf -b 8 -e 8G -f 2 -g 1"
+    assert (h100.warmup, h100.iters, h100.check_iters, h100.avg_busbw_gbps) == (5, 20, 1, 70.742)
+    assert [r.host for r in h100.ranks] == ["ztan-mig-235z"] * 8 + ["ztan-mig-gq73"] * 8
+    assert [r.device for r in h100.ranks] == list(range(8)) * 2 and (h100.ranks[8].rank, h100.ranks[8].pid) == (8, 6733)
+    assert {r.gpu_model for r in h100.ranks} == {"NVIDIA H100 80GB HBM3"} and len(h100.results) == 31
+    big = h100.results[-1]
+    assert (big.msg_bytes, big.count, big.dtype, big.op, big.root) == (8589934592, 2147483648, "float32", "sum", -1)
+    assert big.out_of_place == nccl_tests.Timing(47535.0, 180.71, 338.82, 0)
+    assert big.in_place == nccl_tests.Timing(47743.0, 179.92, 337.35, 0)
+    assert h100.results[0].out_of_place == nccl_tests.Timing(135.8, 0.0, 0.0, 0)
+
+    [ar] = _parse(REAL_AR_1X4)  # one GB300 tray, 4 GPUs; NCCL's banner names the library, no version line
+    assert (ar.collective, ar.binary, ar.version, ar.nccl_version) == ("all_reduce", "all_reduce_perf", None, "2.28.7")
+    assert (ar.warmup, ar.iters, ar.avg_busbw_gbps, len(ar.results)) == (1, 50, 446.673, 16)
+    assert [(r.host, r.device, r.pid) for r in ar.ranks] == [("GPU-3882", 0, 563473), ("GPU-3882", 1, 563474),
+                                                            ("GPU-3882", 2, 563475), ("GPU-3882", 3, 563478)]
+    big = ar.results[-1]
+    assert (big.msg_bytes, big.count) == (17179869184, 4294967296)
+    assert big.out_of_place == nccl_tests.Timing(37610.0, 456.79, 685.19, 0)
+    assert big.in_place == nccl_tests.Timing(37605.0, 456.85, 685.27, 0)
+
+    [a2a] = _parse(REAL_A2A_1X4)  # alltoall: in-place is not checked (#wrong N/A)
+    assert (a2a.collective, a2a.nccl_version, a2a.avg_busbw_gbps, len(a2a.ranks)) == \
+        ("all_to_all", "2.28.7", 381.478, 4)
+    big = a2a.results[-1]
+    assert (big.msg_bytes, big.count, big.dtype, big.op) == (17179869184, 1073741824, "float32", "none")
+    assert big.out_of_place == nccl_tests.Timing(20527.0, 836.92, 627.69, 0)
+    assert big.in_place == nccl_tests.Timing(18929.0, 907.60, 680.70, None)
+    for s in (h100, ar, a2a):  # every row read: the mean of its busbw cells (each rounded to 0.005) is the footer's
+        busbw = [t.busbw_gbps for r in s.results for t in (r.out_of_place, r.in_place)]
+        assert sum(busbw) / len(busbw) == pytest.approx(s.avg_busbw_gbps, abs=0.005)
+
+
+def test_real_posted_outputs_import_as_a_run(tmp_path):
+    out = tmp_path / "r"
+    proc = run_main(["import", str(REAL_2X8), str(REAL_AR_1X4), str(REAL_A2A_1X4), "--output", str(out),
+                     "--run-id", "real"])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"collbench: imported 126 row(s) in 3 group(s) from 3 file(s) as run real in {out}"
+    rows = _rows(out, "real")
+    h100 = rows[(rows.group_id == "import-0") & (rows.msg_bytes == 8589934592)].set_index("in_place")
+    assert (h100.loc[False, "time_us"], h100.loc[False, "algbw_gbps"], h100.loc[False, "busbw_gbps"]) == \
+        (47535.0, 180.71, 338.82)
+    assert (h100.loc[True, "time_us"], h100.loc[True, "algbw_gbps"], h100.loc[True, "busbw_gbps"]) == \
+        (47743.0, 179.92, 337.35)
+    one = h100.loc[False]
+    assert (one.world_size, one.n_nodes, one.ranks_per_node, one.topology, one.n_wrong) == (16, 2, 8, "mixed", 0)
+    assert list(one.hosts) == ["ztan-mig-235z"] * 8 + ["ztan-mig-gq73"] * 8
+    assert list(one.local_ranks) == list(range(8)) * 2
+    assert (one.collective, one.iters, one.gpu_model) == ("all_reduce", 20, "NVIDIA H100 80GB HBM3")
+    ar = rows[(rows.group_id == "import-1") & (rows.msg_bytes == 17179869184) & rows.in_place].iloc[0]
+    assert (ar.time_us, ar.algbw_gbps, ar.busbw_gbps, ar.n_wrong) == (37605.0, 456.85, 685.27, 0)
+    assert (ar.world_size, ar.n_nodes, ar.topology, ar.nccl_version, list(ar.hosts)) == \
+        (4, 1, "intra", "2.28.7", ["GPU-3882"] * 4)
+    a2a = rows[(rows.group_id == "import-2") & (rows.msg_bytes == 17179869184)].set_index("in_place")
+    assert (a2a.loc[False, "collective"], a2a.loc[False, "busbw_gbps"], a2a.loc[False, "n_wrong"]) == \
+        ("all_to_all", 627.69, 0)
+    assert (a2a.loc[True, "time_us"], a2a.loc[True, "busbw_gbps"]) == (18929.0, 680.70)
+    assert pd.isna(a2a.loc[True, "n_wrong"])  # #wrong N/A: not checked
+    manifest = json.loads((out / "_runs" / "real.json").read_text())
+    assert [(s["binary"], s["avg_busbw_gbps"]) for s in json.loads(manifest["sources"])] == \
+        [("all_reduce_perf", 70.742), ("all_reduce_perf", 446.673), ("alltoall_perf", 381.478)]
+
+
+def test_a_shell_prompt_or_quote_before_the_command_line_is_not_part_of_it():
+    table = "\n".join(AR_8.read_text().splitlines()[1:]) + "\n"  # the fixture less its command line
+    for prefix in ("$ ", ">    ", "> "):
+        [s] = nccl_tests.parse("log.txt", f"{prefix}./build/all_reduce_perf -b 8 -e 8G -f 2 -g 8\n{table}".encode())
+        assert s.command_line == "./build/all_reduce_perf -b 8 -e 8G -f 2 -g 8" and s.collective == "all_reduce"
+
+
+def test_nccl_s_banner_names_the_library_where_no_version_line_does():
+    text = AR_8.read_text().replace("# Using devices", "NCCL version 2.21.5+cuda12.4\n# Using devices")
+    [s] = nccl_tests.parse("log.txt", text.encode())
+    assert s.nccl_version == "2.28.3"  # the '# nccl-tests version ... nccl-library=' line wins
+    no_line = "\n".join(line for line in text.splitlines() if not line.startswith("# nccl-tests version"))
+    [s] = nccl_tests.parse("log.txt", no_line.encode())
+    assert (s.version, s.nccl_version, len(s.results)) == (None, "2.21.5", 31)
 
 
 def test_other_output_inside_a_table_is_passed_over():
