@@ -146,12 +146,25 @@ class NcclLog:
 
 
 @dataclass(frozen=True)
+class InspectorOps:
+    """The NCCL Inspector's kernel-timed records of one collective and size on one rank, in one
+    group (workloads.inspector): each record's own bus bandwidth and kernel time."""
+
+    coll: str  # as the Inspector names it: AllReduce, AllGather, ReduceScatter, Broadcast, Reduce
+    msg_bytes: int  # nccl-tests' S (AllGather, ReduceScatter: the Inspector's size times n_ranks)
+    busbw_gbps: tuple[float, ...]
+    time_us: tuple[float, ...]
+
+
+@dataclass(frozen=True)
 class Transport:
     """How a rank's group communicates: NCCL's log, or gloo's TCP interface."""
 
     backend: str
     interface: str | None = None  # gloo: the interface its sockets use
     nccl: NcclLog | None = None
+    # the NCCL Inspector's records of the group (from leave; None: the Inspector is not loaded)
+    inspector: tuple[InspectorOps, ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -11,12 +11,13 @@ from __future__ import annotations
 import os
 import platform
 import socket
+from dataclasses import replace
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
-from workloads import nccl_log
+from workloads import inspector, nccl_log
 from workloads.comm_env import COMM_ENV_PREFIXES, pin_interfaces
 from workloads.harness import batch_floor_us, run_case
 from workloads.messages import Case, Joined, JoinRequest, NcclLog, ReplayTiming, Sample, Transport, WorkerInfo
@@ -35,6 +36,8 @@ class BenchWorker:
         # NCCL's debug file of this process (GPU workers), read group by group; it keeps what NCCL
         # prints once per process (version, devices, provider) for every later group's account.
         self._nccl_log: nccl_log.DebugFile | None = None
+        # The NCCL Inspector's file of this process, where --env loads the plugin (workloads.inspector)
+        self._inspector: inspector.DumpFile | None = None
         # The node's address as the cluster knows it (the driver passes it from ray.nodes()).
         self._ip = node_ip or _node_ip()
         self._ifname = pin_interfaces(self._ip)
@@ -70,6 +73,7 @@ class BenchWorker:
         os.environ["CUDA_VISIBLE_DEVICES"] = visible_devices
         self._gpu = torch.device("cuda", local_index)
         self._nccl_log = nccl_log.DebugFile(nccl_log.configure(os.environ))
+        self._inspector = inspector.DumpFile.for_process(os.environ, socket.gethostname(), os.getpid())
         # after CUDA_VISIBLE_DEVICES; a torch that cannot use the GPU has been refused for NCCL runs
         # (sweep.devices.check_driver), and a gloo run on this node needs no floor of the GPU
         if torch.cuda.is_available():
@@ -94,6 +98,8 @@ class BenchWorker:
         self._rank, self._world_size, self._backend = req.rank, req.world_size, req.backend
         if self._nccl_log is not None:
             self._nccl_log.start_group()
+        if self._inspector is not None:
+            self._inspector.start_group()
         kwargs = {}
         # gloo measures host memory even on GPU nodes (--backend gloo there tests the TCP path).
         self._device = self._gpu if req.backend == "nccl" else torch.device("cpu")
@@ -116,10 +122,13 @@ class BenchWorker:
         return run_case(case, self._rank, self._world_size, self._device)
 
     def leave(self) -> Transport:
-        """Destroy the group; what it used, from everything NCCL logged since it was formed."""
+        """Destroy the group; what it used, from everything NCCL logged since it was formed, and
+        the NCCL Inspector's records of it where the plugin is loaded."""
         transport = self._transport()
         if dist.is_initialized():
             dist.destroy_process_group()
+        if self._inspector is not None and self._backend == "nccl":
+            transport = replace(transport, inspector=self._inspector.group_ops())
         return transport
 
     def _transport(self) -> Transport:

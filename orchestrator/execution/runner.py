@@ -223,6 +223,7 @@ class Runner:
         r.base.update(transport.columns(self.backend, r.base["node_ids"], r.transports))
         for row in r.rows:
             row.update((k, r.base[k]) for k in transport.COLUMNS if k in r.base)
+            row.update(transport.inspector_fields(row, r.transports))
         if status is not Status.OK:
             r.rows += rows.unmeasured_rows(r.base, r.cases[r.next_case:], status, error,
                                            None if status is Status.SKIPPED else failed)

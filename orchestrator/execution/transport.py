@@ -11,7 +11,9 @@ Pure: the group's rows say which rank ran on which node.
 - the build (BUILD): nccl_git_hash, nccl_net_plugin ("Libfabric (v11) aws-ofi-nccl 1.18.0": the plugin NCCL
   loaded, which is not always the one it used: net_transport says that), nccl_tuner_plugin,
   nccl_profiler_plugin, nccl_cta_policy (each the ranks' distinct values joined by ","), and
-  nccl_buffers_registered (the kinds of user buffers any rank registered: IPC, NET, NVLS, COLLNET, by "+").
+  nccl_buffers_registered (the kinds of user buffers any rank registered: IPC, NET, NVLS, COLLNET, by "+");
+- per measured row, where the ranks loaded the NCCL Inspector (`inspector_fields`): its kernel-timed
+  bus bandwidth and time of the row's collective and size, and how many records it wrote.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from orchestrator.execution.rows import where
+from workloads import inspector
 from workloads.messages import NcclLog, Transport
 
 # The build's columns, each from one rank's log; the manifest keeps the run's values (BUILD_MANIFEST)
@@ -72,6 +75,14 @@ def columns(backend: str, node_ids: Sequence[str], transports: Sequence[Transpor
             intra.add("NVLS")
     out["intra_transport"] = "+".join(sorted(intra)) or None
     return out
+
+
+def inspector_fields(row: dict, transports: Sequence[Transport | None]) -> dict:
+    """A measured row's inspector_* columns from its group's ranks' transports as they left
+    (workloads.inspector.columns); nothing where no rank loaded the Inspector."""
+    if row.get("status") != "ok":
+        return {}
+    return inspector.columns(row, [t.inspector if t else None for t in transports])
 
 
 def _network(logs: Sequence[NcclLog]) -> str | None:

@@ -108,6 +108,12 @@ ROW_SCHEMA = pa.schema(
         ("nccl_profiler_plugin", pa.string()),
         ("nccl_cta_policy", pa.string()),  # as NCCL_CTA_POLICY set it: DEFAULT, EFFICIENCY, ZERO
         ("nccl_buffers_registered", pa.string()),  # kinds of user buffers registered: COLLNET, IPC, NET, NVLS (+)
+        # the NCCL Inspector's own (kernel-timed) account where --env loads the plugin, null where it is not
+        # (README: Transport; workloads.inspector): medians over its records of this collective and size in
+        # the group, every rank's pooled, and how many records (0: loaded, but none of this size)
+        ("inspector_busbw_gbps", pa.float64()),
+        ("inspector_time_us", pa.float64()),
+        ("inspector_ops", pa.int64()),
     ]
 )
 

@@ -178,7 +178,9 @@ def test_process_wide_names_every_build_fact_but_registration():
 
 
 def test_the_columns_are_appended_and_round_trip():
-    assert ROW_SCHEMA.names[-6:] == [*BUILD_COLUMNS, "nccl_buffers_registered"] and list(BUILD) == BUILD_COLUMNS
+    at = ROW_SCHEMA.names.index(BUILD_COLUMNS[0])  # the inspector columns (test_inspector) come after them
+    assert ROW_SCHEMA.names[at:at + 6] == [*BUILD_COLUMNS, "nccl_buffers_registered"] and list(BUILD) == BUILD_COLUMNS
+    assert ROW_SCHEMA.names[at + 6:] == ["inspector_busbw_gbps", "inspector_time_us", "inspector_ops"]
     assert MANIFEST_SCHEMA.names[-5:] == BUILD_COLUMNS
     row = {"run_id": "r", "nccl_net_plugin": "Libfabric (v11) aws-ofi-nccl 1.18.0", "nccl_buffers_registered": "IPC"}
     back = rows_table([row]).to_pylist()[0]
