@@ -31,7 +31,7 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from workloads.messages import InspectorOps
+from workloads.messages import InspectorOps, Status
 
 PLUGIN = "NCCL_PROFILER_PLUGIN"
 ENABLE = "NCCL_INSPECTOR_ENABLE"
@@ -292,6 +292,6 @@ def fill_rows(rows: Iterable[dict], directory: str) -> Parsed:
     parsed = read_dir(directory)
     ops = summarise(parsed.ops)
     for row in rows:
-        if row.get("status") == "ok":
+        if row.get("status") == Status.OK.value:
             row.update(columns(row, [ops]))
     return parsed

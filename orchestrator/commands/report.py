@@ -19,6 +19,7 @@ from orchestrator.operations import report as reporting
 from orchestrator.operations.checks import UNITS
 from orchestrator.results import nccl_tests
 from orchestrator.results.location import check_writable, is_uri
+from workloads.messages import Status
 
 TABLE_NAMES = (*report.TABLES, "flags")
 
@@ -119,7 +120,7 @@ _BLOCK = ["collective", "dtype", "op", "topology", "world_size", "n_nodes"]
 def nccl_blocks(frame) -> list[dict]:
     """The ok rows of a run as render_nccl_tests' blocks: one per collective, dtype, op and group
     shape, in the run's order; a size's figures the median over the shape's groups (#wrong: the sum)."""
-    df = frame.df[frame.df.status == "ok"]
+    df = frame.df[frame.df.status == Status.OK]
     if df.empty:
         raise UsageError(f"run {frame.df.run_id.iloc[0]}: no ok row to print in nccl-tests' layout")
     figures = df.groupby(_BLOCK + ["msg_bytes", "in_place"], sort=False, dropna=False).agg(

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 
 from orchestrator.execution.rows import where
 from workloads import inspector
-from workloads.messages import NcclLog, Transport
+from workloads.messages import NcclLog, Status, Transport
 
 # The build's columns, each from one rank's log; the manifest keeps the run's values (BUILD_MANIFEST)
 BUILD: dict[str, Callable[[NcclLog], str | None]] = {
@@ -80,7 +80,7 @@ def columns(backend: str, node_ids: Sequence[str], transports: Sequence[Transpor
 def inspector_fields(row: dict, transports: Sequence[Transport | None]) -> dict:
     """A measured row's inspector_* columns from its group's ranks' transports as they left
     (workloads.inspector.columns); nothing where no rank loaded the Inspector."""
-    if row.get("status") != "ok":
+    if row.get("status") != Status.OK.value:
         return {}
     return inspector.columns(row, [t.inspector if t else None for t in transports])
 
