@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 
 def run_cli(args: list[str], env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -29,3 +30,15 @@ def run_main(args: list[str]) -> subprocess.CompletedProcess:
         except SystemExit as e:  # argparse
             code = e.code if isinstance(e.code, int) else 2
     return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+
+
+def nccl_sequence_groups(path) -> list[list[str]]:
+    """A recorded sequence of NCCL log groups (tests/fixtures/nccl/sequences), in order: a `# group N`
+    line starts each (NCCL never writes one)."""
+    groups: list[list[str]] = []
+    for line in Path(path).read_text().splitlines():
+        if line.startswith("# group "):
+            groups.append([])
+        else:
+            groups[-1].append(line)
+    return groups

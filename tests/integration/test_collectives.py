@@ -72,9 +72,7 @@ def _worker(rank: int, n: int, port: int, queue) -> None:
     harness.buffers = short_of_memory
     out["oom"] = run_case(sizes, rank, n, torch.device("cpu"))
     harness.buffers = real_buffers
-    buf = io.BytesIO()
-    torch.save(out, buf)  # plain bytes: tensors in shared memory die with this process
-    queue.put((rank, buf.getvalue()))
+    queue.put((rank, _bytes(out)))
     dist.barrier()
     dist.destroy_process_group()
 
@@ -84,10 +82,15 @@ _OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp
 
 @functools.lru_cache(maxsize=None)
 def _results(n: int) -> dict[int, dict]:
+    return _spawn(_worker, n)
+
+
+def _spawn(worker, n: int) -> dict[int, dict]:
+    """Each rank's results of `worker` run by n gloo processes on this machine."""
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=_worker, args=(r, n, port, queue)) for r in range(n)]
+    procs = [ctx.Process(target=worker, args=(r, n, port, queue)) for r in range(n)]
     for p in procs:
         p.start()
     results = {}
@@ -232,24 +235,15 @@ def _v_worker(rank: int, n: int, port: int, queue) -> None:
 
 
 def _bytes(out) -> bytes:
+    """Plain bytes: tensors in shared memory die with the process that made them."""
     buf = io.BytesIO()
     torch.save(out, buf)
     return buf.getvalue()
 
 
 def test_all_to_allv_delivers_every_cell_of_an_uneven_matrix_and_its_check_catches_misplaced_chunks():
-    ctx = mp.get_context("spawn")
-    queue, port, n = ctx.Queue(), free_port(), 3
-    procs = [ctx.Process(target=_v_worker, args=(r, n, port, queue)) for r in range(n)]
-    for p in procs:
-        p.start()
-    results = {}
-    for _ in range(n):
-        rank, data = queue.get(timeout=240)
-        results[rank] = torch.load(io.BytesIO(data), weights_only=False)
-    for p in procs:
-        p.join(timeout=60)
-        assert p.exitcode == 0
+    n = 3
+    results = _spawn(_v_worker, n)
     for key, make in MATRICES.items():
         m = make()
         cells = traffic.counts(m, V_COUNT)

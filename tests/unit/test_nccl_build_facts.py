@@ -17,6 +17,7 @@ from orchestrator.execution.transport import BUILD, columns
 from orchestrator.results.schema import MANIFEST_SCHEMA, ROW_SCHEMA, rows_table
 from orchestrator.sweep.planner import Group
 from orchestrator.sweep.spec import SweepSpec
+from tests.helpers import nccl_sequence_groups
 from workloads import nccl_log
 from workloads.messages import NcclLog, Status, Transport
 
@@ -143,13 +144,7 @@ def test_a_found_plugin_replaces_an_earlier_miss():
 
 
 def _groups(name: str) -> list[list[str]]:
-    groups: list[list[str]] = []
-    for line in (FIXTURES / "sequences" / name).read_text().splitlines():
-        if line.startswith("# group "):
-            groups.append([])
-        else:
-            groups[-1].append(line)
-    return groups
+    return nccl_sequence_groups(FIXTURES / "sequences" / name)
 
 
 def test_later_groups_keep_the_build_nccl_printed_once(tmp_path):

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.execution.transport import columns
+from tests.helpers import nccl_sequence_groups
 from workloads import nccl_log
 from workloads.messages import NcclLog, Transport
 
@@ -15,14 +16,7 @@ _BANNER = "NCCL INFO NCCL version "
 
 
 def _groups(name: str) -> list[list[str]]:
-    """The sequence's groups, in order (a `# group N` line starts each; NCCL never writes one)."""
-    groups: list[list[str]] = []
-    for line in (FIXTURES / "sequences" / name).read_text().splitlines():
-        if line.startswith("# group "):
-            groups.append([])
-        else:
-            groups[-1].append(line)
-    return groups
+    return nccl_sequence_groups(FIXTURES / "sequences" / name)
 
 
 def _row(log: NcclLog) -> tuple[str | None, str | None]:
