@@ -42,3 +42,18 @@ def nccl_sequence_groups(path) -> list[list[str]]:
         else:
             groups[-1].append(line)
     return groups
+
+
+def replay_into_debug_file(path, groups: list[list[str]]) -> list:
+    """The worker's path for a recorded sequence: NCCL appends each group's lines to one file and
+    the worker reads its slice (nccl_log.DebugFile); each group's NcclLog, in order."""
+    from workloads import nccl_log
+
+    debug = nccl_log.DebugFile(str(path))
+    logs = []
+    for lines in groups:
+        debug.start_group()
+        with Path(path).open("a") as out:
+            out.write("\n".join(lines) + "\n")
+        logs.append(debug.group_log())
+    return logs

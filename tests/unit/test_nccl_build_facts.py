@@ -17,7 +17,7 @@ from orchestrator.execution.transport import BUILD, columns
 from orchestrator.results.schema import MANIFEST_SCHEMA, ROW_SCHEMA, rows_table
 from orchestrator.sweep.planner import Group
 from orchestrator.sweep.spec import SweepSpec
-from tests.helpers import nccl_sequence_groups
+from tests.helpers import nccl_sequence_groups, replay_into_debug_file
 from workloads import nccl_log
 from workloads.messages import NcclLog, Status, Transport
 
@@ -154,14 +154,8 @@ def test_later_groups_keep_the_build_nccl_printed_once(tmp_path):
     assert not any(k in line for group in later for line in group for k in once)
     alone = _two_nodes(nccl_log.parse(later[0]))
     assert alone == {"nccl_version": None, "net_transport": "Libfabric", "intra_transport": None}
-    path = tmp_path / "collbench-nccl.gpu-st-ml-1.50292.log"
-    debug = nccl_log.DebugFile(str(path))
-    rows = []
-    for lines in groups:
-        debug.start_group()
-        with path.open("a") as out:
-            out.write("\n".join(lines) + "\n")
-        rows.append(_two_nodes(debug.group_log()))
+    rows = [_two_nodes(log) for log in replay_into_debug_file(tmp_path / "collbench-nccl.gpu-st-ml-1.50292.log",
+                                                                 groups)]
     assert rows == [_two_nodes(nccl_log.parse(first))] * 3
     assert rows[2]["nccl_net_plugin"] == "Libfabric (v11) aws-ofi-nccl 1.18.0" and rows[2]["nccl_git_hash"] == "ebd1e92"
 
