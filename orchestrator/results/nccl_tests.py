@@ -21,7 +21,8 @@ from orchestrator.errors import UsageError
 
 # nccl-tests' binaries (without `_perf` and any NAME_SUFFIX) -> collbench's collectives
 COLLECTIVES = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
-               "alltoall": "all_to_all", "broadcast": "broadcast", "reduce": "reduce", "sendrecv": "send_recv"}
+               "alltoall": "all_to_all", "alltoallv": "all_to_allv", "broadcast": "broadcast", "reduce": "reduce",
+               "sendrecv": "send_recv"}
 # nccl-tests' type names (2.19's and older ones) -> collbench's dtypes; the unsigned and 64-bit
 # integers, which collbench does not sweep, keep their names
 DTYPES = {"float": "float32", "half": "float16", "bfloat16": "bfloat16", "double": "float64", "int32": "int32",

@@ -195,6 +195,7 @@ def test_names_of_binaries_and_versions():
     assert nccl_tests.collective_of("/x/build/alltoall_perf_mpi") == "all_to_all"
     assert nccl_tests.collective_of("sendrecv_perf") == "send_recv"
     assert nccl_tests.collective_of("mpirun") is None
+    assert nccl_tests.collective_of("./build/alltoallv_perf") == "all_to_allv"  # its busbw is ours (README)
     with pytest.raises(KeyError, match="gather_perf measures gather"):
         nccl_tests.collective_of("./gather_perf")
     assert (nccl_tests.nccl_version(22005), nccl_tests.nccl_version(2708)) == ("2.20.5", "2.7.8")
