@@ -125,7 +125,7 @@ def test_the_gpu_check_rehearsed_offline_on_the_gpu_machines_layout(tmp_path: Pa
     assert installed.group(3) == torch_version and installed.group(4).startswith(str(image))
     assert int(installed.group(2)) > 5  # Ray and what it needs that the image lacks (numpy, pandas, pyarrow here)
     # the verdict: PASS on what a CPU can show, every GPU-only check named as not run
-    assert "collbench GPU check: PASS | 2 CPU ranks (rehearsal, no GPU) | 7 collectives x " in out
+    assert "collbench GPU check: PASS | 2 CPU ranks (rehearsal, no GPU) | 8 collectives x " in out
     assert len(re.findall(r"^\s+not run \(no GPU\): ", out, re.M)) == 7
     assert "[gpu_check] every step that ran passed" in out
     assert {p.name for p in evidence.iterdir()} >= {"gpu_check.log", "doctor.json", "report.json"}
