@@ -95,13 +95,14 @@ def _medians(key: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarra
 
 
 def _distinct_rows(key: np.ndarray, row: np.ndarray, keys: np.ndarray) -> np.ndarray:
-    """How many distinct rows each of `keys` has entries in."""
-    span = int(row.max()) + 1 if len(row) else 1
-    pairs = pd.unique(key.astype(np.int64) * span + row)  # one per (key, row), by hashing (no sort)
-    found, counts = np.unique(pairs // span, return_counts=True)
-    out = np.zeros(len(keys), dtype=int)
-    out[np.searchsorted(keys, found)] = counts
-    return out
+    """How many distinct rows each of `keys` (sorted, non-negative) has entries in."""
+    if not len(key):
+        return np.zeros(len(keys), dtype=int)
+    span = int(max(key.max(), keys.max())) + 1
+    # entries come row by row: the codes are nearly sorted already, which a stable sort runs through
+    code = np.sort(row.astype(np.int64) * span + key, kind="stable")
+    first = np.r_[True, code[1:] != code[:-1]]  # one per (row, key)
+    return np.bincount(code[first] % span, minlength=span)[keys]
 
 
 def _flagged(scored: pd.DataFrame, threshold: float, top: int, make) -> list[Flag]:
