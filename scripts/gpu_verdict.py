@@ -69,11 +69,28 @@ NOT_WITHOUT_GPU = (
 )
 
 
-def not_checked(n: int, gpu: bool) -> list[str]:
+# NCCL's own telemetry (issue 34) that a passing sweep does not exercise, whatever the GPU count
+NOT_BY_A_PASSING_SWEEP = (
+    "NCCL RAS in a hang's verdict (asked only when a group passes its deadline, with NCCL_RAS_ADDR set off loopback)",
+    "the NCCL Inspector's columns (the check does not load the plugin)",
+)
+DIAGNOSTICS_FROM = (2, 31)  # NCCL_RUN_DIAGNOSTICS, NCCL_RUN_RAS_DIAGNOSTICS
+
+
+def not_checked(n: int, gpu: bool, nccl_version: str | None = None) -> list[str]:
     """What the rows cannot show, one line each (printed under the verdict line)."""
     if not gpu:
         return [f"not run (no GPU): {what}" for what in NOT_WITHOUT_GPU]
-    return [f"not exercised (1 rank): {what}" for what in NOT_ON_ONE_RANK] if n < 2 else []
+    lines = [f"not exercised (1 rank): {what}" for what in NOT_ON_ONE_RANK] if n < 2 else []
+    if n < 2:
+        lines.append("not exercised (1 rank): a straggler by arrival (a rank whose launches come late)")
+    lines += [f"not exercised: {what}" for what in NOT_BY_A_PASSING_SWEEP]
+    version = tuple(int(x) for x in (nccl_version or "").split(".")[:2] if x.isdigit())
+    if len(version) == 2 and version < DIAGNOSTICS_FROM:
+        lines.append(f"not run (NCCL {nccl_version} below 2.31): NCCL's own diagnostics")
+    else:
+        lines.append("not exercised: NCCL's own diagnostics (the check does not set NCCL_RUN_DIAGNOSTICS)")
+    return lines
 
 
 def verdict(df: pd.DataFrame, manifests: dict[str, dict] | None = None,
@@ -269,7 +286,8 @@ def main(argv: list[str]) -> int:
             copy_us = torch_copy_us
     ok, line = verdict(df, manifests, cc, gpu, copy_us)
     print(line)
-    for what in not_checked(int(df.world_size.max()), gpu):
+    versions = sorted(set(df.nccl_version.dropna())) if "nccl_version" in df else []
+    for what in not_checked(int(df.world_size.max()), gpu, versions[0] if versions else None):
         print(f"  {what}")
     return 0 if ok else 1
 

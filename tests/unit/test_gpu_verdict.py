@@ -119,11 +119,17 @@ def test_one_gpu_passes_on_what_ran_and_names_what_did_not():
     assert asked == [1 << 30]  # the largest out-of-place all_gather
     assert "all_gather 1024M on 1 rank (a device copy)" in line and "(x1.00)" in line
     assert "overlap" not in line and "cuda-graph" not in line and "batch/per-call" not in line
-    lines = gpu_verdict.not_checked(1, gpu=True)
-    assert len(lines) == 7 and all(x.startswith("not exercised (1 rank): ") for x in lines)
+    lines = gpu_verdict.not_checked(1, gpu=True, nccl_version="2.27.5")
+    one_rank = [x for x in lines if x.startswith("not exercised (1 rank): ")]
+    assert len(one_rank) == 8 and any("a straggler by arrival" in x for x in one_rank)
     assert any("in-place all_reduce, broadcast and reduce" in x for x in lines)
     assert any("float8 reductions" in x for x in lines) and any("CUDA graph" in x for x in lines)
-    assert gpu_verdict.not_checked(2, gpu=True) == []
+    # NCCL's telemetry a passing sweep cannot show, and diagnostics by the version that has them
+    assert lines[-3].startswith("not exercised: NCCL RAS") and lines[-2].startswith("not exercised: the NCCL Inspector")
+    assert lines[-1] == "not run (NCCL 2.27.5 below 2.31): NCCL's own diagnostics"
+    assert gpu_verdict.not_checked(2, gpu=True, nccl_version="2.31.1") == [
+        f"not exercised: {what}" for what in gpu_verdict.NOT_BY_A_PASSING_SWEEP] + [
+        "not exercised: NCCL's own diagnostics (the check does not set NCCL_RUN_DIAGNOSTICS)"]
     # a copy timed twice as slow as torch's own is a timing fault, named
     ok, line = gpu_verdict.verdict(rows, manifests, (9, 0), copy_us=lambda nbytes: copy_time_us / 2)
     assert not ok and "one-rank all_gather time x2.00 of torch's copy of the same bytes" in line
