@@ -73,7 +73,9 @@ def qualification(spec: SweepSpec, *, threshold: float = 0.10, min_fraction: flo
         if len(inv.nodes) < 2 and rpn < 2:
             raise UsageError("qualify needs two nodes, or nodes with more than one rank (--ranks-per-node)")
         session.check_devices({rpn, 2 * rpn, inv.world_size})
-        q = Qualifier(len(inv.nodes), rpn, threshold, seed=seed, min_fraction=min_fraction)
+        inv = session.inv or inv  # GPU nodes: with their NVLink domains, read by the devices' check
+        q = Qualifier(len(inv.nodes), rpn, threshold, seed=seed, min_fraction=min_fraction,
+                      domains=tuple(n.nvlink_domain for n in inv.nodes))
         done["q"], done["inv"] = q, inv
         collector = _Collector(q, inv, Deadlines(spec.group_timeout_s))
         shown = [console.Console(None, log, rows=False)] if log is not None else []

@@ -36,6 +36,10 @@ with a second slow measurement of its own (its pair, when its partner was cleare
 retest). A retest at full speed clears it. A hung or failed probe names its culprits when some
 ranks did not answer a ping (stopped processes) or died; otherwise its members are retested.
 A node that left the cluster is lost.
+
+NVLink domains (`domains`, where nodes lie in two or more): pairs are matched, retested and gated
+inside each domain, and a probe is judged against a cut of its own span (inside one domain: over
+NVLink; across: over the network), never one median over both.
 """
 
 from __future__ import annotations
@@ -80,6 +84,7 @@ class Qualifier:
     reference: Reference = field(default_factory=Reference)
     seed: int = 0
     min_fraction: float = 0.8  # of an expected value
+    domains: tuple[str | None, ...] = ()  # each node's NVLink domain (None: none known); () without domain facts
     rounds: int = 0
     verdicts: dict[int, Outcome] = field(default_factory=dict)
     evidence: dict[int, list[Result]] = field(default_factory=dict)
@@ -89,8 +94,8 @@ class Qualifier:
     _suspects: list[tuple[int, int]] = field(default_factory=list)  # (node, good partners to test it with)
     _recheck: list[tuple[int, int]] = field(default_factory=list)  # slow once, near the line: measure again
     _own_slow: dict[int, int] = field(default_factory=dict)  # slow measurements no partner explains
-    _cuts: dict[Phase, Cut | None] = field(default_factory=dict)  # by kind (intra, pairs)
-    _measured: dict[Phase, list[Result]] = field(default_factory=dict)  # what a kind's cut is drawn from
+    _cuts: dict[tuple[Phase, str | None], Cut | None] = field(default_factory=dict)  # by kind and span (_span)
+    _measured: dict[tuple[Phase, str | None], list[Result]] = field(default_factory=dict)  # what a cut is drawn from
     _all_pairs: list[Result] | None = None  # every pair so far, when 3-5 nodes are judged by all pairs
     _gates: int = 0
     _gate_again: bool = True  # the first gate, and one after each failed gate (at most _MAX_GATES)
@@ -99,6 +104,15 @@ class Qualifier:
     def __post_init__(self) -> None:
         self._rng = random.Random(self.seed)
         self.evidence = {i: [] for i in range(self.n_nodes)}
+        if self.domains and len(self.domains) != self.n_nodes:
+            raise ValueError(f"{len(self.domains)} NVLink domains for {self.n_nodes} nodes")
+        # nodes by NVLink domain (nodes without one together), where nodes lie in two or more; else []
+        known = {d for d in self.domains if d is not None}
+        self._groups: list[list[int]] = []
+        if known and len(set(self.domains)) > 1:
+            order = list(dict.fromkeys(self.domains))
+            self._groups = [[i for i, d in enumerate(self.domains) if d == key] for key in order]
+        self._group_of = {i: g for g, nodes in enumerate(self._groups) for i in nodes}
         self._after = {Phase.INTRA: self._after_intra, Phase.PAIRS: self._after_pairs,
                        Phase.RETEST: self._after_retest, Phase.GATE: self._after_gate, Phase.BISECT: self._after_bisect}
 
@@ -140,10 +154,12 @@ class Qualifier:
             self._stage = QualifyStep.CHECKS
             if self._suspects:
                 return self._plan_retests()
-            members = tuple(sorted(self._open()))
-            if self._gate_again and self._gates < _MAX_GATES and len(members) > 2:
+            open_ = set(self._open())
+            gates = [Probe(Phase.GATE, members) for group in self._groups or [range(self.n_nodes)]
+                     if len(members := tuple(sorted(open_.intersection(group)))) > 2]  # a gate per domain
+            if self._gate_again and self._gates < _MAX_GATES and gates:
                 self._gates, self._gate_again = self._gates + 1, False
-                self._queue.append([Probe(Phase.GATE, members)])
+                self._queue.append(gates)
                 return True
         self._stage = QualifyStep.DONE
         for i in range(self.n_nodes):
@@ -151,14 +167,16 @@ class Qualifier:
         return False
 
     def _plan_pairs(self, alive: list[int]) -> bool:
-        if len(alive) in ALL_PAIRS_NODES and not self.reference.pair:
+        if len(alive) in ALL_PAIRS_NODES and not self.reference.pair and not self._groups:
             self._all_pairs = []
             self._queue += circle_rounds(alive)
             return True
-        self._rng.shuffle(alive)
-        pairs = [Probe(Phase.PAIRS, (a, b)) for a, b in zip(alive[::2], alive[1::2])]
-        if len(alive) % 2 and len(alive) > 1:
-            self._suspects.append((alive[-1], 1))  # left out: tested against a good partner
+        pairs = []
+        for group in [[n for n in g if n in alive] for g in self._groups] or [alive]:  # pairs within a domain
+            self._rng.shuffle(group)
+            pairs += [Probe(Phase.PAIRS, (a, b)) for a, b in zip(group[::2], group[1::2])]
+            if len(group) % 2 and len(alive) > 1:
+                self._suspects.append((group[-1], 1))  # left out: tested against a good partner
         if pairs:
             self._queue.append(pairs)
         return bool(pairs)
@@ -170,7 +188,8 @@ class Qualifier:
         """Suspects with their own good partners, as many at once as the partners allow; the rest
         wait for the next round (partners named meanwhile are not used)."""
         partners = sorted(self._good - {s for s, _ in self._suspects})
-        if not partners and any(k for _, k in self._suspects) and 2 <= len(self._open()) <= max(ALL_PAIRS_NODES):
+        if (not partners and any(k for _, k in self._suspects) and 2 <= len(self._open()) <= max(ALL_PAIRS_NODES)
+                and not self._groups):
             self._suspects = [(s, k) for s, k in self._suspects if k == 0]  # slow alone: named or cleared alone
             self._all_pairs = []  # nobody known good among 3-5 nodes: every pair tells them apart
             self._queue += circle_rounds(self._open())
@@ -178,18 +197,34 @@ class Qualifier:
         todo, self._suspects = self._suspects, []
         probes, free = [], list(partners)
         for s, k in todo:
+            mine = [p for p in free if self._same_domain(p, s)]  # partners of its own domain, where known
             if k == 0:  # slow alone, near the line: alone again
                 probes.append(Probe(Phase.INTRA, (s,)))
-            elif not partners:  # nobody known good: a suspect cannot be told from its partners
+            elif not any(self._same_domain(p, s) for p in partners):  # nobody known good: cannot be told apart
                 self._last_word(s)
-            elif len(free) >= k or not any(p.phase is Phase.RETEST for p in probes):
-                probes.append(Probe(Phase.RETEST, (s, *free[:k])))  # too few partners for the first: those there are
-                free = free[k:]
+            elif len(mine) >= k or not any(p.phase is Phase.RETEST and self._same_domain(p.nodes[0], s)
+                                           for p in probes):
+                probes.append(Probe(Phase.RETEST, (s, *mine[:k])))  # too few partners for the first: those there are
+                free = [p for p in free if p not in mine[:k]]
             else:
                 self._suspects.append((s, k))
         if probes:
             self._queue.append(probes)
         return True
+
+    def _same_domain(self, a: int, b: int) -> bool:
+        return self._group_of.get(a) == self._group_of.get(b)
+
+    def _span(self, probe: Probe) -> str | None:
+        """Where nodes lie in NVLink domains, whether a probe of nodes runs inside one ('intra': over
+        NVLink) or across ('cross': over the network), judged only against its own span; else None."""
+        if not self._groups or len(probe.nodes) < 2:
+            return None
+        domains = {self.domains[n] for n in probe.nodes}
+        return "intra" if len(domains) == 1 and None not in domains else "cross"
+
+    def _key(self, probe: Probe) -> tuple[Phase, str | None]:
+        return probe.phase.kind, self._span(probe)
 
     # -- what came back ------------------------------------------------------------------------
     def record(self, results: list[Result]) -> list[Result]:
@@ -204,18 +239,20 @@ class Qualifier:
             if self._queue:
                 return results
             results, self._all_pairs = self._all_pairs, None
-            self._cuts[Phase.PAIRS] = node_pair_cut(results, self.threshold) if not self.reference.pair else None
+            self._cuts[Phase.PAIRS, None] = node_pair_cut(results, self.threshold) if not self.reference.pair else None
             judged = [self._judge(r) for r in results]
             self._file(judged)
             self._after_all_pairs(judged)
             return judged
-        for kind in (Phase.INTRA, Phase.PAIRS):
-            if self._cuts.get(kind) is None:  # set once; until then (a round of hangs) later probes of the kind count
-                earlier = self._measured.setdefault(kind, [])
-                self._cuts[kind] = self._round_cut(kind, earlier + [r for r in results if r.probe.phase.kind is kind])
-                if self._cuts[kind] is not None:
-                    self._rejudge(kind, earlier)
-                earlier.extend(r for r in results if r.probe.phase.kind is kind)
+        spans = ("intra", "cross") if self._groups else (None,)
+        for key in [(Phase.INTRA, None), *((Phase.PAIRS, s) for s in spans)]:
+            if self._cuts.get(key) is None:  # set once; until then (a round of hangs) later probes of the kind count
+                earlier = self._measured.setdefault(key, [])
+                mine = [r for r in results if self._key(r.probe) == key]
+                self._cuts[key] = self._round_cut(key[0], earlier + mine)
+                if self._cuts[key] is not None:
+                    self._rejudge(key, earlier)
+                earlier.extend(mine)
         judged = [self._judge(r) for r in results]
         self._file(judged)
         for r in judged:
@@ -223,10 +260,12 @@ class Qualifier:
         self._resolve_rechecks()
         return judged
 
-    def _rejudge(self, kind: Phase, earlier: list[Result]) -> None:
+    def _rejudge(self, key: tuple[Phase, str | None], earlier: list[Result]) -> None:
         """Probes measured before their kind had a reference (a round of hangs left too few to
         compare) are judged now that it has one; a slow one makes its members suspects again."""
-        self.unjudged.discard(kind)
+        kind = key[0]
+        if all(self._cuts.get(k) is not None for k in self._measured if k[0] is kind):
+            self.unjudged.discard(kind)
         for r in earlier:
             j = self._judge(r)
             if j is r:
@@ -250,14 +289,16 @@ class Qualifier:
         return median_cut([r.busbw for r in results if r.status is Outcome.PASS and r.busbw is not None],
                           self.threshold)
 
-    def cut(self, phase: Phase) -> Cut | None:
-        """What a probe of this phase is judged against."""
+    def cut(self, phase: Phase, span: str | None = None) -> Cut | None:
+        """What a probe of this phase (and span, where nodes have NVLink domains: _span) is judged against."""
         known = self.reference.of(phase)
         if known:
             return Cut(known, self.min_fraction)
-        if phase.kind is not Phase.GATE:
-            return self._cuts.get(phase.kind)
-        pairs = self._cuts.get(Phase.PAIRS)
+        if phase.kind is Phase.INTRA:
+            return self._cuts.get((Phase.INTRA, None))
+        if phase.kind is Phase.PAIRS:
+            return self._cuts.get((Phase.PAIRS, span))
+        pairs = self._cuts.get((Phase.PAIRS, span))
         if pairs is None:
             return None
         return Cut(pairs.reference_gbps, 1 - min(2 * (1 - pairs.fraction), MAX_GATE_DROP))
@@ -265,7 +306,7 @@ class Qualifier:
     def _judge(self, r: Result) -> Result:
         if r.status is not Outcome.PASS:
             return r
-        cut = self.cut(r.probe.phase)
+        cut = self.cut(r.probe.phase, self._span(r.probe))
         if cut is None:
             self.unjudged.add(r.probe.phase.kind)
             return r
@@ -299,7 +340,7 @@ class Qualifier:
         """A slow measurement of the node's own: named when far below the line or slow before;
         else measured again (unless a cleared partner makes its pair a second measurement)."""
         self._own_slow[node] = self._own_slow.get(node, 0) + 1
-        cut = self.cut(r.probe.phase)
+        cut = self.cut(r.probe.phase, self._span(r.probe))
         if self._own_slow[node] >= 2 or (cut and r.busbw is not None and cut.decisive(r.busbw)):
             self._condemn(node, Outcome.SLOW)
         else:

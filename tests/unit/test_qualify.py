@@ -2,6 +2,7 @@
 of 16 to 4,096 nodes, with the rounds it takes."""
 
 import math
+import random
 
 import pytest
 
@@ -282,3 +283,58 @@ def test_heavy_noise_no_longer_condemns_healthy_nodes_by_the_dozen():
     for n, clusters in ((16, 100), (64, 40), (256, 10)):
         r = measure("slow 2x", n, Noise(0.3), clusters, expected=False, seed=21)
         assert r.fp_rate <= 0.015 and r.fn_rate <= 0.03, (n, r)
+
+
+# -- NVLink domains (issue 33) --------------------------------------------------------------------
+
+def _domains(slow: dict[int, float], seed: int, blind: bool = False) -> Qualifier:
+    """2 NVLink domains of 6 nodes of 4 ranks (nodes 0-5 and 6-11): a pair inside a domain runs
+    over NVLink at 400 GB/s, one across over the network at 40, a node alone at 400; `slow` nodes
+    at that fraction in probes with other nodes (a tray's links: fine alone)."""
+    domains = tuple(f"rack/{i // 6}" for i in range(12))
+    q = Qualifier(12, 4, seed=seed, domains=() if blind else domains)
+    rng = random.Random(seed + 1)
+
+    def outcome(p: Probe) -> Result:
+        base = 400.0 if len(p.nodes) == 1 or len({domains[n] for n in p.nodes}) == 1 else 40.0
+        speed = min(slow.get(n, 1.0) for n in p.nodes) if len(p.nodes) > 1 else 1.0
+        return Result(p, Outcome.PASS, base * speed * (1 + rng.uniform(-0.02, 0.02)))
+
+    _drive(q, outcome)
+    return q
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_slow_tray_is_found_among_its_own_domains_peers(seed):
+    q = _domains({2: 0.4}, seed)
+    assert _bad(q) == {2: "slow"} and not q.unjudged
+    pairs = [e.probe for e in q.evidence[2] if e.probe.phase.kind is Phase.PAIRS]
+    assert pairs and all(n < 6 for p in pairs for n in p.nodes)  # measured and retested inside domain 0
+    slow = next(e for e in q.evidence[2] if e.status is Outcome.SLOW)
+    assert slow.reference > 300  # judged against NVLink pairs, not the network's
+    # every pair planned inside a domain; each domain has its own gate
+    assert all(len({n // 6 for n in e.probe.nodes}) == 1 for es in q.evidence.values() for e in es)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_healthy_cluster_of_two_domains_names_nobody(seed):
+    q = _domains({}, seed)
+    assert _bad(q) == {} and not q.unjudged
+    gates = {e.probe.nodes for es in q.evidence.values() for e in es if e.probe.phase is Phase.GATE}
+    assert gates == {tuple(range(6)), tuple(range(6, 12))}
+
+
+def test_one_median_over_both_spans_hides_the_slow_tray_or_names_a_domain():
+    """What the domains prevent: judged blind, one median over NVLink and network pairs misses the
+    tray at 40% or calls the network pairs slow."""
+    assert all(_bad(_domains({2: 0.4}, seed, blind=True)) != {2: "slow"} for seed in range(4))
+
+
+def test_nodes_in_one_domain_or_none_are_qualified_as_before():
+    for domains in ((), ("rack/0",) * 8, (None,) * 8):
+        q = Qualifier(8, 1, seed=0, domains=domains)
+        assert _drive(q, lambda p: Result(p, Outcome.PASS, 20.0 if 3 in p.nodes else 40.0)) == _drive(
+            Qualifier(8, 1, seed=0), lambda p: Result(p, Outcome.PASS, 20.0 if 3 in p.nodes else 40.0))
+        assert _bad(q) == {3: "slow"}
+    with pytest.raises(ValueError):
+        Qualifier(8, 1, domains=("rack/0",) * 7)
