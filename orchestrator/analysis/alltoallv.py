@@ -26,7 +26,7 @@ def table(frame: Frame) -> list[dict]:
     ok = df[(df.collective == NAME) & (df.status == Status.OK) & df.traffic_digest.notna()]
     if ok.empty:
         return []
-    largest = ok.loc[ok.groupby("group_id", observed=True).msg_bytes.idxmax()]
+    largest = ok.loc[ok.groupby("group").msg_bytes.idxmax()]
     out = []
     for i, r in largest.iterrows():
         lists = frame.lists(int(i))
@@ -43,7 +43,7 @@ def table(frame: Frame) -> list[dict]:
             j = min(rates, key=rates.get)
             slowest = (f"{who(j)}: {format_bytes(moved[j])} at {rates[j] / 1e3:.3g} GB/s, "
                        f"{rates[j] / statistics.median(rates.values()):.2f}x the median rank's rate")
-        out.append({"group_id": r.group_id, "topology": r.topology, "world_size": int(r.world_size),
+        out.append({"group_id": frame.group_id(int(r.group)), "topology": r.topology, "world_size": int(r.world_size),
                     "msg_bytes": int(r.msg_bytes), "size": format_bytes(int(r.msg_bytes)),
                     "traffic": f"{r.traffic_source} [{r.traffic_digest}]", "busbw": float(r.busbw_gbps),
                     "busiest_rank": f"{who(int(r.traffic_busiest_rank))}: {format_bytes(int(r.traffic_busiest_bytes))}",

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
 import pandas as pd
 
 from orchestrator.analysis.frame import Frame
@@ -129,20 +130,19 @@ def shape_scores(df: pd.DataFrame) -> pd.DataFrame:
     if d.empty:
         return d.assign(peers=[], peer_median=[], ratio=[])
     top = d[d.msg_bytes == d.groupby(SHAPE).msg_bytes.transform("max")]
-    top = top.groupby("group_id", sort=False).head(1)  # one row per group
-    grouped = top.groupby(SHAPE).busbw_gbps
-    top = top.assign(peers=grouped.transform("size"), peer_median=grouped.transform("median"), floor=0.0)
-    top = top.assign(ratio=top.busbw_gbps / top.peer_median)
+    top = top.groupby("group", sort=False).head(1)  # one row per group
+    shape = top.groupby(SHAPE, sort=False).ngroup().to_numpy()
+    peers = np.bincount(shape, minlength=1)
+    busbw, reference, ratio, floor = top.busbw_gbps.to_numpy(), *np.zeros((3, len(top)))
     m = len(top)  # every group judged in this report: the family of the judge's error rate
-    for _, shape in top.groupby(SHAPE):
-        first = shape.iloc[0]
+    order = np.argsort(shape, kind="stable")
+    for rows in np.split(order, np.cumsum(peers)[:-1]):
+        first = top.iloc[rows[0]]
         prior = prior_for(first.get("backend"), first.topology != "intra")
-        judged = peer_arrays(shape.busbw_gbps.to_numpy(), prior, m)
         # each group against the others' median (leave one out) and the floor of their spread
-        top.loc[shape.index, "peer_median"] = judged.reference
-        top.loc[shape.index, "ratio"] = judged.ratio
-        top.loc[shape.index, "floor"] = judged.floor
-    return top
+        judged = peer_arrays(busbw[rows], prior, m)
+        reference[rows], ratio[rows], floor[rows] = judged.reference, judged.ratio, judged.floor
+    return top.assign(peers=peers[shape], peer_median=reference, ratio=ratio, floor=floor)
 
 
 def flags(frame: Frame, threshold: float) -> list[Flag]:
@@ -298,8 +298,8 @@ def _group_flags(frame: Frame, shape: pd.DataFrame, threshold: float) -> list[Fl
 def failures(frame: Frame) -> list[Flag]:
     bad = frame.df[frame.df.status != Status.OK]
     out = []
-    for gid, g in bad.groupby("group_id", sort=False):
-        i = g.index[0]
+    for code, g in bad.groupby("group", sort=False):
+        i, gid = g.index[0], frame.group_id(int(code))
         row, lists = g.iloc[0], frame.lists(i)
         failed = lists["failed_ranks"] or []
         nodes = list(dict.fromkeys(lists["node_ips"][j] for j in failed)) or list(dict.fromkeys(lists["node_ips"]))

@@ -179,12 +179,12 @@ def evaluate(frame: Frame, entries: list[Entry], min_fraction: float, facts: dic
             out.table.append(_expected_row(frame, top, entry, min_fraction, facts, below_from=entry.min_bytes))
     covered_platforms = set(covered.platform.unique()) | {r["platform"] for r in out.table}
     out.uncovered = sorted(set(d.platform.unique()) - covered_platforms)
-    top = covered[covered.msg_bytes == covered.groupby("group_id").msg_bytes.transform("max")]
-    for i, row in top.groupby("group_id", sort=False).head(1).iterrows():
+    top = covered[covered.msg_bytes == covered.groupby("group").msg_bytes.transform("max")]
+    for i, row in top.groupby("group", sort=False).head(1).iterrows():
         entry = row.entry
         if row.busbw_gbps < min_fraction * entry.busbw_gbps:
             nodes = frame.node_codes(i)
-            group = covered[covered.group_id == row.group_id]
+            group = covered[covered.group == row.group]
             why = explain(group[group.msg_bytes == row.msg_bytes], frame.ips(nodes), entry, facts,
                           bigger=group[group.msg_bytes > row.msg_bytes])
             out.flags.append(Flag(
@@ -194,7 +194,7 @@ def evaluate(frame: Frame, entries: list[Entry], min_fraction: float, facts: dic
                 f"{format_bytes(int(row.msg_bytes))} busbw {row.busbw_gbps:.4g} GB/s, "
                 f"{row.busbw_gbps / entry.busbw_gbps:.0%} of the expected {entry.busbw_gbps:g} ({entry.meaning}, "
                 f"{entry.origin}: {entry.source})", source=entry.source,
-                extra={"fraction": float(row.busbw_gbps / entry.busbw_gbps), "group_id": row.group_id,
+                extra={"fraction": float(row.busbw_gbps / entry.busbw_gbps), "group_id": frame.group_id(int(row.group)),
                        "reasons": [r.to_json() for r in why]}))
     return out
 

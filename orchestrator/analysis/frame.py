@@ -17,6 +17,16 @@ SCALARS = ["run_id", "started_at", "collective", "backend", "dtype", "op", "in_p
 LISTS = ["ranks", "local_ranks", "hosts", "node_ips", "rank_time_us", "failed_ranks", "traffic_heaviest_pair",
          "traffic_rank_bytes"]
 COLUMNS = SCALARS + LISTS
+# the string columns that key the report's groupings, read as Arrow dictionaries (as Parquet holds
+# them): categoricals in `df`, group_id as the integer codes `group`
+DICTIONARY = ("run_id", "collective", "backend", "dtype", "op", "topology", "pattern", "group_id", "status")
+
+
+def _dictionary(column: pa.ChunkedArray) -> pa.DictionaryArray:
+    """A string column as one dictionary array (one dictionary for all its chunks)."""
+    if not pa.types.is_dictionary(column.type):
+        column = pc.dictionary_encode(column)
+    return column.unify_dictionaries().combine_chunks()
 
 
 def _ends(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -29,35 +39,48 @@ def _ends(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, np.ndarray, 
 
 
 class Frame:
-    """`df`: one row per result row with the scalar columns and node_first/node_last (codes into
+    """`df`: one row per result row with the scalar columns (strings as categoricals; group_id as
+    the integer code `group`, `group_id(code)` its name) and node_first/node_last (codes into
     `nodes`, the node IPs), host labels, local_first/local_last (-1 where unknown); `table` keeps
     the list columns for the few rows that are flagged."""
 
     def __init__(self, table: pa.Table) -> None:
         self.table = table
-        self.df = table.select([c for c in SCALARS if c in table.column_names]).to_pandas()
+        n = table.num_rows
+        scalars = table.select([c for c in SCALARS if c in table.column_names and c != "group_id"])
+        for i, f in enumerate(scalars.schema):  # the same categoricals however the table was read
+            if f.name in DICTIONARY and not pa.types.is_dictionary(f.type):
+                scalars = scalars.set_column(i, f.name, _dictionary(scalars.column(i)))
+        groups = _dictionary(table.column("group_id"))
+        self._group_ids = groups.dictionary
         offsets, flat, first, last = _ends(table.column("node_ips"))
         encoded = pc.dictionary_encode(flat)
         codes = encoded.indices.to_numpy(zero_copy_only=False)
         self.nodes: list[str] = encoded.dictionary.to_pylist()
-        n = table.num_rows
-        self.df["node_first"] = codes[first] if n else np.array([], int)
-        self.df["node_last"] = codes[last] if n else np.array([], int)
-        # a node's label: "host (ip)", from the first row that names it
-        host_flat = table.column("hosts").combine_chunks().values.to_numpy(zero_copy_only=False)
-        _, where = np.unique(codes, return_index=True)
-        self.labels = [f"{host_flat[i]} ({self.nodes[codes[i]]})" if host_flat[i] else self.nodes[codes[i]]
-                       for i in where]
-        locals_ = table.column("local_ranks").combine_chunks()
-        if locals_.null_count == n:  # results written before local_ranks existed
-            self.df["local_first"] = self.df["local_last"] = -1
-        else:
+        # a node's label: "host (ip)", from the first entry that names it (codes number the nodes in
+        # the order they first appear: a new one is where the running maximum rises)
+        rises = np.flatnonzero(np.r_[True, codes[1:] > np.maximum.accumulate(codes)[:-1]]) if len(codes) else []
+        hosts = table.column("hosts").combine_chunks().values.take(pa.array(rises, pa.int64())).to_pylist()
+        self.labels = [f"{h} ({ip})" if h else ip for h, ip in zip(hosts, self.nodes)]
+        local_first = local_last = np.full(n, -1)
+        if table.column("local_ranks").null_count < n:  # results written before local_ranks existed have none
             loffs, lflat, lfirst, llast = _ends(table.column("local_ranks"))
             values = lflat.to_numpy(zero_copy_only=False)
             valid = loffs[1:] > loffs[:-1]
-            self.df["local_first"] = np.where(valid, values[np.minimum(lfirst, len(values) - 1)], -1)
-            self.df["local_last"] = np.where(valid, values[np.minimum(llast, len(values) - 1)], -1)
+            local_first = np.where(valid, values[np.minimum(lfirst, len(values) - 1)], -1)
+            local_last = np.where(valid, values[np.minimum(llast, len(values) - 1)], -1)
+        derived = {"group": groups.indices.fill_null(-1).to_numpy(zero_copy_only=False),
+                   "node_first": codes[first] if n else np.array([], int),
+                   "node_last": codes[last] if n else np.array([], int),
+                   "local_first": local_first, "local_last": local_last}
+        for name, values in derived.items():
+            scalars = scalars.append_column(name, pa.array(values))
+        self.df = scalars.to_pandas()
         self._offsets, self._codes = offsets, codes
+
+    def group_id(self, group: int) -> str | None:
+        """The group_id of a group code (`df.group`)."""
+        return self._group_ids[group].as_py() if group >= 0 else None
 
     def replay_rows(self):
         """The replayed ops (pattern "replay") with their ranks, as a DataFrame."""

@@ -86,12 +86,10 @@ def _judged(e: dict, key: np.ndarray) -> pd.DataFrame:
 
 
 def _medians(key: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The sorted distinct keys and the median of `values` of each."""
-    order = np.lexsort((values, key))
-    k, v = key[order], values[order]
-    starts = np.r_[0, np.flatnonzero(k[1:] != k[:-1]) + 1]
-    sizes = np.diff(np.r_[starts, len(k)])
-    return k[starts], (v[starts + (sizes - 1) // 2] + v[starts + sizes // 2]) / 2
+    """The sorted distinct keys and the median of `values` of each (pandas' grouped median: a
+    counting sort by key and a selection in each, linear where a sort by key and value is not)."""
+    medians = pd.Series(values).groupby(key, sort=True).median()
+    return medians.index.to_numpy(), medians.to_numpy()
 
 
 def _distinct_rows(key: np.ndarray, row: np.ndarray, keys: np.ndarray) -> np.ndarray:

@@ -126,7 +126,7 @@ def nccl_blocks(frame) -> list[dict]:
     figures = df.groupby(_BLOCK + ["msg_bytes", "in_place"], sort=False, dropna=False).agg(
         time_us=("time_us", "median"), algbw_gbps=("algbw_gbps", "median"), busbw_gbps=("busbw_gbps", "median"),
         n_wrong=("n_wrong", lambda s: None if s.isna().all() else int(s.sum())), count=("count", "first"),
-        groups=("group_id", "nunique")).reset_index()
+        groups=("group", "nunique")).reset_index()
     blocks = []
     for key, rows in figures.groupby(_BLOCK, sort=False, dropna=False):
         collective, dtype, op, topology, world_size, n_nodes = key

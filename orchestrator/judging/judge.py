@@ -100,7 +100,8 @@ def robust_sigma(deviations: np.ndarray) -> float | None:
     if not len(d):
         return None
     about_median = np.median(np.abs(d - np.median(d)))
-    about_zero = np.sort(np.abs(d))[(len(d) - 1) // 2]
+    lower = (len(d) - 1) // 2
+    about_zero = np.partition(np.abs(d), lower)[lower]
     return float(MAD_SCALE * min(about_median, about_zero))
 
 
@@ -158,16 +159,18 @@ def peer_arrays(values: np.ndarray, prior: Prior, m: int | None = None) -> PeerA
 
 
 def leave_one_out_medians(v: np.ndarray) -> np.ndarray:
-    """For each i, the median of v without v[i], in O(n log n): in the sorted order the others'
-    middle element(s) are the sorted ones at the middle, shifted by one where i sits at or below."""
+    """For each i, the median of v without v[i], in O(n): the others' k-th smallest is the k-th
+    smallest of all where v[i] lies above it, else the (k+1)-th (where v[i] equals the k-th, so
+    does the (k+1)-th or v[i] is among the k+1 smallest); a partition finds the two."""
+    v = np.asarray(v, dtype=float)
     n = len(v)
-    order = np.argsort(v, kind="stable")
-    s = v[order]
-    position = np.empty(n, dtype=int)
-    position[order] = np.arange(n)
+    middle = sorted({k for k in ((n - 1) // 2 - 1, (n - 1) // 2, (n - 1) // 2 + 1) if 0 <= k < n})
+    s = np.full(n + 1, np.nan)
+    if middle:
+        s[middle] = np.partition(v, middle)[middle]
 
     def kth_of_others(k: int) -> np.ndarray:  # the k-th smallest of the others (0-based)
-        return np.where(position > k, s[k], s[min(k + 1, n - 1)])
+        return np.where(v > s[k], s[k], s[min(k + 1, n - 1)])
 
     if (n - 1) % 2:
         return kth_of_others((n - 1) // 2)
@@ -200,6 +203,8 @@ def grouped_leave_one_out_medians(groups: np.ndarray, v: np.ndarray) -> np.ndarr
 def _leave_one_out_rows(m: np.ndarray) -> np.ndarray:
     """leave_one_out_medians of every row of a matrix (rows of k >= 2 values)."""
     k = m.shape[1]
+    if k == 2:  # the other one
+        return m[:, ::-1]
     order = np.argsort(m, axis=1, kind="stable")
     s = np.take_along_axis(m, order, axis=1)
     position = np.empty_like(order)

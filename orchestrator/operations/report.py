@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from orchestrator.analysis import report as reports
-from orchestrator.analysis.frame import COLUMNS, Frame
+from orchestrator.analysis.frame import COLUMNS, DICTIONARY, Frame
 from orchestrator.errors import UsageError
 from orchestrator.operations.checks import UNITS, Unit, check_min_fraction, check_threshold, check_unit, user_expected
 from orchestrator.results import dataset
@@ -59,7 +59,7 @@ def report(options: ReportOptions) -> Reported:
 
 def run_frame(path: str, run_id: str | None = None, collective: str | None = None) -> Frame:
     """One run's rows (the latest without `run_id`), checked to hold `collective` where one is named."""
-    frame = Frame(dataset.load_table(path, run_id, columns=COLUMNS))
+    frame = Frame(dataset.load_table(path, run_id, columns=COLUMNS, dictionary=DICTIONARY))
     if collective is not None and collective not in set(frame.df.collective):
         measured = ", ".join(dict.fromkeys(frame.df.collective.dropna()))
         raise UsageError(f"--collective {collective[:80]!r}: not in run {frame.df.run_id.iloc[0]} "

@@ -75,7 +75,7 @@ class _Rows:
         self._scan()
 
     def _scan(self) -> None:
-        fs = self.fs
+        """`scans`: (files, the filter of their own rows), read as one dataset each."""
         groups, self.scans = [], []
         for paths in self.by_dir.values():
             parts = [p for p in paths if posixpath.basename(p).startswith(PART_PREFIX)]
@@ -83,34 +83,42 @@ class _Rows:
             groups += singles
             if parts:
                 replaced = [posixpath.basename(p)[: -len(".parquet")] for p in singles]
-                flt = ~pads.field("group_id").isin(replaced) if replaced else None
-                self.scans.append((pads.dataset(parts, filesystem=fs, format="parquet", schema=ROW_SCHEMA), flt))
+                self.scans.append((parts, ~pads.field("group_id").isin(replaced) if replaced else None))
         if groups:
-            self.scans.append((pads.dataset(groups, filesystem=fs, format="parquet", schema=ROW_SCHEMA), None))
+            self.scans.append((groups, None))
 
-    def table(self, columns: list[str], flt: pads.Expression) -> pa.Table:
+    def table(self, columns: list[str], flt: pads.Expression | None, dictionary: tuple[str, ...] = ()) -> pa.Table:
+        """The rows `flt` keeps (None: every row), their `columns`; those named in `dictionary`
+        (strings) read as Arrow dictionaries, as Parquet stores them: no string is copied."""
         try:
-            return self._read(columns, flt)
+            return self._read(columns, flt, dictionary)
         except _READ_ERRORS:
-            if not self._leave_out_unreadable(columns, flt):
+            if not self._leave_out_unreadable(columns, flt, dictionary):
                 raise
-        return self._read(columns, flt)
+        return self._read(columns, flt, dictionary)
 
-    def _read(self, columns: list[str], flt: pads.Expression) -> pa.Table:
+    def _dataset(self, paths: list[str], dictionary: tuple[str, ...]) -> pads.Dataset:
+        schema = pa.schema([f.with_type(pa.dictionary(pa.int32(), f.type)) if f.name in dictionary else f
+                            for f in ROW_SCHEMA])
+        fmt = pads.ParquetFileFormat(read_options=pads.ParquetReadOptions(dictionary_columns=dictionary))
+        return pads.dataset(paths, filesystem=self.fs, format=fmt, schema=schema)
+
+    def _read(self, columns: list[str], flt: pads.Expression | None, dictionary: tuple[str, ...]) -> pa.Table:
         if not self.scans:
-            return ROW_SCHEMA.empty_table().select(columns)
-        return pa.concat_tables([ds.to_table(columns=columns, filter=flt if own is None else flt & own)
-                                 for ds, own in self.scans])
+            return self._dataset([], dictionary).schema.empty_table().select(columns)
+        both = lambda own: own if flt is None else flt if own is None else flt & own  # noqa: E731
+        return pa.concat_tables([self._dataset(paths, dictionary).to_table(columns=columns, filter=both(own))
+                                 for paths, own in self.scans])
 
-    def _leave_out_unreadable(self, columns: list[str], flt: pads.Expression) -> bool:
+    def _leave_out_unreadable(self, columns: list[str], flt: pads.Expression | None,
+                              dictionary: tuple[str, ...]) -> bool:
         """After a failed read (the common path reads no file twice): try each file alone with
         the same columns and filter, and leave out those that fail. Whether any was left out."""
         bad = {}
         for paths in self.by_dir.values():
             for p in paths:
                 try:
-                    pads.dataset([p], filesystem=self.fs, format="parquet", schema=ROW_SCHEMA).to_table(
-                        columns=columns, filter=flt)
+                    self._dataset([p], dictionary).to_table(columns=columns, filter=flt)
                 except _READ_ERRORS as e:
                     bad[p] = first_line(e)
         if not bad:
@@ -131,14 +139,17 @@ def load(path: str, run_id: str | None = None, latest: bool = True, columns: lis
 
 
 def load_table(path: str, run_id: str | None = None, latest: bool = True,
-               columns: list[str] | None = None) -> pa.Table:
-    """`load` as an Arrow table (columnar work, no pandas objects for list columns)."""
+               columns: list[str] | None = None, dictionary: tuple[str, ...] = ()) -> pa.Table:
+    """`load` as an Arrow table (columnar work, no pandas objects for list columns); the string
+    columns named in `dictionary` come as Arrow dictionaries (pandas categoricals)."""
     rows = _Rows(path)
     ours = pads.field("schema_version").is_valid()
     try:
-        index = rows.table(["schema_version", "run_id", "started_at"], ours)
+        every = rows.table(["schema_version", "run_id", "started_at"], None)
     except _READ_ERRORS as e:
         raise UsageError(f"{path}: not a collbench results dataset ({first_line(e)})") from None
+    foreign = every.column("schema_version").null_count  # rows of Parquet files that are not ours
+    index = every.filter(pc.is_valid(every.column("schema_version"))) if foreign else every
     if index.num_rows == 0:
         left_out = f"; {len(rows.skipped)} unreadable: {rows.skipped[0]}" if rows.skipped else ""
         raise UsageError(f"{path}: no collbench result rows (no Parquet file with a schema_version{left_out})")
@@ -147,10 +158,15 @@ def load_table(path: str, run_id: str | None = None, latest: bool = True,
         raise UsageError(f"{path}: schema_version {newest} is newer than this collbench reads "
                          f"(up to {SCHEMA_VERSION}); upgrade collbench")
     if run_id is None and latest:
-        runs = index.select(["run_id", "started_at"]).to_pandas()
-        run_id = runs.sort_values("started_at").run_id.iloc[-1]
+        started = index.column("started_at")
+        newest_row = pc.index(started, pc.max(started)).as_py() if started.null_count < len(started) else 0
+        run_id = index.column("run_id")[max(newest_row, 0)].as_py()  # the latest run (by its start)
     flt = ours if run_id is None else ours & (pads.field("run_id") == run_id)
-    table = rows.table(columns or COLUMNS, flt)
+    runs_held = pc.unique(index.column("run_id"))
+    if not foreign and (run_id is None or runs_held.to_pylist() == [run_id]):
+        flt = None  # every row is ours and of this run (the common case): no row to test
+    # a foreign file's column may not cast to a dictionary (an int run_id): those are read as before
+    table = rows.table(columns or COLUMNS, flt, () if foreign else dictionary)
     if table.num_rows == 0:
         known = sorted(set(index.column("run_id").to_pylist()))
         shown = run_id[:80] if run_id.isprintable() else repr(run_id[:80])
