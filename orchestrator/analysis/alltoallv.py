@@ -26,7 +26,8 @@ def table(frame: Frame) -> list[dict]:
     ok = df[(df.collective == NAME) & (df.status == Status.OK) & df.traffic_digest.notna()]
     if ok.empty:
         return []
-    largest = ok.loc[ok.groupby("group").msg_bytes.idxmax()]
+    largest = ok.loc[ok.groupby("group", observed=True).msg_bytes.idxmax()]
+    largest = largest.iloc[sorted(range(len(largest)), key=lambda j: frame.group_id(int(largest.group.iloc[j])))]
     out = []
     for i, r in largest.iterrows():
         lists = frame.lists(int(i))

@@ -66,16 +66,22 @@ class Flag:
         return {**out, **self.extra}
 
 
+def where(df: pd.DataFrame, mask) -> pd.DataFrame:
+    """df[mask], or df itself where the mask keeps every row (most of a run's rows are ok and of its
+    one collective: a million rows are not copied to keep them all). Callers never write into it."""
+    return df if bool(np.all(mask)) else df[mask]
+
+
 def ok_rows(df: pd.DataFrame) -> pd.DataFrame:
-    return df[df.status == Status.OK]
+    return where(df, df.status == Status.OK)
 
 
 # -- tables -----------------------------------------------------------------------------------
 def by_size(df: pd.DataFrame, collective: str, value: str) -> list[dict]:
     """`value` (busbw_gbps or time_us) by msg_bytes per topology, the widest group of each."""
     d = ok_rows(df)
-    d = d[d.collective == collective]
-    d = d[d.world_size == d.groupby("topology", observed=True).world_size.transform("max")]
+    d = where(d, d.collective == collective)
+    d = where(d, d.world_size == d.groupby("topology", observed=True).world_size.transform("max"))
     table = d.groupby(["msg_bytes", "topology"], observed=True)[value].median().unstack("topology")
     rows = []
     for size, rec in table.iterrows():
@@ -97,7 +103,7 @@ def peaks(df: pd.DataFrame, collective: str, busbw: list[dict]) -> list[dict]:
             if row.get(t) is not None:
                 series.setdefault(t, []).append((row["msg_bytes"], row[t]))
     d = ok_rows(df)
-    d = d[d.collective == collective]
+    d = where(d, d.collective == collective)
     for t, points in series.items():
         peak = max(v for _, v in points)
         half = min(s for s, v in points if v >= peak / 2)
@@ -110,13 +116,13 @@ def precision(df: pd.DataFrame, collective: str) -> list[dict]:
     """Time and busbw across dtypes at equal element counts (the widest group measured), so the
     effect of fewer bytes per element is read off, measured rather than assumed."""
     d = ok_rows(df)
-    d = d[d.collective == collective]
+    d = where(d, d.collective == collective)
     if d.dtype.nunique() < 2:
         return []
     d = d[d.world_size == d.world_size.max()]
-    agg = d.groupby(["count", "dtype"]).agg(msg_bytes=("msg_bytes", "first"), time_us=("time_us", "median"),
-                                            busbw=("busbw_gbps", "median")).reset_index()
-    shared = agg.groupby("count").dtype.transform("nunique") >= 2
+    agg = d.groupby(["count", "dtype"], observed=True).agg(
+        msg_bytes=("msg_bytes", "first"), time_us=("time_us", "median"), busbw=("busbw_gbps", "median")).reset_index()
+    shared = agg.groupby("count", observed=True).dtype.transform("nunique") >= 2
     agg = agg[shared].sort_values(["count", "msg_bytes"])
     return [{"collective": collective, "count": int(r["count"]), "dtype": r["dtype"], "msg_bytes": int(r.msg_bytes),
              "time_us": float(r.time_us), "busbw": float(r.busbw)} for _, r in agg.iterrows()]
@@ -129,9 +135,9 @@ def shape_scores(df: pd.DataFrame) -> pd.DataFrame:
     d = ok_rows(df)
     if d.empty:
         return d.assign(peers=[], peer_median=[], ratio=[])
-    top = d[d.msg_bytes == d.groupby(SHAPE).msg_bytes.transform("max")]
-    top = top.groupby("group", sort=False).head(1)  # one row per group
-    shape = top.groupby(SHAPE, sort=False).ngroup().to_numpy()
+    top = where(d, d.msg_bytes == d.groupby(SHAPE, observed=True).msg_bytes.transform("max"))
+    top = top.groupby("group", sort=False, observed=True).head(1)  # one row per group
+    shape = top.groupby(SHAPE, sort=False, observed=True).ngroup().to_numpy()
     peers = np.bincount(shape, minlength=1)
     busbw, reference, ratio, floor = top.busbw_gbps.to_numpy(), *np.zeros((3, len(top)))
     m = len(top)  # every group judged in this report: the family of the judge's error rate
@@ -154,7 +160,7 @@ def flags(frame: Frame, threshold: float) -> list[Flag]:
     out += _gpu_pair_flags(frame, scores[scores.pattern == "intra-pairwise"], threshold)
     out += _intra_flags(frame, scores[scores.pattern == "intra"], threshold)
     rest = scores[~scores.pattern.isin(["pairwise", "intra-pairwise", "intra"])]
-    for _, shape in rest.groupby(SHAPE):
+    for _, shape in rest.groupby(SHAPE, observed=True):
         out += _group_flags(frame, shape, threshold)
     out = _merge(out)
     out += failures(frame)
@@ -201,14 +207,14 @@ def _by_member(scores: pd.DataFrame, a: str, b: str, threshold: float) -> pd.Ser
     """Median ratio of every member (node or GPU) over the groups it is in (columns a, b), where it
     is below the threshold and the judge's floor (the shape's median floor)."""
     both = pd.concat([scores[[a, "ratio"]].rename(columns={a: "m"}), scores[[b, "ratio"]].rename(columns={b: "m"})])
-    per = both.groupby("m").ratio.median()
+    per = both.groupby("m", observed=True).ratio.median()
     floor = float(scores.floor.median()) if len(scores) else 0.0
     return per[(per < 1 - threshold) & (per < floor)]
 
 
 def _pair_flags(frame: Frame, scores: pd.DataFrame, threshold: float) -> list[Flag]:
     out = []
-    for _, shape in scores.groupby(SHAPE):
+    for _, shape in scores.groupby(SHAPE, observed=True):
         for _, row in _slow(shape, threshold).iterrows():
             nodes = [row.node_first, row.node_last]
             out.append(_flag("slow_pair", frame, row, nodes, [], "slow node pair "
@@ -226,9 +232,9 @@ def _gpu_pair_flags(frame: Frame, scores: pd.DataFrame, threshold: float) -> lis
     """Pairs of GPUs inside each node: a node all of whose pairs are slow (its fabric), else each
     slow pair, and a GPU all of whose pairs are slow."""
     out = []
-    for _, shape in scores.groupby(SHAPE):
+    for _, shape in scores.groupby(SHAPE, observed=True):
         slow = _slow(shape, threshold)
-        for node, on_node in slow.groupby("node_first"):
+        for node, on_node in slow.groupby("node_first", observed=True):
             mine = shape[shape.node_first == node]
             row = on_node.iloc[0]
             if len(on_node) == len(mine):
@@ -251,7 +257,7 @@ def _gpu_pair_flags(frame: Frame, scores: pd.DataFrame, threshold: float) -> lis
 
 def _intra_flags(frame: Frame, scores: pd.DataFrame, threshold: float) -> list[Flag]:
     out = []
-    for _, shape in scores.groupby(SHAPE):
+    for _, shape in scores.groupby(SHAPE, observed=True):
         for _, row in _slow(shape, threshold).iterrows():
             out.append(_flag("slow_node", frame, row, [row.node_first], [],
                              f"slow node {frame.label(row.node_first)} (its intra-node group of "
@@ -268,7 +274,7 @@ def _group_flags(frame: Frame, shape: pd.DataFrame, threshold: float) -> list[Fl
     members = {i: frame.node_codes(i) for i in shape.index}
     slow_ids, explained, out = set(slow.index), set(), []
     if (shape.pattern == "inter").all() and (shape.local_first >= 0).all():
-        for rail, groups in shape.groupby("local_first"):
+        for rail, groups in shape.groupby("local_first", observed=True):
             if set(groups.index) <= slow_ids:
                 nodes = sorted({n for i in groups.index for n in members[i]})
                 out.append(_flag("slow_rail", frame, slow.loc[groups.index].iloc[0], nodes, [int(rail)],
@@ -298,7 +304,7 @@ def _group_flags(frame: Frame, shape: pd.DataFrame, threshold: float) -> list[Fl
 def failures(frame: Frame) -> list[Flag]:
     bad = frame.df[frame.df.status != Status.OK]
     out = []
-    for code, g in bad.groupby("group", sort=False):
+    for code, g in bad.groupby("group", sort=False, observed=True):
         i, gid = g.index[0], frame.group_id(int(code))
         row, lists = g.iloc[0], frame.lists(i)
         failed = lists["failed_ranks"] or []

@@ -17,13 +17,12 @@ import numpy as np
 import pandas as pd
 
 from orchestrator import yamlfile
-from orchestrator.analysis.diagnosis import Flag
+from orchestrator.analysis.diagnosis import Flag, ok_rows, where
 from orchestrator.analysis.explain import Reason, explain
 from orchestrator.analysis.frame import Frame
 from orchestrator.errors import UsageError
 from orchestrator.sweep.sizes import format_bytes, parse_bytes
 from orchestrator.sweep.spec import MAX_RANKS, brief_repr
-from workloads.messages import Status
 from workloads.registry import WORKLOADS
 
 SHIPPED = os.path.join(os.path.dirname(__file__), "expected.yaml")
@@ -126,6 +125,9 @@ def find(entries: list[Entry], tags: set[str], collective: str, topology: str, m
     return max(fits, key=Entry.rank) if fits else None
 
 
+TOP_BELOW = 20  # below_expected groups of one shape flagged one by one, the worst first
+
+
 @dataclass
 class Evaluation:
     table: list[dict] = field(default_factory=list)
@@ -141,61 +143,95 @@ def evaluate(frame: Frame, entries: list[Entry], min_fraction: float, facts: dic
     only below the size an entry holds from gets one row at its largest size, beside that entry,
     said latency-bound. Every row and flag carries the `reasons` for its gap (analysis.explain;
     `facts`: the nodes' doctor facts, by IP)."""
-    df = frame.df[frame.df.status == Status.OK]
+    df = ok_rows(frame.df)
     if df.empty or "platform" not in df:
         return Evaluation()
-    transports = (df.intra_transport.fillna("") + " " + df.net_transport.fillna("")) if "net_transport" in df \
-        else pd.Series("", index=df.index)
     keys = ["platform", "collective", "topology", "world_size", "msg_bytes"]
-    d = df.assign(transports=transports, platform=df.platform.fillna(""))
+    links = ["intra_transport", "net_transport"] if "net_transport" in df else []  # "intra net", as entries match
+    platform = df.platform
+    if isinstance(platform.dtype, pd.CategoricalDtype) and "" not in platform.cat.categories:
+        platform = platform.cat.add_categories([""])  # a categorical takes no value it lacks
+    d = df.assign(platform=platform.fillna(""))
 
     def lookup_for(key, size: int) -> Entry | None:
+        transports = " ".join(v if isinstance(v, str) else "" for v in (key[c] for c in links))
         return find(entries, set(key.platform.split("+")) if key.platform else set(), key.collective, key.topology,
-                    size, int(key.world_size), key.transports)
+                    size, int(key.world_size), transports)
 
     # one lookup per distinct key, spread to its rows by group number (no Python object per row)
-    by_key = d.groupby(keys + ["transports"], sort=False, dropna=False)
-    firsts = by_key.head(1)[keys + ["transports"]]
-    found = [lookup_for(key, int(key.msg_bytes)) for key in firsts.itertuples(index=False)]
-    d = d.assign(entry=np.array(found, dtype=object)[by_key.ngroup().to_numpy()])
-    covered = d[d.entry.notna()]
+    by_key = d.groupby(keys + links, sort=False, dropna=False, observed=True)
+    firsts = by_key.head(1)[keys + links]
+    found = [lookup_for(key, int(key.msg_bytes)) for _, key in firsts.iterrows()]
+    key_of_row = by_key.ngroup().to_numpy()
+    d = d.assign(entry=np.array(found, dtype=object)[key_of_row],
+                 entry_busbw=np.array([e.busbw_gbps if e else np.nan for e in found])[key_of_row])
+    covered = where(d, d.entry.notna())
     out = Evaluation()
     shapes = ["platform", "collective", "topology", "world_size"]
-    for (platform, coll, topo, world, size), g in covered.groupby(keys, sort=True):
-        entry = g.entry.iloc[0]
-        out.table.append(_expected_row(frame, g, entry, min_fraction, facts,
-                                       bigger=covered[(covered.platform == platform) & (covered.collective == coll)
-                                                      & (covered.topology == topo) & (covered.world_size == world)
-                                                      & (covered.msg_bytes > size)]))
+    # each shape's sizes (no scan of every row per size: a sweep has dozens)
+    for _, shape in covered.groupby(shapes, sort=True, observed=True):
+        for size, g in shape.groupby("msg_bytes", sort=True, observed=True):
+            out.table.append(_expected_row(frame, g, g.entry.iloc[0], min_fraction, facts,
+                                           bigger=shape[shape.msg_bytes > size]))
     # shapes whose every size is below the size their entry holds from: the largest, latency-bound
-    uncovered = d[d.entry.isna()]
-    for _, g in uncovered.groupby(shapes, sort=True):
-        if covered[(covered[shapes] == g[shapes].iloc[0]).all(axis=1)].shape[0]:
-            continue
-        top = g[g.msg_bytes == g.msg_bytes.max()]
-        key = top[keys + ["transports"]].iloc[0]
-        entry = lookup_for(key, 1 << 62)
-        if entry is not None:
-            out.table.append(_expected_row(frame, top, entry, min_fraction, facts, below_from=entry.min_bytes))
+    uncovered = where(d, d.entry.isna()) if len(covered) < len(d) else d.iloc[0:0]
+    if len(uncovered):
+        covered_shapes = set(covered[shapes].drop_duplicates().itertuples(index=False, name=None))
+        for key, g in uncovered.groupby(shapes, sort=True, observed=True):
+            if key in covered_shapes:
+                continue
+            top = g[g.msg_bytes == g.msg_bytes.max()]
+            entry = lookup_for(top.iloc[0], 1 << 62)
+            if entry is not None:
+                out.table.append(_expected_row(frame, top, entry, min_fraction, facts, below_from=entry.min_bytes))
     covered_platforms = set(covered.platform.unique()) | {r["platform"] for r in out.table}
     out.uncovered = sorted(set(d.platform.unique()) - covered_platforms)
-    top = covered[covered.msg_bytes == covered.groupby("group").msg_bytes.transform("max")]
-    for i, row in top.groupby("group", sort=False).head(1).iterrows():
-        entry = row.entry
-        if row.busbw_gbps < min_fraction * entry.busbw_gbps:
-            nodes = frame.node_codes(i)
-            group = covered[covered.group == row.group]
-            why = explain(group[group.msg_bytes == row.msg_bytes], frame.ips(nodes), entry, facts,
-                          bigger=group[group.msg_bytes > row.msg_bytes])
-            out.flags.append(Flag(
-                "below_expected", frame.ips(nodes), [], row.collective, int(row.msg_bytes), float(row.busbw_gbps),
-                entry.busbw_gbps,
-                f"below expected: {row.pattern} group on {', '.join(frame.label(n) for n in nodes)}: {row.collective} "
-                f"{format_bytes(int(row.msg_bytes))} busbw {row.busbw_gbps:.4g} GB/s, "
-                f"{row.busbw_gbps / entry.busbw_gbps:.0%} of the expected {entry.busbw_gbps:g} ({entry.meaning}, "
-                f"{entry.origin}: {entry.source})", source=entry.source,
-                extra={"fraction": float(row.busbw_gbps / entry.busbw_gbps), "group_id": frame.group_id(int(row.group)),
-                       "reasons": [r.to_json() for r in why]}))
+    out.flags = _below(frame, covered, shapes, min_fraction, facts)
+    return out
+
+
+def _below(frame: Frame, covered: pd.DataFrame, shapes: list[str], min_fraction: float, facts: dict | None,
+           ) -> list[Flag]:
+    """A below_expected flag for each group under min_fraction of its entry at its largest covered
+    size: the worst TOP_BELOW of each shape one by one, with their reasons, in the run's order; the
+    rest of a shape (a cluster whose every pair is slow has half a million) in one flag of their count."""
+    top = where(covered, covered.msg_bytes == covered.groupby("group", observed=True).msg_bytes.transform("max"))
+    heads = top.groupby("group", sort=False, observed=True).head(1)
+    below = heads[heads.busbw_gbps < min_fraction * heads.entry_busbw]
+    if below.empty:
+        return []
+    below = below.assign(fraction=below.busbw_gbps / below.entry_busbw)
+    worst = below.sort_values("fraction", kind="stable").groupby(shapes, sort=True, observed=True)
+    named = worst.head(TOP_BELOW)
+    chosen = covered[covered.group.isin(named.group)]
+    rows_of = dict(iter(chosen.groupby("group", sort=False, observed=True)))
+    out = []
+    for i, row in named.sort_index().iterrows():
+        entry, nodes, group = row.entry, frame.node_codes(i), rows_of[row.group]
+        why = explain(group[group.msg_bytes == row.msg_bytes], frame.ips(nodes), entry, facts,
+                      bigger=group[group.msg_bytes > row.msg_bytes])
+        out.append(Flag(
+            "below_expected", frame.ips(nodes), [], row.collective, int(row.msg_bytes), float(row.busbw_gbps),
+            entry.busbw_gbps,
+            f"below expected: {row.pattern} group on {', '.join(frame.label(n) for n in nodes)}: {row.collective} "
+            f"{format_bytes(int(row.msg_bytes))} busbw {row.busbw_gbps:.4g} GB/s, "
+            f"{row.fraction:.0%} of the expected {entry.busbw_gbps:g} ({entry.meaning}, "
+            f"{entry.origin}: {entry.source})", source=entry.source,
+            extra={"fraction": float(row.fraction), "group_id": frame.group_id(int(row.group)),
+                   "reasons": [r.to_json() for r in why]}))
+    for _, rest in worst:
+        rest = rest.iloc[TOP_BELOW:]
+        if rest.empty:
+            continue
+        first, entry = rest.iloc[0], rest.entry.iloc[0]
+        fraction = float(rest.fraction.median())
+        out.append(Flag(
+            "below_expected", [], [], first.collective, None, float(rest.busbw_gbps.median()), entry.busbw_gbps,
+            f"below expected: {len(rest):,} more {first.collective} {first.topology} group(s) of "
+            f"{int(first.world_size)} ranks (beyond the {TOP_BELOW} worst, flagged one by one) under "
+            f"{min_fraction:.0%} of the expected {entry.busbw_gbps:g}: a median {fraction:.0%} of it; so many "
+            "slow groups say the platform or its settings, not one node", source=entry.source,
+            extra={"fraction": fraction, "groups": len(rest)}))
     return out
 
 
@@ -231,7 +267,7 @@ def intra_vs_inter(table: list[dict]) -> list[dict]:
     rows = pd.DataFrame(table)
     if rows.empty:
         return out
-    for coll, g in rows.groupby("collective", sort=False):
+    for coll, g in rows.groupby("collective", sort=False, observed=True):
         pick = {}
         for topo in TOPOLOGIES:
             t = g[g.topology == topo]

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from orchestrator.analysis.diagnosis import ok_rows, where
 from orchestrator.sweep.sizes import format_bytes
 from workloads.messages import Status
 
@@ -127,17 +128,17 @@ def per_size(g: pd.DataFrame) -> tuple[pd.Series, pd.Series | None]:
     (time_us_p50: a noisy iteration moves a mean, not a median; time_us where rows lack it), and
     its iterations' spread (p99 over min, less one), where the rows have it."""
     col = "time_us_p50" if "time_us_p50" in g and g.time_us_p50.notna().all() else "time_us"
-    times = g.groupby("msg_bytes")[col].median()
+    times = g.groupby("msg_bytes", observed=True)[col].median()
     if {"time_us_p99", "time_us_min"} <= set(g) and g.time_us_min.gt(0).all():
-        return times, (g.time_us_p99 / g.time_us_min - 1).groupby(g.msg_bytes).median()
+        return times, (g.time_us_p99 / g.time_us_min - 1).groupby(g.msg_bytes, observed=True).median()
     return times, None
 
 
 def fit_groups(df: pd.DataFrame):
     """(collective, topology, world_size, time per msg_bytes, fit) for every shape a sweep measured
     (a replay's ops, one iteration each at the trace's sizes, are not fitted)."""
-    d = df[(df.status == Status.OK) & (df.pattern != "replay")] if "pattern" in df else df[df.status == Status.OK]
-    for (coll, topo, n), g in d.groupby(["collective", "topology", "world_size"]):
+    d = where(df, (df.status == Status.OK) & (df.pattern != "replay")) if "pattern" in df else ok_rows(df)
+    for (coll, topo, n), g in d.groupby(["collective", "topology", "world_size"], observed=True):
         times, spread = per_size(g)
         yield coll, topo, int(n), times, robust_fit(times.index.values, times.values,
                                                     None if spread is None else spread.values)

@@ -19,7 +19,9 @@ LISTS = ["ranks", "local_ranks", "hosts", "node_ips", "rank_time_us", "failed_ra
 COLUMNS = SCALARS + LISTS
 # the string columns that key the report's groupings, read as Arrow dictionaries (as Parquet holds
 # them): categoricals in `df`, group_id as the integer codes `group`
-DICTIONARY = ("run_id", "collective", "backend", "dtype", "op", "topology", "pattern", "group_id", "status")
+DICTIONARY = ("run_id", "collective", "backend", "dtype", "op", "topology", "pattern", "group_id", "status", "error",
+              "gpu_model", "nccl_version", "net_transport", "intra_transport", "platform", "process_group",
+              "traffic_source", "traffic_digest")
 
 
 def _dictionary(column: pa.ChunkedArray) -> pa.DictionaryArray:
@@ -76,6 +78,10 @@ class Frame:
         for name, values in derived.items():
             scalars = scalars.append_column(name, pa.array(values))
         self.df = scalars.to_pandas()
+        for c in DICTIONARY:  # categories in sorted order, as grouping by the strings sorted them
+            categories = self.df[c].cat.categories if c in self.df else None
+            if categories is not None and not categories.is_monotonic_increasing:
+                self.df[c] = self.df[c].cat.reorder_categories(sorted(categories))
         self._offsets, self._codes = offsets, codes
 
     def group_id(self, group: int) -> str | None:

@@ -30,7 +30,7 @@ def figures(frame: Frame, scale: float, unit: str) -> Iterator[tuple[str, str, o
     """(file name, caption, matplotlib figure) of every plot the run's rows allow."""
     df, run_id = frame.df, frame.df.run_id.iloc[0]
     for coll in dict.fromkeys(df.collective.dropna()):
-        widest = diagnosis.ok_rows(df)[df.collective == coll].groupby("topology").world_size.max()
+        widest = diagnosis.ok_rows(df)[df.collective == coll].groupby("topology", observed=True).world_size.max()
         for value, ylabel, name in (("busbw_gbps", f"busbw ({unit})", "busbw"), ("time_us", "time (us)", "latency")):
             rows = diagnosis.by_size(df, coll, value)
             if not rows:
@@ -95,7 +95,7 @@ def _heatmap(frame: Frame, scale: float, unit: str):
     nodes = sorted(set(pairs.node_first) | set(pairs.node_last), key=lambda c: frame.nodes[c])
     index = {c: i for i, c in enumerate(nodes)}
     grid = np.full((len(nodes), len(nodes)), np.nan)
-    agg = pairs.groupby(["node_first", "node_last"]).busbw_gbps.median()
+    agg = pairs.groupby(["node_first", "node_last"], observed=True).busbw_gbps.median()
     for (a, b), bw in agg.items():
         grid[index[a], index[b]] = grid[index[b], index[a]] = bw * scale
     labels = [frame.label(c) for c in nodes] if len(nodes) <= LABELLED_NODES else None
@@ -113,7 +113,7 @@ def _gpu_pairs(frame: Frame, scale: float, unit: str):
     pairs = pairs[pairs.msg_bytes == pairs.msg_bytes.max()]
     n = int(max(pairs.local_first.max(), pairs.local_last.max())) + 1
     grid = np.full((n, n), np.nan)
-    for (a, b), bw in pairs.groupby(["local_first", "local_last"]).busbw_gbps.median().items():
+    for (a, b), bw in pairs.groupby(["local_first", "local_last"], observed=True).busbw_gbps.median().items():
         grid[int(a), int(b)] = grid[int(b), int(a)] = bw * scale
     title = (f"{coll} {format_bytes(int(pairs.msg_bytes.iloc[0]))}: busbw of every GPU pair inside a node (median "
              f"over {pairs.node_first.nunique()} nodes)")
@@ -128,7 +128,7 @@ def _rails(frame: Frame, scale: float, unit: str):
     if inter.local_first.nunique() < 2:
         return None
     inter = inter[inter.msg_bytes == inter.msg_bytes.max()]
-    by_rail = inter.groupby("local_first").busbw_gbps.median() * scale
+    by_rail = inter.groupby("local_first", observed=True).busbw_gbps.median() * scale
     fig, ax = plt.subplots(figsize=(7, 3.5))
     ax.bar([f"rail {int(r)}" for r in by_rail.index], by_rail.values)
     ax.set_ylabel(f"busbw ({unit})")

@@ -19,7 +19,7 @@ def step_times(rows: pd.DataFrame) -> dict[int, dict]:
     `rows`: replay rows with step, process_group, ranks, time_us, trace_time_us."""
     per_step: dict[int, dict] = {}
     ok = rows[(rows.status == Status.OK) & rows.step.notna()]
-    for step, g in ok.groupby("step"):
+    for step, g in ok.groupby("step", observed=True):
         per_rank: dict[int, float] = defaultdict(float)
         traced: dict[int, float] = defaultdict(float)
         by_group: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
@@ -50,7 +50,7 @@ def tables(rows: pd.DataFrame) -> dict[str, list[dict]]:
     total = sum(v["comm_us"] for v in steps.values()) or 1.0
     group_rows = []
     ok = rows[(rows.status == Status.OK) & rows.step.notna()]
-    for pg, g in ok.groupby("process_group"):
+    for pg, g in ok.groupby("process_group", observed=True):
         in_slowest = sum(v["by_group_us"].get(pg, 0.0) for v in steps.values())
         group_rows.append({"process_group": pg, "world_size": int(g.world_size.max()),
                            "topology": "/".join(sorted(set(g.topology))),

@@ -18,7 +18,6 @@ from orchestrator.analysis.diagnosis import Flag
 from orchestrator.analysis.explain import explain
 from orchestrator.analysis.frame import Frame
 from orchestrator.results.schema import RunState
-from workloads.messages import Status
 
 # name -> (title, columns scaled by the bandwidth unit)
 TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -171,7 +170,7 @@ def explained(flag: Flag, frame: Frame, facts: dict[str, dict]) -> Flag:
     and the nodes' facts give; a failed group's flag is its error, and stays as it is."""
     if flag.kind in ("failed_group",) or "reasons" in flag.extra:
         return flag
-    ok = frame.df[frame.df.status == Status.OK]
+    ok = diagnosis.ok_rows(frame.df)
     wanted = [i for i, ip in enumerate(frame.nodes) if ip in set(flag.nodes)]
     same = ok[ok.collective == flag.collective] if flag.collective else ok.iloc[0:0]
     on_nodes = same[same.node_first.isin(wanted) | same.node_last.isin(wanted)]

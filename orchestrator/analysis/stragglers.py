@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from orchestrator.analysis.diagnosis import Flag, ok_rows
+from orchestrator.analysis.diagnosis import Flag, ok_rows, where
 from orchestrator.analysis.frame import Frame
 from orchestrator.judging.judge import MIN_VALUES, Prior, grouped_leave_one_out_medians, peer_arrays
 from workloads import registry
@@ -50,7 +50,7 @@ def scores(frame: Frame) -> tuple[pd.DataFrame, pd.DataFrame] | None:
     times of two ranks or more."""
     together = [name for name in registry.names() if registry.get(name).finishes_together]
     d = ok_rows(frame.df)
-    d = d[d.collective.isin(together) & (d.world_size >= 2)]
+    d = where(d, d.collective.isin(together) & (d.world_size >= 2))
     if d.empty:
         return None
     row, rank, t, node = frame.rank_times(d.index.to_numpy())
@@ -70,12 +70,16 @@ def scores(frame: Frame) -> tuple[pd.DataFrame, pd.DataFrame] | None:
 def _judged(e: dict, key: np.ndarray) -> pd.DataFrame:
     """Per key (a rank, a node): the median log ratio and wait, the rows it is in and those where
     it arrived last (a row counted once however many of its ranks were there), and the judge's verdict."""
-    keys, log_score = _medians(key, e["log_ratio"])
-    _, wait_us = _medians(key, e["wait_us"])
-    first = np.unique(key, return_index=True)[1]
-    out = pd.DataFrame({"log_score": log_score, "rows": _distinct_rows(key, e["row"], keys),
-                        "last": _distinct_rows(key[e["last"]], e["row"][e["last"]], keys), "wait_us": wait_us,
-                        "row": e["row"][first], "node": e["node"][first]}, index=keys)
+    keys, dense = _dense(key)
+    by_code = pd.Categorical.from_codes(dense, categories=np.arange(len(keys)))  # grouped by the codes: no hashing
+    medians = pd.DataFrame({"log_ratio": e["log_ratio"], "wait_us": e["wait_us"]}).groupby(
+        by_code, observed=True).median()
+    first = np.full(len(keys), len(key))
+    np.minimum.at(first, dense, np.arange(len(key)))  # each key's first entry
+    out = pd.DataFrame({"log_score": medians.log_ratio.to_numpy(), "rows": _distinct_rows(key, e["row"], keys),
+                        "last": _distinct_rows(key[e["last"]], e["row"][e["last"]], keys),
+                        "wait_us": medians.wait_us.to_numpy(), "row": e["row"][first], "node": e["node"][first]},
+                       index=keys)
     out["ratio"] = np.exp(out.log_score)
     if len(out) >= MIN_VALUES:
         judged = peer_arrays(out.ratio.to_numpy(), PRIOR)
@@ -85,11 +89,11 @@ def _judged(e: dict, key: np.ndarray) -> pd.DataFrame:
     return out
 
 
-def _medians(key: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The sorted distinct keys and the median of `values` of each (pandas' grouped median: a
-    counting sort by key and a selection in each, linear where a sort by key and value is not)."""
-    medians = pd.Series(values).groupby(key, sort=True).median()
-    return medians.index.to_numpy(), medians.to_numpy()
+def _dense(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The sorted distinct keys (small non-negative integers: ranks, node codes) and each entry's
+    index among them, by counting (no sort)."""
+    present = np.bincount(key) > 0
+    return np.flatnonzero(present), (np.cumsum(present) - 1)[key]
 
 
 def _distinct_rows(key: np.ndarray, row: np.ndarray, keys: np.ndarray) -> np.ndarray:
@@ -109,7 +113,7 @@ def _flagged(scored: pd.DataFrame, threshold: float, top: int, make) -> list[Fla
 
 
 def _evidence(r) -> str:
-    return (f"arrived last in {int(r.last)} of {int(r.rows)} rows; its own time is {r.ratio:.2f}x its peers' "
+    return (f"arrived last in {int(r['last'])} of {int(r.rows)} rows; its own time is {r.ratio:.2f}x its peers' "
             f"(median), the others waited a median {r.wait_us:.0f} us for it (the other ranks' scores: "
             f"{r.reference:.2f}x, judged low below {r.floor:.2f}x)")
 
@@ -121,7 +125,7 @@ def _rank_flag(frame: Frame, item) -> Flag:
     where = f"{lists['hosts'][j]} ({lists['node_ips'][j]})"
     return Flag("straggler", [lists["node_ips"][j]], [int(rank)], None, None, float(r.ratio), float(r.reference),
                 f"straggler: rank {rank} on {where}: " + _evidence(r),
-                extra={"rows": int(r.rows), "arrived_last": int(r.last), "wait_us": float(r.wait_us)})
+                extra={"rows": int(r.rows), "arrived_last": int(r["last"]), "wait_us": float(r.wait_us)})
 
 
 def _node_flag(frame: Frame, item) -> Flag:
@@ -129,4 +133,4 @@ def _node_flag(frame: Frame, item) -> Flag:
     ip = frame.ips([int(code)])[0]
     return Flag("straggler_node", [ip], [], None, None, float(r.ratio), float(r.reference),
                 f"straggler node: {frame.label(int(code))}'s ranks " + _evidence(r),
-                extra={"rows": int(r.rows), "arrived_last": int(r.last), "wait_us": float(r.wait_us)})
+                extra={"rows": int(r.rows), "arrived_last": int(r["last"]), "wait_us": float(r.wait_us)})

@@ -123,12 +123,12 @@ def nccl_blocks(frame) -> list[dict]:
     df = frame.df[frame.df.status == Status.OK]
     if df.empty:
         raise UsageError(f"run {frame.df.run_id.iloc[0]}: no ok row to print in nccl-tests' layout")
-    figures = df.groupby(_BLOCK + ["msg_bytes", "in_place"], sort=False, dropna=False).agg(
+    figures = df.groupby(_BLOCK + ["msg_bytes", "in_place"], sort=False, dropna=False, observed=True).agg(
         time_us=("time_us", "median"), algbw_gbps=("algbw_gbps", "median"), busbw_gbps=("busbw_gbps", "median"),
         n_wrong=("n_wrong", lambda s: None if s.isna().all() else int(s.sum())), count=("count", "first"),
         groups=("group", "nunique")).reset_index()
     blocks = []
-    for key, rows in figures.groupby(_BLOCK, sort=False, dropna=False):
+    for key, rows in figures.groupby(_BLOCK, sort=False, dropna=False, observed=True):
         collective, dtype, op, topology, world_size, n_nodes = key
         b = {"collective": collective, "binary": nccl_tests.BINARIES.get(collective, collective),
              "dtype": nccl_tests.TYPE_NAMES.get(dtype, dtype), "op": op, "world_size": int(world_size),

@@ -123,3 +123,27 @@ def test_report_shows_percent_of_expected_and_flags_below_it(tmp_path):
     assert {tuple(f["nodes"]) for f in below} == {("10.0.0.10", "10.0.0.12"), ("10.0.0.11", "10.0.0.12"),
                                                   ("10.0.0.12", "10.0.0.13"),
                                                   ("10.0.0.10", "10.0.0.11", "10.0.0.12", "10.0.0.13")}
+
+
+def test_a_cluster_below_expected_everywhere_names_the_worst_groups_and_counts_the_rest(tmp_path):
+    """8 nodes, every pair measured (28 groups) and an entry no pair reaches: the 20 worst pairs
+    are flagged one by one (node 3's halved NIC puts its 7 pairs among them), the other 8 in one
+    flag of their count, naming no node; the report stays linear in the run's groups."""
+    import json
+
+    from tests.helpers import run_main
+    from tests.synthetic import write_cluster_run
+
+    mine = tmp_path / "expected.yaml"
+    mine.write_text("- {collective: all_reduce, topology: inter, min_bytes: 16M, busbw_gbps: 100, source: spec sheet}\n")
+    write_cluster_run(str(tmp_path / "run"), "slow", nodes=8, ranks_per_node=1, patterns=("pairwise",),
+                      platform="cpu+lab", faults=(("node_nic", 3, 0.5),))
+    proc = run_main(["report", str(tmp_path / "run"), "--expected", str(mine), "--format", "json"])
+    below = [f for f in json.loads(proc.stdout)["flags"] if f["kind"] == "below_expected"]
+    one_by_one = [f for f in below if f["nodes"]]
+    (rest,) = [f for f in below if not f["nodes"]]
+    assert proc.returncode == 1 and len(one_by_one) == expected.TOP_BELOW == 20
+    assert rest["groups"] == 28 - 20 and "8 more all_reduce inter group(s)" in rest["message"]
+    assert sum("10.0.0.13" in f["nodes"] for f in one_by_one) == 7  # every pair of the slow node is named
+    assert max(f["fraction"] for f in one_by_one) <= rest["fraction"]  # the named are the worst
+    assert len({tuple(f["nodes"]) for f in one_by_one}) == 20
