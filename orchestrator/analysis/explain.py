@@ -40,6 +40,11 @@ UNEXPLAINED = Reason("unexplained", "nothing collbench recorded explains the gap
                      "healthy node (collbench compare) or run collbench doctor on these nodes")
 
 
+# the rows' columns explain reads (callers that explain many flags keep only these)
+COLUMNS = ("collective", "topology", "world_size", "n_nodes", "msg_bytes", "busbw_gbps", "net_transport",
+           "intra_transport", "platform", "gpu_model")
+
+
 def explain(rows: pd.DataFrame, ips: Iterable[str], entry=None, facts: dict[str, dict] | None = None,
             bigger: pd.DataFrame | None = None) -> list[Reason]:
     """The reasons for a gap of `rows` (one shape's ok rows) on nodes `ips` against `entry` (an

@@ -13,8 +13,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+import numpy as np
+import pandas as pd
+
 from orchestrator.analysis import alltoallv, diagnosis, expected, fits, replay, stragglers
 from orchestrator.analysis.diagnosis import Flag
+from orchestrator.analysis.explain import COLUMNS as explain_columns
 from orchestrator.analysis.explain import explain
 from orchestrator.analysis.frame import Frame
 from orchestrator.results.schema import RunState
@@ -78,8 +82,6 @@ class Report:
 
     def frame(self, name: str):
         """Table `name` (TABLES, or "flags") as a pandas DataFrame, with its columns even when empty."""
-        import pandas as pd
-
         if name not in COLUMNS:
             raise KeyError(f"no table {name!r} (tables: {', '.join(COLUMNS)})")
         rows = [f.to_json() for f in self.flags] if name == "flags" else self.tables[name]
@@ -140,7 +142,8 @@ def build(frame: Frame, manifest: dict | None, threshold: float, unit: str, scal
     tables["failures"] = diagnosis.failure_table(found)
     facts = _doctor_facts(manifest)
     judged = expected.evaluate(frame, entries(manifest, list(user_entries)), min_fraction, facts)
-    found = [explained(f, frame, facts) for f in found]
+    on_node = _RowsOnNodes(frame)
+    found = [explained(f, frame, facts, on_node) for f in found]
     tables["expected"] = [r for r in judged.table if r["collective"] in collectives]
     tables["intra_vs_inter"] = expected.intra_vs_inter(tables["expected"])
     found += [f for f in judged.flags if f.collective in collectives]
@@ -165,15 +168,33 @@ def _doctor_facts(manifest: dict | None) -> dict[str, dict]:
         return {}
 
 
-def explained(flag: Flag, frame: Frame, facts: dict[str, dict]) -> Flag:
+class _RowsOnNodes:
+    """The ok rows whose group starts or ends on given nodes, found through an index of each node's
+    rows built once (a report of thousands of flags scans the run once, not once per flag)."""
+
+    def __init__(self, frame: Frame) -> None:
+        ok = diagnosis.ok_rows(frame.df)
+        self.ok = ok[[c for c in explain_columns if c in ok]]
+        codes = np.concatenate([ok.node_first.to_numpy(), ok.node_last.to_numpy()])
+        positions = np.tile(np.arange(len(self.ok)), 2)
+        order = np.argsort(codes, kind="stable")
+        bounds = np.searchsorted(codes[order], np.arange(len(frame.nodes) + 1))
+        self._positions, self._bounds, self._codes = positions[order], bounds, {ip: i for i, ip in
+                                                                              enumerate(frame.nodes)}
+
+    def __call__(self, ips: list[str]) -> pd.DataFrame:
+        wanted = [self._codes[ip] for ip in ips if ip in self._codes]
+        found = [self._positions[self._bounds[c]:self._bounds[c + 1]] for c in wanted]
+        return self.ok.iloc[np.unique(np.concatenate(found)) if found else []]
+
+
+def explained(flag: Flag, frame: Frame, facts: dict[str, dict], on_node: _RowsOnNodes | None = None) -> Flag:
     """A peer flag (slow pair, node, rail, GPU pair, group; straggler) with the reasons its rows
     and the nodes' facts give; a failed group's flag is its error, and stays as it is."""
     if flag.kind in ("failed_group",) or "reasons" in flag.extra:
         return flag
-    ok = diagnosis.ok_rows(frame.df)
-    wanted = [i for i, ip in enumerate(frame.nodes) if ip in set(flag.nodes)]
-    same = ok[ok.collective == flag.collective] if flag.collective else ok.iloc[0:0]
-    on_nodes = same[same.node_first.isin(wanted) | same.node_last.isin(wanted)]
+    rows = (on_node or _RowsOnNodes(frame))(flag.nodes)
+    on_nodes = rows[rows.collective == flag.collective] if flag.collective else rows.iloc[0:0]
     mine = on_nodes[on_nodes.msg_bytes == flag.msg_bytes] if flag.msg_bytes is not None else on_nodes
     bigger = on_nodes[on_nodes.msg_bytes > (flag.msg_bytes or 0)]
     why = explain(mine, flag.nodes, None, facts, bigger=bigger)
