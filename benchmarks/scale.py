@@ -2,14 +2,22 @@
 of growing size, and Parquet write/read rates for a million rows.
 
     python benchmarks/scale.py                    # 64, 256, 1024 nodes x 8 GPUs
+    python benchmarks/scale.py --nodes 1024 --faults --no-parquet
 
-Each command runs in its own process under /usr/bin/time (wall seconds, peak RSS).
+Each command runs in its own process under /usr/bin/time (wall seconds, peak RSS); the report's
+figures are the best of --repeat runs. Beside the report, what it cannot beat: pyarrow reading the
+columns the report reads, in a process of its own (`read_proc_s`: Python, pyarrow's import and the
+read; the report's ratio to it is `x_read`) and inside this one (`read_s`), and the report's own read
+of them (`own_read_s`: collbench's dataset reader, in this process). --faults: the largest dataset
+again with 1% of its pairs at 0.3x (a flag per slow pair) and with an expected value no pair
+reaches (every group below expected).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import os
 import shutil
 import subprocess
@@ -36,8 +44,9 @@ def timed(cmd: list[str]) -> tuple[float, float, str]:
     return float(wall), int(rss_kb) / 1024, proc.stdout
 
 
-def pairwise_dataset(root: str, nodes: int, sizes: list[int], files: int = 16) -> int:
-    """A run of all_reduce over every node pair (2 ranks each) at `sizes`; returns its row count."""
+def pairwise_dataset(root: str, nodes: int, sizes: list[int], files: int = 16, slow_every: int = 0) -> int:
+    """A run of all_reduce over every node pair (2 ranks each) at `sizes`; returns its row count.
+    `slow_every` k: every k-th pair at 0.3x the others' rate."""
     pairs = np.array([p for rnd in circle_rounds(nodes) for p in rnd])
     n = len(pairs) * len(sizes)
     a = np.repeat(pairs[:, 0], len(sizes))
@@ -45,6 +54,8 @@ def pairwise_dataset(root: str, nodes: int, sizes: list[int], files: int = 16) -
     msg = np.tile(np.array(sizes, dtype=np.int64), len(pairs))
     rng = np.random.default_rng(1)
     time_us = 20 + msg / 40e3 * rng.uniform(0.95, 1.05, n)
+    if slow_every:
+        time_us = time_us / np.where(np.repeat(np.arange(len(pairs)), len(sizes)) % slow_every == 0, 0.3, 1.0)
     ip = np.array([f"10.{i // 250}.{i % 250}.1" for i in range(nodes)], dtype=object)
     nid = np.array([f"node-{i:05d}" for i in range(nodes)], dtype=object)
     lists = lambda x, y: [[u, v] for u, v in zip(x, y)]  # noqa: E731
@@ -78,29 +89,67 @@ def pairwise_dataset(root: str, nodes: int, sizes: list[int], files: int = 16) -
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--nodes", default="64,256,1024")
+    p.add_argument("--repeat", type=int, default=3, help="runs of each report and read; the best is printed")
+    p.add_argument("--faults", action="store_true", help="also report faulty copies of the largest dataset")
+    p.add_argument("--no-parquet", action="store_true", help="skip the Parquet write/read rates")
     a = p.parse_args()
     cli = [sys.executable, "-m", "orchestrator"]
     from orchestrator.analysis.frame import COLUMNS as REPORT_COLUMNS
+    from orchestrator.analysis.frame import DICTIONARY
+    from orchestrator.results import dataset
 
+    def best(fn) -> tuple:
+        return min((fn() for _ in range(a.repeat)), key=lambda r: r[0])
+
+    def in_process(fn) -> tuple[float]:
+        t0 = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t0,)
+
+    def report(root: str, *extra: str) -> tuple[float, float, int]:
+        wall, rss, out = best(lambda: timed([*cli, "report", root, "--format", "json", *extra]))
+        return wall, rss, len(json.loads(out)["flags"])
+
+    read_cmd = [sys.executable, "-c", "import sys, pyarrow.parquet as pq; "
+                "pq.read_table(sys.argv[1], columns=sys.argv[2].split(','))"]
     print(f"{'nodes':>6} {'plan_s':>8} {'plan_MiB':>9} {'groups':>8} {'rows':>9} {'report_s':>9} {'report_MiB':>11} "
-          f"{'read_s':>7}")
+          f"{'flags':>6} {'read_proc_s':>12} {'x_read':>7} {'read_s':>7} {'own_read_s':>11}")
+
+    def line(nodes, wall_p, rss_p, groups, rows, root, *extra) -> None:
+        wall_r, rss_r, flags = report(root, *extra)
+        read_proc = best(lambda: timed([*read_cmd, f"{root}/bench", ",".join(REPORT_COLUMNS)]))[0]
+        read_s = best(lambda: in_process(lambda: pq.read_table(f"{root}/bench", columns=REPORT_COLUMNS)))[0]
+        own_s = best(lambda: in_process(lambda: dataset.load_table(root, columns=REPORT_COLUMNS,
+                                                                   dictionary=DICTIONARY)))[0]
+        print(f"{nodes:>6} {wall_p:8.2f} {rss_p:9.0f} {groups:>8} {rows:>9} {wall_r:9.2f} {rss_r:11.0f} {flags:>6} "
+              f"{read_proc:12.2f} {wall_r / read_proc:7.1f} {read_s:7.2f} {own_s:11.2f}", flush=True)
+
     for nodes in map(int, a.nodes.split(",")):
         wall_p, rss_p, out = timed([*cli, "plan", "--inventory", f"{nodes}x8", "--patterns", PATTERNS])
         groups = out.strip().splitlines()[-1].split()[1]
         root = tempfile.mkdtemp(prefix="cbscale")
         rows = pairwise_dataset(root, nodes, [1 << 20, 1 << 28])
-        wall_r, rss_r, _ = timed([*cli, "report", root, "--format", "json"])
-        # what the report cannot beat: pyarrow reading the columns it reads, in this process
-        t0 = time.perf_counter()
-        pq.read_table(f"{root}/bench", columns=REPORT_COLUMNS)
-        read_s = time.perf_counter() - t0
-        print(f"{nodes:>6} {wall_p:8.2f} {rss_p:9.0f} {groups:>8} {rows:>9} {wall_r:9.2f} {rss_r:11.0f} {read_s:7.2f}",
-              flush=True)
+        line(nodes, wall_p, rss_p, groups, rows, root)
         shutil.rmtree(root)
+    if a.faults:
+        root = tempfile.mkdtemp(prefix="cbscale")
+        pairwise_dataset(root, nodes, [1 << 20, 1 << 28], slow_every=97)
+        print(f"faults, {nodes} nodes: every 97th pair at 0.3x")
+        line(nodes, wall_p, rss_p, groups, rows, root)
+        shutil.rmtree(root)
+        root = tempfile.mkdtemp(prefix="cbscale")
+        pairwise_dataset(root, nodes, [1 << 20, 1 << 28])
+        expected = os.path.join(root, "_expected.yaml")
+        with open(expected, "w") as f:
+            f.write('- {topology: inter, busbw_gbps: 1000, source: "no pair reaches this"}\n')
+        print(f"faults, {nodes} nodes: an expected value no pair reaches (--expected)")
+        line(nodes, wall_p, rss_p, groups, rows, root, "--expected", expected)
+        shutil.rmtree(root)
+    if a.no_parquet:
+        return
 
     # Parquet: a million rows written by the product's writer (one file per group of 1000 rows)
     # and read back as one dataset.
-    from orchestrator.results import dataset
     from orchestrator.results.store import ResultStore
 
     root = tempfile.mkdtemp(prefix="cbpq")
