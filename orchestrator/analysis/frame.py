@@ -62,6 +62,8 @@ class Frame:
         # a node's label: "host (ip)", from the first entry that names it (codes number the nodes in
         # the order they first appear: a new one is where the running maximum rises)
         rises = np.flatnonzero(np.r_[True, codes[1:] > np.maximum.accumulate(codes)[:-1]]) if len(codes) else []
+        if len(rises) != len(self.nodes) or np.any(codes[rises] != np.arange(len(self.nodes))):
+            rises = np.unique(codes, return_index=True)[1]  # an encoder that numbers otherwise: each code's first
         hosts = table.column("hosts").combine_chunks().values.take(pa.array(rises, pa.int64())).to_pylist()
         self.labels = [f"{h} ({ip})" if h else ip for h, ip in zip(hosts, self.nodes)]
         local_first = local_last = np.full(n, -1)
