@@ -106,6 +106,14 @@ class CpuHold:
         self._write("cgroup.procs", str(pid))
         self.held.append(pid)
 
+    def members(self) -> list[int]:
+        """The processes in the hold's cgroup now."""
+        try:
+            with open(f"{self.dir}/cgroup.procs") as f:
+                return [int(line) for line in f if line.strip()]
+        except OSError:
+            return []
+
     def release(self) -> None:
         root = self.V1 if self.v1 else self.V2
         for pid in self.held:

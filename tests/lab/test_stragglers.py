@@ -27,7 +27,7 @@ def test_a_rank_with_its_cpu_held_down_is_named_by_node_and_local_rank(tmp_path)
     if why:
         pytest.skip(why)
     lab = Lab(nodes=2, ranks_per_node=3, link="1gbit", declared=False)
-    hold, held = CpuHold(0.05), []
+    hold, held, in_hold, done = CpuHold(0.05), [], set(), threading.Event()
     try:
         ns = labmod.load(lab.name).namespaces[1]
 
@@ -39,6 +39,8 @@ def test_a_rank_with_its_cpu_held_down_is_named_by_node_and_local_rank(tmp_path)
                     hold.hold(mine[0])
                     held.append(mine[0])
                 time.sleep(0.1)
+            while held and not done.wait(1.0):  # what the held cgroup holds, for a failure's message
+                in_hold.update(hold.members())
 
         holder = threading.Thread(target=hold_first_worker, daemon=True)
         holder.start()
@@ -47,6 +49,7 @@ def test_a_rank_with_its_cpu_held_down_is_named_by_node_and_local_rank(tmp_path)
                         "intra,inter,pairwise,intra-pairwise", "--collectives", "all_reduce,all_gather",
                         "-b", "64K", "-e", "1M", "-f", "4", "-n", "10", "--output", str(out)], env=lab.env(),
                        timeout=600)
+        done.set()
         holder.join(timeout=5)
         assert proc.returncode == 0 and held, proc.stderr[-3000:]
         df = pd.read_parquet(out)
@@ -55,11 +58,14 @@ def test_a_rank_with_its_cpu_held_down_is_named_by_node_and_local_rank(tmp_path)
         node_ip, local = row.node_ips[j], int(row.local_ranks[j])
         rep = json.loads(run_cli(["report", str(out), "--format", "json"]).stdout)
         found = {(f["kind"], tuple(f["nodes"]), tuple(f["ranks"])) for f in rep["flags"]}
-        assert ("slow_gpu", (node_ip,), (local,)) in found, rep["flags"]
+        # the held rank's pid, and every process the held cgroup was seen to hold (the run's pids by
+        # node and local rank): a flag on another rank of its node would say which was starved
+        seen = f"held pid {held[0]} (local {local}); the cgroup held {sorted(in_hold)}; flags {rep['flags']}"
+        assert ("slow_gpu", (node_ip,), (local,)) in found, seen
         # every other flag is a shape that holds it: its node's pairs with it, its rail (the groups
         # across nodes of its local rank)
         for kind, nodes, ranks in found:
-            assert node_ip in nodes and (local in ranks or kind == "slow_node"), rep["flags"]
+            assert node_ip in nodes and (local in ranks or kind == "slow_node"), seen
         assert not [f for f in found if f[0].startswith("straggler")], rep["flags"]
     finally:
         hold.release()
