@@ -53,14 +53,17 @@ def test_a_rank_with_its_cpu_held_down_is_named_by_node_and_local_rank(tmp_path)
         holder.join(timeout=5)
         assert proc.returncode == 0 and held, proc.stderr[-3000:]
         df = pd.read_parquet(out)
+        run_pids = {int(p) for pids in df.pids for p in pids}
+        # the starved rank is the one the kernel's cgroup held while the run ran (sampled each second)
+        starved = sorted(in_hold & run_pids)
+        seen = f"held pid {held[0]}; the cgroup held {sorted(in_hold)} of the run's {sorted(run_pids)}"
+        assert starved == [held[0]], seen
         row = df[df.pids.apply(lambda p: held[0] in list(p))].iloc[0]
         j = list(row.pids).index(held[0])
         node_ip, local = row.node_ips[j], int(row.local_ranks[j])
         rep = json.loads(run_cli(["report", str(out), "--format", "json"]).stdout)
         found = {(f["kind"], tuple(f["nodes"]), tuple(f["ranks"])) for f in rep["flags"]}
-        # the held rank's pid, and every process the held cgroup was seen to hold (the run's pids by
-        # node and local rank): a flag on another rank of its node would say which was starved
-        seen = f"held pid {held[0]} (local {local}); the cgroup held {sorted(in_hold)}; flags {rep['flags']}"
+        seen += f" (local {local} on {node_ip}); flags {rep['flags']}"
         assert ("slow_gpu", (node_ip,), (local,)) in found, seen
         # every other flag is a shape that holds it: its node's pairs with it, its rail (the groups
         # across nodes of its local rank)
