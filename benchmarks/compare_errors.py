@@ -132,7 +132,7 @@ def report_rates(profile: str, groups: int, factor: float, trials: int, seed: in
         busbw = 10.0 * np.exp(-prof.run_scale * effect) / np.where(slow, factor, 1.0)
         rows = pd.DataFrame({"status": "ok", "msg_bytes": MSG_BYTES, "collective": "all_reduce", "dtype": "float32",
                              "op": "sum", "in_place": True, "pattern": "sim", "world_size": 2, "ranks_per_node": 1,
-                             "group_id": [f"g{i}" for i in range(groups)], "busbw_gbps": busbw,
+                             "group": np.arange(groups), "busbw_gbps": busbw,
                              "backend": prof.backend, "topology": prof.topology})
         flagged = np.zeros(groups, dtype=bool)
         flagged[_slow(shape_scores(rows), 0.10).index.to_numpy()] = True
