@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
+import numpy as np
 import pandas as pd
 
 _NVLINK_TAGS = ("-sxm", "-nvl", "b200", "b100", "gb200")
@@ -43,6 +44,71 @@ UNEXPLAINED = Reason("unexplained", "nothing collbench recorded explains the gap
 # the rows' columns explain reads (callers that explain many flags keep only these)
 COLUMNS = ("collective", "topology", "world_size", "n_nodes", "msg_bytes", "busbw_gbps", "net_transport",
            "intra_transport", "platform", "gpu_model")
+_STRINGS = ("topology", "net_transport", "intra_transport", "platform", "gpu_model")
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the rules read from one shape's rows (`mine`) and the same shape's rows at larger sizes
+    (`bigger`): the distinct transports, platforms and topologies, and a few figures."""
+    nets: list[str]
+    intras: list[str]
+    tags: set[str]
+    topologies: set[str]
+    on_gpus: bool
+    two_nodes: bool  # a group of 2 nodes among them
+    busbw: float | None  # the median busbw (None: no rows)
+    max_bytes: int | None
+    max_world: int | None
+    top: tuple[float, int] | None  # (busbw, msg_bytes) of the fastest bigger row
+
+
+class Rows:
+    """The explained columns of a set of rows as arrays (strings as codes into their categories), so
+    that the evidence of any subset is a few numpy operations: a report with thousands of flags
+    takes each one's evidence without building a DataFrame for it."""
+
+    def __init__(self, df: pd.DataFrame) -> None:
+        self.n = len(df)
+        self._strings = {}
+        for c in _STRINGS:
+            if c in df:
+                cat = df[c] if isinstance(df[c].dtype, pd.CategoricalDtype) else df[c].astype("category")
+                self._strings[c] = (cat.cat.codes.to_numpy(), list(cat.cat.categories))
+        self._numbers = {c: df[c].to_numpy(dtype=float, na_value=np.nan) for c in ("n_nodes", "world_size",
+                                                                                     "msg_bytes", "busbw_gbps")
+                         if c in df}
+
+    def _distinct(self, column: str, idx: np.ndarray) -> list[str]:
+        if column not in self._strings:
+            return []
+        codes, categories = self._strings[column]
+        found = np.unique(codes[idx])
+        return sorted(str(categories[c]) for c in found[found >= 0])
+
+    def _number(self, column: str, idx: np.ndarray) -> np.ndarray:
+        values = self._numbers.get(column)
+        return values[idx] if values is not None else np.full(len(idx), np.nan)
+
+    def evidence(self, mine: np.ndarray, bigger: np.ndarray | None = None) -> Evidence:
+        """The evidence of rows `mine` (positions) and `bigger` (positions of the larger sizes' rows)."""
+        busbw, size, world = (self._number(c, mine) for c in ("busbw_gbps", "msg_bytes", "world_size"))
+        top = None
+        if bigger is not None and len(bigger) and len(mine):
+            big = self._number("busbw_gbps", bigger)
+            if not np.isnan(big).all():
+                best = int(np.nanargmax(big))  # the first of the fastest, as pandas' idxmax
+                top = (float(big[best]), int(self._number("msg_bytes", bigger)[best]))
+        judged = len(mine) and not np.isnan(busbw).all()
+        return Evidence(
+            nets=self._distinct("net_transport", mine), intras=self._distinct("intra_transport", mine),
+            tags={t for p in self._distinct("platform", mine) for t in p.split("+")},
+            topologies=set(self._distinct("topology", mine)),
+            on_gpus=bool("gpu_model" in self._strings and (self._strings["gpu_model"][0][mine] >= 0).any()),
+            two_nodes=bool((self._number("n_nodes", mine) == 2).any()) if "n_nodes" in self._numbers else False,
+            busbw=float(np.nanmedian(busbw)) if judged else None,
+            max_bytes=int(np.nanmax(size)) if len(mine) and not np.isnan(size).all() else None,
+            max_world=int(np.nanmax(world)) if len(mine) and not np.isnan(world).all() else None, top=top)
 
 
 def explain(rows: pd.DataFrame, ips: Iterable[str], entry=None, facts: dict[str, dict] | None = None,
@@ -50,21 +116,25 @@ def explain(rows: pd.DataFrame, ips: Iterable[str], entry=None, facts: dict[str,
     """The reasons for a gap of `rows` (one shape's ok rows) on nodes `ips` against `entry` (an
     expected.Entry, or None when the reference is the peers); `bigger`: the same shape's rows at
     larger sizes. UNEXPLAINED alone when no rule applies."""
+    both = rows if bigger is None else pd.concat([rows, bigger], ignore_index=True)
+    positions = np.arange(len(both))
+    found = Rows(both).evidence(positions[:len(rows)], None if bigger is None else positions[len(rows):])
+    return reasons(found, ips, entry, facts)
+
+
+def reasons(ev: Evidence, ips: Iterable[str], entry=None, facts: dict[str, dict] | None = None) -> list[Reason]:
+    """The reasons the evidence and the nodes' facts give (UNEXPLAINED alone when no rule applies)."""
     facts = facts or {}
     ips = list(dict.fromkeys(ips))
     mine = [facts[ip] for ip in ips if ip in facts]
-    nets = sorted({t for t in rows.get("net_transport", pd.Series(dtype=object)).dropna()})
-    intras = sorted({t for t in rows.get("intra_transport", pd.Series(dtype=object)).dropna()})
-    tags = {t for p in rows.get("platform", pd.Series(dtype=object)).dropna() for t in str(p).split("+")}
-    on_gpus = rows.get("gpu_model", pd.Series(dtype=object)).notna().any()
     out: list[Reason] = []
-    out += _network(nets, tags, mine, on_gpus)
+    out += _network(ev.nets, ev.tags, mine, ev.on_gpus)
     out += _nics(mine)
     out += _pcie(mine, ips, facts)
-    out += _intra(rows, intras, tags, mine)
-    out += _nvls(rows, intras, entry)
-    out += _latency(rows, bigger)
-    out += _world(rows, entry)
+    out += _intra(ev, mine)
+    out += _nvls(ev, entry)
+    out += _latency(ev)
+    out += _world(ev, entry)
     out += _clocks(mine, ips, facts)
     return out or [UNEXPLAINED]
 
@@ -126,10 +196,11 @@ def _pcie(mine: list[dict], ips: list[str], facts: dict[str, dict]) -> list[Reas
     return out
 
 
-def _intra(rows: pd.DataFrame, intras: list[str], tags: set[str], mine: list[dict]) -> list[Reason]:
-    if not intras or not set(rows.get("topology", [])) & {"intra", "mixed"}:
+def _intra(ev: Evidence, mine: list[dict]) -> list[Reason]:
+    intras = ev.intras
+    if not intras or not ev.topologies & {"intra", "mixed"}:
         return []
-    nvlink = any(t.endswith(_NVLINK_TAGS) or t in _NVLINK_TAGS for t in tags) or any(
+    nvlink = any(t.endswith(_NVLINK_TAGS) or t in _NVLINK_TAGS for t in ev.tags) or any(
         (g.get("nvlinks_active") or 0) > 0 for f in mine for g in f.get("gpus", []))
     slow = sorted({p for t in intras for p in t.split("+") if p in ("SHM", "NET") or p.startswith("P2P/P")})
     if nvlink and slow:
@@ -139,10 +210,11 @@ def _intra(rows: pd.DataFrame, intras: list[str], tags: set[str], mine: list[dic
     return []
 
 
-def _nvls(rows: pd.DataFrame, intras: list[str], entry) -> list[Reason]:
+def _nvls(ev: Evidence, entry) -> list[Reason]:
     """NVLS (NVLink SHARP: the NVSwitch reduces) makes all_reduce's busbw count bytes no wire
     carried (nccl-tests computes it with the ring's formula): on 8 Hopper GPUs ~480 where the
     wire's bandwidth, a ring's busbw, is ~370. Said whenever NCCL used it, as the maintainers do."""
+    intras = ev.intras
     if not any("NVLS" in t for t in intras):
         return []
     if entry is not None and entry.transport == "NVLS":
@@ -153,31 +225,29 @@ def _nvls(rows: pd.DataFrame, intras: list[str], entry) -> list[Reason]:
         out = [Reason("nvls_not_comparable", "NCCL used NVLS (NVLink SHARP: the switch reduces): its busbw is not "
                       "comparable with a ring figure", f"intra_transport {', '.join(intras)}; the reference "
                       + (f"({entry.source}) is a ring figure" if entry is not None else "is its peers' figure"))]
-    if (rows.get("n_nodes", pd.Series([1])) == 2).any():
+    if ev.two_nodes:
         out.append(Reason("nvls_tree_two_nodes", "on two nodes NCCL may choose NVLSTree, whose busbw counts bytes the "
                           "switches reduce: higher than the network carries, and not comparable with other sizes of "
                           "cluster", "n_nodes 2 with NVLS; NCCL_ALGO=Ring gives the ring figure"))
     return out
 
 
-def _latency(rows: pd.DataFrame, bigger: pd.DataFrame | None) -> list[Reason]:
-    if bigger is None or bigger.empty or rows.empty:
+def _latency(ev: Evidence) -> list[Reason]:
+    if ev.top is None or ev.busbw is None:
         return []
-    here = float(rows.busbw_gbps.median())
-    top = bigger.loc[bigger.busbw_gbps.idxmax()]
-    if here > 0 and float(top.busbw_gbps) > 1.1 * here:
-        return [Reason("latency_bound", f"at {int(rows.msg_bytes.max())} B the time is still mostly latency: busbw "
-                       f"rises to {float(top.busbw_gbps):.4g} GB/s at {int(top.msg_bytes)} B",
+    here, (top_busbw, top_bytes) = ev.busbw, ev.top
+    if here > 0 and top_busbw > 1.1 * here:
+        return [Reason("latency_bound", f"at {ev.max_bytes} B the time is still mostly latency: busbw "
+                       f"rises to {top_busbw:.4g} GB/s at {top_bytes} B",
                        f"busbw {here:.4g} GB/s here; compare at the largest sizes (-e 1G or more on GPUs)")]
     return []
 
 
-def _world(rows: pd.DataFrame, entry) -> list[Reason]:
-    if entry is None or entry.min_world <= 1 or rows.empty:
+def _world(ev: Evidence, entry) -> list[Reason]:
+    if entry is None or entry.min_world <= 1 or ev.max_world is None:
         return []
-    world = int(rows.world_size.max())
-    if world != entry.min_world:
-        return [Reason("world_size", f"the reference is for {entry.min_world} ranks, this group has {world}",
+    if ev.max_world != entry.min_world:
+        return [Reason("world_size", f"the reference is for {entry.min_world} ranks, this group has {ev.max_world}",
                        f"{entry.source}: busbw of rings and trees changes with the number of ranks")]
     return []
 

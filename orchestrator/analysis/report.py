@@ -19,7 +19,7 @@ import pandas as pd
 from orchestrator.analysis import alltoallv, diagnosis, expected, fits, replay, stragglers
 from orchestrator.analysis.diagnosis import Flag
 from orchestrator.analysis.explain import COLUMNS as explain_columns
-from orchestrator.analysis.explain import explain
+from orchestrator.analysis.explain import Evidence, Rows, reasons
 from orchestrator.analysis.frame import Frame
 from orchestrator.results.schema import RunState
 
@@ -170,22 +170,35 @@ def _doctor_facts(manifest: dict | None) -> dict[str, dict]:
 
 class _RowsOnNodes:
     """The ok rows whose group starts or ends on given nodes, found through an index of each node's
-    rows built once (a report of thousands of flags scans the run once, not once per flag)."""
+    rows built once, with their evidence taken from arrays (a report of thousands of flags scans the
+    run once, not once per flag, and builds no DataFrame per flag)."""
 
     def __init__(self, frame: Frame) -> None:
         ok = diagnosis.ok_rows(frame.df)
-        self.ok = ok[[c for c in explain_columns if c in ok]]
+        self.rows = Rows(ok[[c for c in explain_columns if c in ok]])
+        collective = ok.collective.astype("category")
+        self._collective = collective.cat.codes.to_numpy()
+        self._collectives = {c: i for i, c in enumerate(collective.cat.categories)}
+        self._msg_bytes = ok.msg_bytes.to_numpy()
         codes = np.concatenate([ok.node_first.to_numpy(), ok.node_last.to_numpy()])
-        positions = np.tile(np.arange(len(self.ok)), 2)
+        positions = np.tile(np.arange(len(ok)), 2)
         order = np.argsort(codes, kind="stable")
         bounds = np.searchsorted(codes[order], np.arange(len(frame.nodes) + 1))
         self._positions, self._bounds, self._codes = positions[order], bounds, {ip: i for i, ip in
                                                                               enumerate(frame.nodes)}
 
-    def __call__(self, ips: list[str]) -> pd.DataFrame:
-        wanted = [self._codes[ip] for ip in ips if ip in self._codes]
+    def evidence(self, flag: Flag) -> Evidence:
+        """The evidence of the flag's collective at its size on its nodes (all sizes where it names
+        none), and of the larger sizes'."""
+        wanted = [self._codes[ip] for ip in flag.nodes if ip in self._codes]
         found = [self._positions[self._bounds[c]:self._bounds[c + 1]] for c in wanted]
-        return self.ok.iloc[np.unique(np.concatenate(found)) if found else []]
+        on_nodes = np.unique(np.concatenate(found)) if found else np.array([], int)
+        if flag.collective is None:
+            on_nodes = on_nodes[:0]
+        on_nodes = on_nodes[self._collective[on_nodes] == self._collectives.get(flag.collective, -2)]
+        sizes = self._msg_bytes[on_nodes]
+        mine = on_nodes[sizes == flag.msg_bytes] if flag.msg_bytes is not None else on_nodes
+        return self.rows.evidence(mine, on_nodes[sizes > (flag.msg_bytes or 0)])
 
 
 def explained(flag: Flag, frame: Frame, facts: dict[str, dict], on_node: _RowsOnNodes | None = None) -> Flag:
@@ -193,11 +206,7 @@ def explained(flag: Flag, frame: Frame, facts: dict[str, dict], on_node: _RowsOn
     and the nodes' facts give; a failed group's flag is its error, and stays as it is."""
     if flag.kind in ("failed_group",) or "reasons" in flag.extra:
         return flag
-    rows = (on_node or _RowsOnNodes(frame))(flag.nodes)
-    on_nodes = rows[rows.collective == flag.collective] if flag.collective else rows.iloc[0:0]
-    mine = on_nodes[on_nodes.msg_bytes == flag.msg_bytes] if flag.msg_bytes is not None else on_nodes
-    bigger = on_nodes[on_nodes.msg_bytes > (flag.msg_bytes or 0)]
-    why = explain(mine, flag.nodes, None, facts, bigger=bigger)
+    why = reasons((on_node or _RowsOnNodes(frame)).evidence(flag), flag.nodes, None, facts)
     return Flag(**{**flag.__dict__, "extra": {**flag.extra, "reasons": [r.to_json() for r in why]}})
 
 
