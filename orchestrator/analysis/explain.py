@@ -66,10 +66,10 @@ class Evidence:
 class Rows:
     """The explained columns of a set of rows as arrays (strings as codes into their categories), so
     that the evidence of any subset is a few numpy operations: a report with thousands of flags
-    takes each one's evidence without building a DataFrame for it."""
+    takes each one's evidence without building a DataFrame for it. `order`: each row's place in the
+    run (ties for the fastest row go to the first), where the rows are held in another order."""
 
-    def __init__(self, df: pd.DataFrame) -> None:
-        self.n = len(df)
+    def __init__(self, df: pd.DataFrame, order: np.ndarray | None = None) -> None:
         self._strings = {}
         for c in _STRINGS:
             if c in df:
@@ -78,37 +78,43 @@ class Rows:
         self._numbers = {c: df[c].to_numpy(dtype=float, na_value=np.nan) for c in ("n_nodes", "world_size",
                                                                                      "msg_bytes", "busbw_gbps")
                          if c in df}
+        self._order = np.arange(len(df)) if order is None else order
 
     def _distinct(self, column: str, idx: np.ndarray) -> list[str]:
         if column not in self._strings:
             return []
         codes, categories = self._strings[column]
-        found = np.unique(codes[idx])
-        return sorted(str(categories[c]) for c in found[found >= 0])
+        counts = np.bincount(codes[idx] + 1, minlength=len(categories) + 1)[1:]  # code -1: null
+        return sorted(str(categories[c]) for c in np.flatnonzero(counts))
 
     def _number(self, column: str, idx: np.ndarray) -> np.ndarray:
+        """The column's values at `idx` without its nulls."""
         values = self._numbers.get(column)
-        return values[idx] if values is not None else np.full(len(idx), np.nan)
+        if values is None:
+            return np.array([])
+        values = values[idx]
+        return values[~np.isnan(values)]
 
     def evidence(self, mine: np.ndarray, bigger: np.ndarray | None = None) -> Evidence:
         """The evidence of rows `mine` (positions) and `bigger` (positions of the larger sizes' rows)."""
         busbw, size, world = (self._number(c, mine) for c in ("busbw_gbps", "msg_bytes", "world_size"))
         top = None
-        if bigger is not None and len(bigger) and len(mine):
-            big = self._number("busbw_gbps", bigger)
+        if bigger is not None and len(bigger) and len(mine) and "busbw_gbps" in self._numbers:
+            big = self._numbers["busbw_gbps"][bigger]
             if not np.isnan(big).all():
-                best = int(np.nanargmax(big))  # the first of the fastest, as pandas' idxmax
-                top = (float(big[best]), int(self._number("msg_bytes", bigger)[best]))
-        judged = len(mine) and not np.isnan(busbw).all()
+                peak = np.nanmax(big)
+                ties = bigger[big == peak]
+                best = ties[np.argmin(self._order[ties])]  # the first of the fastest, as pandas' idxmax
+                top = (float(peak), int(self._numbers["msg_bytes"][best]))
         return Evidence(
             nets=self._distinct("net_transport", mine), intras=self._distinct("intra_transport", mine),
             tags={t for p in self._distinct("platform", mine) for t in p.split("+")},
             topologies=set(self._distinct("topology", mine)),
             on_gpus=bool("gpu_model" in self._strings and (self._strings["gpu_model"][0][mine] >= 0).any()),
-            two_nodes=bool((self._number("n_nodes", mine) == 2).any()) if "n_nodes" in self._numbers else False,
-            busbw=float(np.nanmedian(busbw)) if judged else None,
-            max_bytes=int(np.nanmax(size)) if len(mine) and not np.isnan(size).all() else None,
-            max_world=int(np.nanmax(world)) if len(mine) and not np.isnan(world).all() else None, top=top)
+            two_nodes=bool((self._number("n_nodes", mine) == 2).any()),
+            busbw=float(np.median(busbw)) if len(busbw) else None,
+            max_bytes=int(size.max()) if len(size) else None,
+            max_world=int(world.max()) if len(world) else None, top=top)
 
 
 def explain(rows: pd.DataFrame, ips: Iterable[str], entry=None, facts: dict[str, dict] | None = None,

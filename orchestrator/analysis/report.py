@@ -76,9 +76,10 @@ class Report:
     flags: list[Flag]
     warnings: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict:
+    def to_json(self, flags: bool = True) -> dict:
+        """The report as JSON data (flags=False: without its flags, for a caller that has them)."""
         return {"run": self.run, "unit": self.unit, "warnings": self.warnings, "tables": self.tables,
-                "flags": [f.to_json() for f in self.flags]}
+                **({"flags": [f.to_json() for f in self.flags]} if flags else {})}
 
     def frame(self, name: str):
         """Table `name` (TABLES, or "flags") as a pandas DataFrame, with its columns even when empty."""
@@ -142,7 +143,7 @@ def build(frame: Frame, manifest: dict | None, threshold: float, unit: str, scal
     tables["failures"] = diagnosis.failure_table(found)
     facts = _doctor_facts(manifest)
     judged = expected.evaluate(frame, entries(manifest, list(user_entries)), min_fraction, facts)
-    on_node = _RowsOnNodes(frame)
+    on_node = _RowsOnNodes(frame) if any(_explains(f) for f in found) else None  # built once, if needed
     found = [explained(f, frame, facts, on_node) for f in found]
     tables["expected"] = [r for r in judged.table if r["collective"] in collectives]
     tables["intra_vs_inter"] = expected.intra_vs_inter(tables["expected"])
@@ -169,45 +170,73 @@ def _doctor_facts(manifest: dict | None) -> dict[str, dict]:
 
 
 class _RowsOnNodes:
-    """The ok rows whose group starts or ends on given nodes, found through an index of each node's
-    rows built once, with their evidence taken from arrays (a report of thousands of flags scans the
-    run once, not once per flag, and builds no DataFrame per flag)."""
+    """The ok rows whose group starts or ends on given nodes, with their evidence taken from arrays
+    (a report of thousands of flags scans the run once, not once per flag, and builds no DataFrame
+    per flag). Each node's rows are copied together, in (collective, msg_bytes) order, so that its
+    rows of one collective at one size, or above it, are one contiguous slice: a flag's evidence
+    reads a few thousand neighbouring values, not as many scattered over the run."""
 
     def __init__(self, frame: Frame) -> None:
         ok = diagnosis.ok_rows(frame.df)
-        self.rows = Rows(ok[[c for c in explain_columns if c in ok]])
         collective = ok.collective.astype("category")
-        self._collective = collective.cat.codes.to_numpy()
+        order = np.lexsort((ok.msg_bytes.to_numpy(), collective.cat.codes.to_numpy()))
+        ok = ok.iloc[order]
         self._collectives = {c: i for i, c in enumerate(collective.cat.categories)}
-        self._msg_bytes = ok.msg_bytes.to_numpy()
+        self._keys = (collective.cat.codes.to_numpy().astype(np.int64)[order],  # sorted; int64 as the
+                      ok.msg_bytes.to_numpy(dtype=np.int64))  # searched values, so no search copies them
         codes = np.concatenate([ok.node_first.to_numpy(), ok.node_last.to_numpy()])
         positions = np.tile(np.arange(len(ok)), 2)
-        order = np.argsort(codes, kind="stable")
-        bounds = np.searchsorted(codes[order], np.arange(len(frame.nodes) + 1))
-        self._positions, self._bounds, self._codes = positions[order], bounds, {ip: i for i, ip in
-                                                                              enumerate(frame.nodes)}
+        by_node = np.lexsort((positions, codes))
+        self._row_of, self._bounds = positions[by_node], np.searchsorted(codes[by_node],
+                                                                          np.arange(len(frame.nodes) + 1))
+        self.rows = Rows(ok[[c for c in explain_columns if c in ok]].iloc[self._row_of], order[self._row_of])
+        self._codes = {ip: i for i, ip in enumerate(frame.nodes)}
+
+    def _rank(self, collective: int, msg_bytes: int, side: str) -> int:
+        """Where (collective, msg_bytes) falls in the sorted rows."""
+        codes, sizes = self._keys
+        lo, hi = np.searchsorted(codes, collective, "left"), np.searchsorted(codes, collective, "right")
+        return int(lo + np.searchsorted(sizes[lo:hi], msg_bytes, side))
 
     def evidence(self, flag: Flag) -> Evidence:
         """The evidence of the flag's collective at its size on its nodes (all sizes where it names
         none), and of the larger sizes'."""
-        wanted = [self._codes[ip] for ip in flag.nodes if ip in self._codes]
-        found = [self._positions[self._bounds[c]:self._bounds[c + 1]] for c in wanted]
-        on_nodes = np.unique(np.concatenate(found)) if found else np.array([], int)
-        if flag.collective is None:
-            on_nodes = on_nodes[:0]
-        on_nodes = on_nodes[self._collective[on_nodes] == self._collectives.get(flag.collective, -2)]
-        sizes = self._msg_bytes[on_nodes]
-        mine = on_nodes[sizes == flag.msg_bytes] if flag.msg_bytes is not None else on_nodes
-        return self.rows.evidence(mine, on_nodes[sizes > (flag.msg_bytes or 0)])
+        coll = self._collectives.get(flag.collective, -1) if flag.collective is not None else -1
+        size = flag.msg_bytes
+        start = self._rank(coll, size if size is not None else -1, "left")
+        bigger_from = self._rank(coll, size or 0, "right")
+        end = self._rank(coll, np.iinfo(np.int64).max, "right")
+        middle = self._rank(coll, size, "right") if size is not None else end
+        mine, bigger = [], []
+        for ip in flag.nodes:
+            if ip in self._codes:
+                lo, hi = self._bounds[self._codes[ip]], self._bounds[self._codes[ip] + 1]
+                i, j, k, m = lo + np.searchsorted(self._row_of[lo:hi], [start, middle, bigger_from, end])
+                mine.append(np.arange(i, j))
+                bigger.append(np.arange(k, m))
+        return self.rows.evidence(self._once(mine), self._once(bigger))
+
+    def _once(self, parts: list[np.ndarray]) -> np.ndarray:
+        """The entries of `parts`, each row once (a group on two of the nodes is in both their slices)."""
+        if len(parts) < 2:
+            return parts[0] if parts else np.array([], np.int64)
+        entries = np.concatenate(parts)
+        by_row = np.argsort(self._row_of[entries], kind="stable")
+        rows = self._row_of[entries[by_row]]
+        return entries[by_row[np.r_[True, rows[1:] != rows[:-1]]]] if len(rows) else entries
 
 
 def explained(flag: Flag, frame: Frame, facts: dict[str, dict], on_node: _RowsOnNodes | None = None) -> Flag:
     """A peer flag (slow pair, node, rail, GPU pair, group; straggler) with the reasons its rows
     and the nodes' facts give; a failed group's flag is its error, and stays as it is."""
-    if flag.kind in ("failed_group",) or "reasons" in flag.extra:
+    if not _explains(flag):
         return flag
     why = reasons((on_node or _RowsOnNodes(frame)).evidence(flag), flag.nodes, None, facts)
     return Flag(**{**flag.__dict__, "extra": {**flag.extra, "reasons": [r.to_json() for r in why]}})
+
+
+def _explains(flag: Flag) -> bool:
+    return flag.kind != "failed_group" and "reasons" not in flag.extra
 
 
 def title(name: str, unit: str) -> str:

@@ -96,7 +96,7 @@ def _print(rep: report.Report, args: argparse.Namespace) -> None:
     flags = [f.to_json() for f in rep.flags]
     named = {**rep.tables, "flags": flags}
     if args.format == "json":
-        out = rep.to_json()
+        out = {**rep.to_json(flags=False), "flags": flags}
         if args.table:
             out = {"run": out["run"], "unit": out["unit"], "warnings": out["warnings"],
                    **({"flags": flags} if args.table == "flags" else {"tables": {args.table: rep.tables[args.table]}})}
