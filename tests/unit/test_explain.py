@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pandas as pd
 
 from orchestrator.analysis import expected
@@ -149,3 +150,52 @@ def test_a_gap_nothing_explains_says_so_and_a_flag_carries_its_reasons():
     assert [(r["msg_bytes"], _kinds(r)) for r in _evaluate(rows).table] == [(1024 * MIB, [])]
     small = explain(pd.DataFrame(rows[:1]), ["10.0.0.1"], bigger=pd.DataFrame(rows[1:]))
     assert [r.kind for r in small] == ["latency_bound"]
+
+
+def test_the_reports_evidence_per_flag_is_that_of_its_rows_filtered_plainly():
+    """The report takes each flag's evidence through an index of each node's rows sorted by
+    collective and size; on a random run (several collectives, sizes, transports, nulls, failed
+    rows, ties at the top) it is what plain pandas filtering of the ok rows gives."""
+    from orchestrator.analysis.diagnosis import Flag
+    from orchestrator.analysis.report import _RowsOnNodes
+
+    rng = np.random.default_rng(7)
+    ips = [f"10.0.0.{i}" for i in range(1, 9)]
+    rows = []
+    for g in range(300):
+        a, b = rng.choice(len(ips), 2, replace=rng.random() < 0.2)  # some groups inside one node
+        coll = str(rng.choice(["all_reduce", "all_gather", "broadcast"]))
+        for size in rng.choice([1 << 10, 1 << 16, 1 << 20, 1 << 24], int(rng.integers(1, 4)), replace=False):
+            rows.append({"run_id": "r1", "collective": coll, "dtype": "float32", "op": "sum", "in_place": True,
+                         "msg_bytes": int(size), "world_size": 2, "n_nodes": 1 + int(a != b), "ranks_per_node": 1,
+                         "topology": "inter" if a != b else "intra", "pattern": "pairwise", "group_id": f"g{g}",
+                         "status": "ok" if rng.random() < 0.9 else "failed",
+                         "busbw_gbps": float(rng.choice([1.0, 2.0, 3.0, rng.uniform(0.5, 4)])), "time_us": 1.0,
+                         "net_transport": rng.choice([None, "Socket/eth0", "IB/GDRDMA"]),
+                         "intra_transport": rng.choice([None, "SHM", "P2P/NVL"]),
+                         "platform": str(rng.choice(["cpu", "gpus-8+h100-sxm+ib-ndr"])),
+                         "gpu_model": rng.choice([None, "NVIDIA H100"]), "ranks": [0, 1], "local_ranks": [0, 0],
+                         "hosts": [f"h{a}", f"h{b}"], "node_ips": [ips[a], ips[b]], "rank_time_us": [1.0, 1.0],
+                         "failed_ranks": None})
+    frame = Frame(rows_table(rows))
+    index = _RowsOnNodes(frame)
+    ok = frame.df[frame.df.status == "ok"]
+    for _ in range(200):
+        nodes = list(rng.choice(ips, int(rng.integers(1, 4)), replace=False))
+        coll = rng.choice(["all_reduce", "all_gather", "broadcast", "reduce", None])
+        size = rng.choice([None, 1 << 10, 1 << 16, 1 << 20, 1 << 24, 12345])
+        flag = Flag("slow_node", nodes, [], coll, None if size is None else int(size), None, None, "")
+        codes = [frame.nodes.index(ip) for ip in nodes if ip in frame.nodes]
+        on = ok[(ok.node_first.isin(codes) | ok.node_last.isin(codes)) & (ok.collective == coll)]
+        mine = on if size is None else on[on.msg_bytes == size]
+        bigger = on[on.msg_bytes > (size or 0)]
+        ev = index.evidence(flag)
+        assert ev.nets == sorted(set(mine.net_transport.dropna()))
+        assert ev.intras == sorted(set(mine.intra_transport.dropna()))
+        assert ev.tags == {t for p in mine.platform.dropna() for t in p.split("+")}
+        assert ev.topologies == set(mine.topology) and ev.on_gpus == mine.gpu_model.notna().any()
+        assert ev.two_nodes == (mine.n_nodes == 2).any()
+        assert ev.busbw == (float(mine.busbw_gbps.median()) if len(mine) else None)
+        assert ev.max_bytes == (int(mine.msg_bytes.max()) if len(mine) else None)
+        top = bigger.loc[bigger.busbw_gbps.idxmax()] if len(bigger) and len(mine) else None
+        assert ev.top == (None if top is None else (float(top.busbw_gbps), int(top.msg_bytes)))
