@@ -18,6 +18,7 @@ import pandas as pd
 
 from orchestrator import yamlfile
 from orchestrator.analysis.diagnosis import Flag, ok_rows, where
+from orchestrator.analysis.explain import COLUMNS as EXPLAINED
 from orchestrator.analysis.explain import Reason, explain
 from orchestrator.analysis.frame import Frame
 from orchestrator.errors import UsageError
@@ -151,7 +152,8 @@ def evaluate(frame: Frame, entries: list[Entry], min_fraction: float, facts: dic
     platform = df.platform
     if isinstance(platform.dtype, pd.CategoricalDtype) and "" not in platform.cat.categories:
         platform = platform.cat.add_categories([""])  # a categorical takes no value it lacks
-    d = df.assign(platform=platform.fillna(""))
+    used = {*keys, *links, *EXPLAINED, "busbw_gbps", "group", "node_first", "node_last", "pattern"}
+    d = df[[c for c in df.columns if c in used]].assign(platform=platform.fillna(""))  # what the groupings copy
 
     def lookup_for(key, size: int) -> Entry | None:
         transports = " ".join(v if isinstance(v, str) else "" for v in (key[c] for c in links))
@@ -243,7 +245,7 @@ def _expected_row(frame: Frame, g: pd.DataFrame, entry: Entry, min_fraction: flo
     busbw = float(g.busbw_gbps.median())
     size = int(g.msg_bytes.iloc[0])
     gap = busbw < min_fraction * entry.busbw_gbps
-    ips = sorted({frame.nodes[c] for c in pd.concat([g.node_first, g.node_last])})
+    ips = sorted(frame.ips(np.unique(np.concatenate([g.node_first.to_numpy(), g.node_last.to_numpy()]))))
     why = explain(g, ips, entry, facts, bigger=bigger)
     if below_from is not None:
         why = [Reason("latency_bound", f"measured up to {format_bytes(size)}; the reference holds from "

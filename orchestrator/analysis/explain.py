@@ -15,7 +15,7 @@ held down.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -95,17 +95,22 @@ class Rows:
         values = values[idx]
         return values[~np.isnan(values)]
 
+    def fastest(self, idx: np.ndarray) -> tuple[float, int] | None:
+        """(busbw, msg_bytes) of the fastest of rows `idx`: the first in the run's order, as pandas'
+        idxmax (None: no busbw)."""
+        if not len(idx) or "busbw_gbps" not in self._numbers:
+            return None
+        busbw = self._numbers["busbw_gbps"][idx]
+        if np.isnan(busbw).all():
+            return None
+        peak = np.nanmax(busbw)
+        ties = idx[busbw == peak]
+        return float(peak), int(self._numbers["msg_bytes"][ties[np.argmin(self._order[ties])]])
+
     def evidence(self, mine: np.ndarray, bigger: np.ndarray | None = None) -> Evidence:
         """The evidence of rows `mine` (positions) and `bigger` (positions of the larger sizes' rows)."""
         busbw, size, world = (self._number(c, mine) for c in ("busbw_gbps", "msg_bytes", "world_size"))
-        top = None
-        if bigger is not None and len(bigger) and len(mine) and "busbw_gbps" in self._numbers:
-            big = self._numbers["busbw_gbps"][bigger]
-            if not np.isnan(big).all():
-                peak = np.nanmax(big)
-                ties = bigger[big == peak]
-                best = ties[np.argmin(self._order[ties])]  # the first of the fastest, as pandas' idxmax
-                top = (float(peak), int(self._numbers["msg_bytes"][best]))
+        top = self.fastest(bigger) if bigger is not None and len(mine) else None
         return Evidence(
             nets=self._distinct("net_transport", mine), intras=self._distinct("intra_transport", mine),
             tags={t for p in self._distinct("platform", mine) for t in p.split("+")},
@@ -122,9 +127,9 @@ def explain(rows: pd.DataFrame, ips: Iterable[str], entry=None, facts: dict[str,
     """The reasons for a gap of `rows` (one shape's ok rows) on nodes `ips` against `entry` (an
     expected.Entry, or None when the reference is the peers); `bigger`: the same shape's rows at
     larger sizes. UNEXPLAINED alone when no rule applies."""
-    both = rows if bigger is None else pd.concat([rows, bigger], ignore_index=True)
-    positions = np.arange(len(both))
-    found = Rows(both).evidence(positions[:len(rows)], None if bigger is None else positions[len(rows):])
+    found = Rows(rows).evidence(np.arange(len(rows)))
+    if bigger is not None and len(rows):
+        found = replace(found, top=Rows(bigger).fastest(np.arange(len(bigger))))
     return reasons(found, ips, entry, facts)
 
 
