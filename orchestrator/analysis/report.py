@@ -184,8 +184,10 @@ class _RowsOnNodes:
         self._collectives = {c: i for i, c in enumerate(collective.cat.categories)}
         self._keys = (collective.cat.codes.to_numpy().astype(np.int64)[order],  # sorted; int64 as the
                       ok.msg_bytes.to_numpy(dtype=np.int64))  # searched values, so no search copies them
-        codes = np.concatenate([ok.node_first.to_numpy(), ok.node_last.to_numpy()])
-        positions = np.tile(np.arange(len(ok)), 2)
+        first, last = ok.node_first.to_numpy(), ok.node_last.to_numpy()
+        across = np.flatnonzero(last != first)  # a group inside one node is on its list once
+        codes = np.concatenate([first, last[across]])
+        positions = np.concatenate([np.arange(len(ok)), across])
         by_node = np.lexsort((positions, codes))
         self._row_of, self._bounds = positions[by_node], np.searchsorted(codes[by_node],
                                                                           np.arange(len(frame.nodes) + 1))
