@@ -8,9 +8,11 @@ Each command runs in its own process under /usr/bin/time (wall seconds, peak RSS
 figures are the best of --repeat runs. Beside the report, what it cannot beat: pyarrow reading the
 columns the report reads, in a process of its own (`read_proc_s`: Python, pyarrow's import and the
 read; the report's ratio to it is `x_read`) and inside this one (`read_s`), and the report's own read
-of them (`own_read_s`: collbench's dataset reader, in this process). --faults: the largest dataset
-again with 1% of its pairs at 0.3x (a flag per slow pair) and with an expected value no pair
-reaches (every group below expected).
+of them (`own_read_s`: collbench's dataset reader, in this process); and the least a collbench command
+reading them costs, judging nothing (`floor_s`: Python, collbench's imports and its read, in a process
+of its own; `x_floor` its ratio to `read_proc_s`). --faults: the largest dataset again with 1% of its
+pairs at 0.3x (a flag per slow pair) and with an expected value no pair reaches (every group below
+expected).
 """
 
 from __future__ import annotations
@@ -112,17 +114,25 @@ def main() -> None:
 
     read_cmd = [sys.executable, "-c", "import sys, pyarrow.parquet as pq; "
                 "pq.read_table(sys.argv[1], columns=sys.argv[2].split(','))"]
+    # the least any collbench command that reads these rows costs: Python, collbench's imports, its read
+    floor_cmd = [sys.executable, "-c", "import sys; from orchestrator import cli; "
+                 "from orchestrator.analysis.frame import COLUMNS, DICTIONARY; "
+                 "from orchestrator.results import dataset; "
+                 "dataset.load_table(sys.argv[1], columns=COLUMNS, dictionary=DICTIONARY)"]
     print(f"{'nodes':>6} {'plan_s':>8} {'plan_MiB':>9} {'groups':>8} {'rows':>9} {'report_s':>9} {'report_MiB':>11} "
-          f"{'flags':>6} {'read_proc_s':>12} {'x_read':>7} {'read_s':>7} {'own_read_s':>11}")
+          f"{'flags':>6} {'read_proc_s':>12} {'x_read':>7} {'floor_s':>8} {'x_floor':>8} {'read_s':>7} "
+          f"{'own_read_s':>11}")
 
     def line(nodes, wall_p, rss_p, groups, rows, root, *extra) -> None:
         wall_r, rss_r, flags = report(root, *extra)
         read_proc = best(lambda: timed([*read_cmd, f"{root}/bench", ",".join(REPORT_COLUMNS)]))[0]
+        floor = best(lambda: timed([*floor_cmd, root]))[0]
         read_s = best(lambda: in_process(lambda: pq.read_table(f"{root}/bench", columns=REPORT_COLUMNS)))[0]
         own_s = best(lambda: in_process(lambda: dataset.load_table(root, columns=REPORT_COLUMNS,
                                                                    dictionary=DICTIONARY)))[0]
         print(f"{nodes:>6} {wall_p:8.2f} {rss_p:9.0f} {groups:>8} {rows:>9} {wall_r:9.2f} {rss_r:11.0f} {flags:>6} "
-              f"{read_proc:12.2f} {wall_r / read_proc:7.1f} {read_s:7.2f} {own_s:11.2f}", flush=True)
+              f"{read_proc:12.2f} {wall_r / read_proc:7.1f} {floor:8.2f} {floor / read_proc:8.1f} {read_s:7.2f} "
+              f"{own_s:11.2f}", flush=True)
 
     for nodes in map(int, a.nodes.split(",")):
         wall_p, rss_p, out = timed([*cli, "plan", "--inventory", f"{nodes}x8", "--patterns", PATTERNS])
