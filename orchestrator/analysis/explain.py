@@ -98,7 +98,7 @@ class Rows:
     def fastest(self, idx: np.ndarray) -> tuple[float, int] | None:
         """(busbw, msg_bytes) of the fastest of rows `idx`: the first in the run's order, as pandas'
         idxmax (None: no busbw)."""
-        if not len(idx) or "busbw_gbps" not in self._numbers:
+        if not len(idx) or "busbw_gbps" not in self._numbers or "msg_bytes" not in self._numbers:
             return None
         busbw = self._numbers["busbw_gbps"][idx]
         if np.isnan(busbw).all():

@@ -185,6 +185,9 @@ def _doctor_facts(manifest: dict | None) -> dict[str, dict]:
         return {}
 
 
+_UNSIZED = 1 << 62  # a row without msg_bytes: after every size of its collective, never a size's own
+
+
 class _RowsOnNodes:
     """The ok rows whose group starts or ends on given nodes, with their evidence taken from arrays
     (a report of thousands of flags scans the run once, not once per flag, and builds no DataFrame
@@ -195,11 +198,13 @@ class _RowsOnNodes:
     def __init__(self, frame: Frame) -> None:
         ok = diagnosis.ok_rows(frame.df)
         collective = ok.collective.astype("category")
-        order = np.lexsort((ok.msg_bytes.to_numpy(), collective.cat.codes.to_numpy()))
+        codes = collective.cat.codes.to_numpy().astype(np.int64)  # int64 as the searched values, so
+        sizes = ok.msg_bytes  # that no search copies them
+        sizes = (sizes.fillna(_UNSIZED) if sizes.isna().any() else sizes).to_numpy(dtype=np.int64)
+        order = np.lexsort((sizes, codes))
         ok = ok.iloc[order]
         self._collectives = {c: i for i, c in enumerate(collective.cat.categories)}
-        self._keys = (collective.cat.codes.to_numpy().astype(np.int64)[order],  # sorted; int64 as the
-                      ok.msg_bytes.to_numpy(dtype=np.int64))  # searched values, so no search copies them
+        self._keys = codes[order], sizes[order]  # sorted
         first, last = ok.node_first.to_numpy(), ok.node_last.to_numpy()
         across = np.flatnonzero(last != first)  # a group inside one node is on its list once
         codes = np.concatenate([first, last[across]])
@@ -219,17 +224,17 @@ class _RowsOnNodes:
     def evidence(self, flag: Flag) -> Evidence:
         """The evidence of the flag's collective at its size on its nodes (all sizes where it names
         none), and of the larger sizes'."""
-        coll = self._collectives.get(flag.collective, -1) if flag.collective is not None else -1
-        size = flag.msg_bytes
-        start = self._rank(coll, size if size is not None else -1, "left")
-        bigger_from = self._rank(coll, size or 0, "right")
-        end = self._rank(coll, np.iinfo(np.int64).max, "right")
-        middle = self._rank(coll, size, "right") if size is not None else end
         mine, bigger = [], []
+        if not flag.collective or flag.collective not in self._collectives:  # no rows to read
+            return self.rows.evidence(self._once(mine), self._once(bigger))
+        coll, size = self._collectives[flag.collective], flag.msg_bytes
+        start = self._rank(coll, np.iinfo(np.int64).min if size is None else size, "left")
+        middle = self._rank(coll, _UNSIZED if size is None else size, "right")  # no size: every row
+        bigger_from, bigger_to = self._rank(coll, size or 0, "right"), self._rank(coll, _UNSIZED, "left")
         for ip in flag.nodes:
             if ip in self._codes:
                 lo, hi = self._bounds[self._codes[ip]], self._bounds[self._codes[ip] + 1]
-                i, j, k, m = lo + np.searchsorted(self._row_of[lo:hi], [start, middle, bigger_from, end])
+                i, j, k, m = lo + np.searchsorted(self._row_of[lo:hi], [start, middle, bigger_from, bigger_to])
                 mine.append(np.arange(i, j))
                 bigger.append(np.arange(k, m))
         return self.rows.evidence(self._once(mine), self._once(bigger))

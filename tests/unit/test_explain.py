@@ -154,8 +154,9 @@ def test_a_gap_nothing_explains_says_so_and_a_flag_carries_its_reasons():
 
 def test_the_reports_evidence_per_flag_is_that_of_its_rows_filtered_plainly():
     """The report takes each flag's evidence through an index of each node's rows sorted by
-    collective and size; on a random run (several collectives, sizes, transports, nulls, failed
-    rows, ties at the top) it is what plain pandas filtering of the ok rows gives."""
+    collective and size; on a random run (several collectives, sizes, transports, nulls (a row
+    without collective or size), failed rows, ties at the top; flags without a collective or size,
+    or one the run lacks) it is what plain pandas filtering of the ok rows gives."""
     from orchestrator.analysis.diagnosis import Flag
     from orchestrator.analysis.report import _RowsOnNodes
 
@@ -165,10 +166,10 @@ def test_the_reports_evidence_per_flag_is_that_of_its_rows_filtered_plainly():
     for g in range(300):
         a, b = rng.choice(len(ips), 2, replace=False)
         b = a if rng.random() < 0.3 else b  # groups inside one node: on its list once
-        coll = str(rng.choice(["all_reduce", "all_gather", "broadcast"]))
-        for size in rng.choice([1 << 10, 1 << 16, 1 << 20, 1 << 24], int(rng.integers(1, 4)), replace=False):
+        coll = rng.choice(["all_reduce", "all_gather", "broadcast", None], p=[0.3, 0.3, 0.3, 0.1])
+        for size in rng.choice([1 << 10, 1 << 16, 1 << 20, 1 << 24, 0], int(rng.integers(1, 4)), replace=False):
             rows.append({"run_id": "r1", "collective": coll, "dtype": "float32", "op": "sum", "in_place": True,
-                         "msg_bytes": int(size), "world_size": 2, "n_nodes": 1 + int(a != b), "ranks_per_node": 1,
+                         "msg_bytes": int(size) or None,  # rows without a size (null) never match one "world_size": 2, "n_nodes": 1 + int(a != b), "ranks_per_node": 1,
                          "topology": "inter" if a != b else "intra", "pattern": "pairwise", "group_id": f"g{g}",
                          "status": "ok" if rng.random() < 0.9 else "failed",
                          "busbw_gbps": float(rng.choice([3.0, rng.uniform(0.5, 4)])), "time_us": 1.0,
@@ -183,7 +184,7 @@ def test_the_reports_evidence_per_flag_is_that_of_its_rows_filtered_plainly():
     ok = frame.df[frame.df.status == "ok"]
     for _ in range(200):
         nodes = list(rng.choice(ips, int(rng.integers(1, 4)), replace=False))
-        coll = rng.choice(["all_reduce", "all_gather", "broadcast", "reduce", None])
+        coll = rng.choice(["all_reduce", "all_gather", "broadcast", "reduce", "", None])
         size = rng.choice([None, 1 << 10, 1 << 16, 1 << 20, 1 << 24, 12345])
         flag = Flag("slow_node", nodes, [], coll, None if size is None else int(size), None, None, "")
         codes = [frame.nodes.index(ip) for ip in nodes if ip in frame.nodes]
