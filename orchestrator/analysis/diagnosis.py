@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, fields
 import numpy as np
 import pandas as pd
 
+from orchestrator.analysis import grouping
 from orchestrator.analysis.frame import Frame
 from orchestrator.judging.judge import MIN_VALUES, peer_arrays, prior_for
 from orchestrator.sweep.sizes import format_bytes
@@ -40,6 +41,9 @@ def topologies(df: pd.DataFrame) -> tuple[str, ...]:
     """The topology columns of `df`'s tables: intra, inter, mixed, and intra-domain where it has any."""
     return TOPOLOGIES + ((DOMAIN,) if "topology" in df and (df.topology == DOMAIN).any() else ())
 SHAPE = ["collective", "dtype", "op", "in_place", "pattern", "world_size", "ranks_per_node"]
+# the columns the flags read of a group's row
+_SCORED = list(dict.fromkeys([*SHAPE, "msg_bytes", "topology", "backend", "busbw_gbps", "group", "node_first",
+                              "node_last", "local_first", "local_last"]))
 MIN_PEERS = MIN_VALUES
 
 
@@ -135,9 +139,12 @@ def shape_scores(df: pd.DataFrame) -> pd.DataFrame:
     d = ok_rows(df)
     if d.empty:
         return d.assign(peers=[], peer_median=[], ratio=[])
-    top = where(d, d.msg_bytes == d.groupby(SHAPE, observed=True).msg_bytes.transform("max"))
-    top = top.groupby("group", sort=False, observed=True).head(1)  # one row per group
-    shape = top.groupby(SHAPE, sort=False, observed=True).ngroup().to_numpy()
+    shape, n = grouping.codes(d, SHAPE)
+    sizes = d.msg_bytes.to_numpy(dtype=float)
+    at_top = (shape >= 0) & (sizes == grouping.maxima(shape, sizes, n)[shape])  # its shape's largest size
+    at_top &= grouping.firsts(np.where(at_top, d.group.to_numpy(), -2))  # one row per group
+    top = where(d[[c for c in _SCORED if c in d]], at_top)
+    shape = pd.factorize(shape[at_top])[0]  # numbered in the order the shapes first appear
     peers = np.bincount(shape, minlength=1)
     busbw, reference, ratio, floor = top.busbw_gbps.to_numpy(), *np.zeros((3, len(top)))
     m = len(top)  # every group judged in this report: the family of the judge's error rate

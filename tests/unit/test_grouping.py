@@ -1,0 +1,66 @@
+"""analysis.grouping against pandas' own group-by, on random rows with null keys and values."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from orchestrator.analysis import grouping
+
+
+def _rows(seed: int, n: int = 3000) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    pick = lambda choices: rng.choice(np.array(choices, dtype=object), n)  # noqa: E731
+    df = pd.DataFrame({
+        "collective": pd.Categorical(pick(["all_reduce", "all_gather", None])),
+        "in_place": rng.random(n) < 0.5,
+        "world_size": rng.choice([2, 4, 8, 16], n).astype(np.int32),
+        "msg_bytes": rng.choice([1 << 10, 1 << 20, 1 << 24, np.nan], n),
+        "pattern": pick(["pairwise", "inter", None]),  # strings, not a categorical
+        "value": np.where(rng.random(n) < 0.05, np.nan, rng.lognormal(0, 1, n)),
+        "group": rng.integers(-1, 200, n),
+    })
+    return df
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_codes_number_the_keys_as_pandas_does(seed):
+    df = _rows(seed)
+    keys = ["collective", "in_place", "world_size", "msg_bytes", "pattern"]
+    got, n = grouping.codes(df, keys)
+    want = df.groupby(keys, sort=False, observed=True).ngroup().to_numpy()
+    assert n == np.nanmax(want) + 1
+    np.testing.assert_array_equal(got, np.where(np.isnan(want), -1, want).astype(np.int64))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_maxima_and_medians_are_pandas_own(seed):
+    df = _rows(seed)
+    keys = ["collective", "world_size", "msg_bytes"]
+    code, n = grouping.codes(df, keys)
+    by = df.groupby(keys, sort=False, observed=True).value
+    np.testing.assert_array_equal(grouping.maxima(code, df.value.to_numpy(), n), by.max().to_numpy())
+    np.testing.assert_array_equal(grouping.medians(code, df.value.to_numpy(), n), by.median().to_numpy())
+
+
+def test_a_group_without_values_has_nan():
+    code = np.array([0, 0, 1, 2, -1])
+    values = np.array([1.0, 3.0, np.nan, 5.0, 9.0])
+    np.testing.assert_array_equal(grouping.maxima(code, values, 4), [3.0, np.nan, 5.0, np.nan])
+    np.testing.assert_array_equal(grouping.medians(code, values, 4), [2.0, np.nan, 5.0, np.nan])
+
+
+def test_firsts_marks_each_groups_first_row():
+    df = _rows(7)
+    group = np.where(df.value.isna(), -2, df.group)  # -2: in no group
+    want = np.zeros(len(df), bool)
+    want[df[group > -2].groupby("group", sort=False).head(1).index] = True
+    np.testing.assert_array_equal(grouping.firsts(group), want)
+
+
+def test_codes_of_many_wide_keys_do_not_overflow():
+    rng = np.random.default_rng(3)
+    df = pd.DataFrame({f"k{i}": rng.integers(0, 5000, 2000) for i in range(8)})
+    got, n = grouping.codes(df, list(df))
+    want = df.groupby(list(df), sort=False).ngroup().to_numpy()
+    assert n == want.max() + 1
+    np.testing.assert_array_equal(got, want)
