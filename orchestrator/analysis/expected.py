@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from orchestrator import yamlfile
+from orchestrator.analysis import grouping
 from orchestrator.analysis.diagnosis import Flag, ok_rows, where
 from orchestrator.analysis.explain import COLUMNS as EXPLAINED
 from orchestrator.analysis.explain import Reason, explain
@@ -161,10 +162,8 @@ def evaluate(frame: Frame, entries: list[Entry], min_fraction: float, facts: dic
                     size, int(key.world_size), transports)
 
     # one lookup per distinct key, spread to its rows by group number (no Python object per row)
-    by_key = d.groupby(keys + links, sort=False, dropna=False, observed=True)
-    firsts = by_key.head(1)[keys + links]
-    found = [lookup_for(key, int(key.msg_bytes)) for _, key in firsts.iterrows()]
-    key_of_row = by_key.ngroup().to_numpy()
+    key_of_row, _ = grouping.codes(d, keys + links, dropna=False)
+    found = [lookup_for(key, int(key.msg_bytes)) for _, key in grouping.keys(d[keys + links], key_of_row).iterrows()]
     d = d.assign(entry=np.array(found, dtype=object)[key_of_row],
                  entry_busbw=np.array([e.busbw_gbps if e else np.nan for e in found])[key_of_row])
     covered = where(d, d.entry.notna())

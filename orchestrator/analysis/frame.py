@@ -120,8 +120,10 @@ class Frame:
         keep = np.zeros(n, bool)
         keep[rows] = True
         keep &= time_len == rank_len  # rows without per-rank times (not measured) have none
-        keep &= np.diff(self._offsets) == rank_len  # a node for every rank
-        t_owner, r_owner = np.repeat(np.arange(n), time_len), np.repeat(np.arange(n), rank_len)
-        n_owner = np.repeat(np.arange(n), np.diff(self._offsets))
-        return (t_owner[keep[t_owner]], ranks.values.to_numpy(zero_copy_only=False)[keep[r_owner]],
-                times.values.to_numpy(zero_copy_only=False)[keep[t_owner]], self._codes[keep[n_owner]])
+        node_len = np.diff(self._offsets)
+        keep &= node_len == rank_len  # a node for every rank
+        # each value of a list column kept where its row is (booleans repeated: no owner per value)
+        return (np.repeat(np.flatnonzero(keep), time_len[keep]),
+                ranks.values.to_numpy(zero_copy_only=False)[np.repeat(keep, rank_len)],
+                times.values.to_numpy(zero_copy_only=False)[np.repeat(keep, time_len)],
+                self._codes[np.repeat(keep, node_len)])

@@ -1,7 +1,10 @@
-"""Group-bys over a run's rows as integer codes and numpy, for the judges of a million rows: the
-keys are coded once (categorical codes, small integers) and the groups' maxima and medians read
-from sorted arrays. Each gives what pandas' group-by gives (rows with a null key in no group; nulls
-skipped), at a fraction of its cost, and without its first-call cost in every command."""
+"""Group-bys of several keys over a run's rows as integer codes, for the judges of a million rows:
+each key column is coded on its own (a categorical's codes, a factorized column) and the codes
+combined into one integer per row. Each function gives what pandas' group-by gives (a row with a
+null key in no group, unless asked; nulls skipped), without the cost of pandas' group-by over
+several keys: in a report's one pass, 0.2-0.3 s of CPU for each such group-by over a million rows,
+most of it the first call's (measured: docs/PERFORMANCE.md, section 4). Pandas' group-bys over
+one key (medians) are as fast as numpy here and stay."""
 
 from __future__ import annotations
 
@@ -11,17 +14,19 @@ import pandas as pd
 _SPAN = 1 << 40  # combined keys are re-coded before their product of sizes passes this
 
 
-def codes(df: pd.DataFrame, columns: list[str]) -> tuple[np.ndarray, int]:
+def codes(df: pd.DataFrame, columns: list[str], dropna: bool = True) -> tuple[np.ndarray, int]:
     """(each row's group among the distinct combinations of `columns`, numbered in the order they
-    first appear; -1 where any of them is null, the number of groups)."""
+    first appear; the number of groups). A null is in no group (-1), or with dropna=False a value."""
     key, span = np.zeros(len(df), np.int64), 1
     null = np.zeros(len(df), bool)
     for c in columns:
         column = df[c]
         if isinstance(column.dtype, pd.CategoricalDtype):
             part, size = column.cat.codes.to_numpy().astype(np.int64), len(column.cat.categories)
+            if not dropna:  # a null is one more value
+                part, size = np.where(part < 0, size, part), size + 1
         else:
-            part, uniques = pd.factorize(column.to_numpy(), use_na_sentinel=True)
+            part, uniques = pd.factorize(column.to_numpy(), use_na_sentinel=dropna)
             part, size = part.astype(np.int64), len(uniques)
         null |= part < 0
         if span * max(size, 1) >= _SPAN:
@@ -37,28 +42,18 @@ def codes(df: pd.DataFrame, columns: list[str]) -> tuple[np.ndarray, int]:
     return dense, len(uniques)
 
 
+def keys(df: pd.DataFrame, group: np.ndarray) -> pd.DataFrame:
+    """The first row of each group (`group`: codes numbered in the order they first appear), in
+    group order."""
+    return df[firsts(np.where(group >= 0, group, -2))]
+
+
 def maxima(group: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     """The largest of `values` in each of the n groups (NaN skipped; NaN where a group has none)."""
     keep = (group >= 0) & ~np.isnan(values)
     out = np.full(n, -np.inf)
     np.maximum.at(out, group[keep], values[keep].astype(float))
     out[np.isneginf(out)] = np.nan
-    return out
-
-
-def medians(group: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
-    """The median of `values` in each of the n groups (NaN skipped; NaN where a group has none)."""
-    values = np.asarray(values, dtype=float)
-    keep = (group >= 0) & ~np.isnan(values)
-    group, values = group[keep], values[keep]
-    order = np.argsort(group.astype(np.uint16) if n <= 1 << 16 else group, kind="stable")  # a radix sort
-    sizes = np.bincount(group, minlength=n)
-    starts = np.cumsum(sizes) - sizes
-    ordered = values[order]
-    out = np.full(n, np.nan)
-    for k in np.unique(sizes[sizes > 0]):  # groups of one size as the rows of one matrix
-        of_k = np.flatnonzero(sizes == k)
-        out[of_k] = np.median(ordered[starts[of_k][:, None] + np.arange(k)], axis=1)
     return out
 
 

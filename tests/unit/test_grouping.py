@@ -33,20 +33,29 @@ def test_codes_number_the_keys_as_pandas_does(seed):
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_maxima_and_medians_are_pandas_own(seed):
+def test_with_nulls_as_values_codes_and_keys_are_pandas_own(seed):
+    df = _rows(seed)
+    keys = ["collective", "in_place", "world_size", "msg_bytes", "pattern"]
+    got, n = grouping.codes(df, keys, dropna=False)
+    by = df.groupby(keys, sort=False, dropna=False, observed=True)
+    np.testing.assert_array_equal(got, by.ngroup().to_numpy())
+    assert n == by.ngroups
+    pd.testing.assert_frame_equal(grouping.keys(df[keys], got), by.head(1)[keys])
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_maxima_are_pandas_own(seed):
     df = _rows(seed)
     keys = ["collective", "world_size", "msg_bytes"]
     code, n = grouping.codes(df, keys)
     by = df.groupby(keys, sort=False, observed=True).value
     np.testing.assert_array_equal(grouping.maxima(code, df.value.to_numpy(), n), by.max().to_numpy())
-    np.testing.assert_array_equal(grouping.medians(code, df.value.to_numpy(), n), by.median().to_numpy())
 
 
 def test_a_group_without_values_has_nan():
     code = np.array([0, 0, 1, 2, -1])
     values = np.array([1.0, 3.0, np.nan, 5.0, 9.0])
     np.testing.assert_array_equal(grouping.maxima(code, values, 4), [3.0, np.nan, 5.0, np.nan])
-    np.testing.assert_array_equal(grouping.medians(code, values, 4), [2.0, np.nan, 5.0, np.nan])
 
 
 def test_firsts_marks_each_groups_first_row():
