@@ -141,7 +141,8 @@ def shape_scores(df: pd.DataFrame) -> pd.DataFrame:
         return d.assign(peers=[], peer_median=[], ratio=[])
     shape, n = grouping.codes(d, SHAPE)
     sizes = d.msg_bytes.to_numpy(dtype=float)
-    at_top = (shape >= 0) & (sizes == grouping.maxima(shape, sizes, n)[shape])  # its shape's largest size
+    at_top = shape >= 0  # a row with a null key is in no shape
+    at_top[at_top] = sizes[at_top] == grouping.maxima(shape, sizes, n)[shape[at_top]]  # its shape's largest size
     at_top &= grouping.firsts(np.where(at_top, d.group.to_numpy(), -2))  # one row per group
     top = where(d[[c for c in _SCORED if c in d]], at_top)
     shape = pd.factorize(shape[at_top])[0]  # numbered in the order the shapes first appear
@@ -150,6 +151,8 @@ def shape_scores(df: pd.DataFrame) -> pd.DataFrame:
     m = len(top)  # every group judged in this report: the family of the judge's error rate
     order = np.argsort(shape, kind="stable")
     for rows in np.split(order, np.cumsum(peers)[:-1]):
+        if not len(rows):  # no shape: every ok row has a null key
+            continue
         first = top.iloc[rows[0]]
         prior = prior_for(first.get("backend"), first.topology != "intra")
         # each group against the others' median (leave one out) and the floor of their spread

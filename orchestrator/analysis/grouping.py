@@ -29,8 +29,9 @@ def codes(df: pd.DataFrame, columns: list[str], dropna: bool = True) -> tuple[np
             part, uniques = pd.factorize(column.to_numpy(), use_na_sentinel=dropna)
             part, size = part.astype(np.int64), len(uniques)
         null |= part < 0
-        if span * max(size, 1) >= _SPAN:
-            key, span = pd.factorize(key)[0].astype(np.int64), int(key.max(initial=0)) + 1
+        if span * max(size, 1) >= _SPAN:  # the distinct keys so far, numbered again from 0
+            key = pd.factorize(key)[0].astype(np.int64)
+            span = int(key.max(initial=0)) + 1
         key, span = key * max(size, 1) + np.maximum(part, 0), span * max(size, 1)
     key[null] = -1
     dense, uniques = pd.factorize(key)

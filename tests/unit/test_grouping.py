@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from orchestrator.analysis import grouping
+from orchestrator.analysis import diagnosis, grouping
 
 
 def _rows(seed: int, n: int = 3000) -> pd.DataFrame:
@@ -73,3 +73,32 @@ def test_codes_of_many_wide_keys_do_not_overflow():
     want = df.groupby(list(df), sort=False).ngroup().to_numpy()
     assert n == want.max() + 1
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_peer_rule_judges_the_rows_pandas_group_by_chose(seed):
+    """diagnosis.shape_scores: each group's row at its shape's largest size, numbered by shape, as
+    the pandas group-bys it replaced chose them; rows with a null key in no shape (every row in
+    the last case, as in files written before a key column existed)."""
+    rng = np.random.default_rng(seed)
+    n = 4000
+    df = pd.DataFrame({
+        "collective": pd.Categorical(rng.choice(["all_reduce", "all_gather"], n)),
+        "dtype": pd.Categorical(["float32"] * n), "op": pd.Categorical(["sum"] * n),
+        "in_place": rng.random(n) < 0.5, "pattern": pd.Categorical(rng.choice(["pairwise", "inter"], n)),
+        "world_size": rng.choice([2.0, 4.0, np.nan], n, p=[0.45, 0.45, 0.1]),
+        "ranks_per_node": np.full(n, np.nan) if seed == 3 else np.ones(n),
+        "msg_bytes": rng.choice([1 << 20, 1 << 22, 1 << 24], n), "group": rng.integers(-1, 300, n),
+        "status": pd.Categorical(rng.choice(["ok", "failed"], n, p=[0.95, 0.05])),
+        "topology": pd.Categorical(["inter"] * n), "backend": pd.Categorical(["gloo"] * n),
+        "busbw_gbps": rng.lognormal(0, 0.1, n), "node_first": rng.integers(0, 9, n),
+        "node_last": rng.integers(0, 9, n), "local_first": np.zeros(n, int), "local_last": np.zeros(n, int),
+    })
+    ok = df[df.status == "ok"]
+    top = ok[ok.msg_bytes == ok.groupby(diagnosis.SHAPE, observed=True).msg_bytes.transform("max")]
+    top = top.groupby("group", sort=False, observed=True).head(1)
+    shape = top.groupby(diagnosis.SHAPE, sort=False, observed=True).ngroup().to_numpy()
+    got = diagnosis.shape_scores(df)
+    np.testing.assert_array_equal(got.index, top.index)
+    np.testing.assert_array_equal(got.peers, np.bincount(shape, minlength=1)[shape] if len(shape) else [])
+    assert (len(got) == 0) == (seed == 3)
