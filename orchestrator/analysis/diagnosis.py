@@ -140,10 +140,10 @@ def shape_scores(df: pd.DataFrame) -> pd.DataFrame:
     if d.empty:
         return d.assign(peers=[], peer_median=[], ratio=[])
     shape, n = grouping.codes(d, SHAPE)
-    sizes = d.msg_bytes.to_numpy(dtype=float)
+    sizes = d.msg_bytes.to_numpy()
     at_top = shape >= 0  # a row with a null key is in no shape
     at_top[at_top] = sizes[at_top] == grouping.maxima(shape, sizes, n)[shape[at_top]]  # its shape's largest size
-    at_top &= grouping.firsts(np.where(at_top, d.group.to_numpy(), -2))  # one row per group
+    at_top = grouping.firsts(d.group.to_numpy(), at_top)  # one row per group
     top = where(d[[c for c in _SCORED if c in d]], at_top)
     shape = pd.factorize(shape[at_top])[0]  # numbered in the order the shapes first appear
     peers = np.bincount(shape, minlength=1)

@@ -26,7 +26,7 @@ def codes(df: pd.DataFrame, columns: list[str], dropna: bool = True) -> tuple[np
             if not dropna:  # a null is one more value
                 part, size = np.where(part < 0, size, part), size + 1
         else:
-            part, uniques = pd.factorize(column.to_numpy(), use_na_sentinel=dropna)
+            part, uniques = pd.factorize(column, use_na_sentinel=dropna)  # the Series: an Int64 stays exact
             part, size = part.astype(np.int64), len(uniques)
         null |= part < 0
         if span * max(size, 1) >= _SPAN:  # the distinct keys so far, numbered again from 0
@@ -46,24 +46,37 @@ def codes(df: pd.DataFrame, columns: list[str], dropna: bool = True) -> tuple[np
 def keys(df: pd.DataFrame, group: np.ndarray) -> pd.DataFrame:
     """The first row of each group (`group`: codes numbered in the order they first appear), in
     group order."""
-    return df[firsts(np.where(group >= 0, group, -2))]
+    return df[firsts(group, group >= 0)]
 
 
 def maxima(group: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
-    """The largest of `values` in each of the n groups (NaN skipped; NaN where a group has none)."""
-    keep = (group >= 0) & ~np.isnan(values)
-    out = np.full(n, -np.inf)
-    np.maximum.at(out, group[keep], values[keep].astype(float))
-    out[np.isneginf(out)] = np.nan
+    """The largest of `values` in each of the n groups, in their dtype (integers stay exact past
+    2**53). Floats: NaN skipped, NaN where a group has none; integers: the dtype's least value there."""
+    if values.dtype.kind in "iu":
+        out = np.full(n, np.iinfo(values.dtype).min, dtype=values.dtype)
+        keep = group >= 0
+    else:
+        values = values.astype(float, copy=False)
+        out, keep = np.full(n, -np.inf), (group >= 0) & ~np.isnan(values)
+    np.maximum.at(out, group[keep], values[keep])
+    if out.dtype.kind == "f":
+        out[np.isneginf(out)] = np.nan
     return out
 
 
-def firsts(group: np.ndarray) -> np.ndarray:
-    """Whether each entry is the first of its group (`group`: integers; -2 and below: in none)."""
-    shifted = group.astype(np.int64) + 1  # -1 is a group of its own (a row without group_id)
-    first = np.full(int(shifted.max(initial=0)) + 1, len(group))
-    inside = np.flatnonzero(shifted >= 0)
-    np.minimum.at(first, shifted[inside], inside)
+def firsts(group: np.ndarray, where: np.ndarray | None = None) -> np.ndarray:
+    """Whether each entry is the first of its group, among the entries `where` keeps (every one by
+    default); an entry whose group is null is in none. Codes from -1 up (a frame's `group`) are
+    counted as they are, any other labels factorized first."""
+    inside = np.flatnonzero(where) if where is not None else np.arange(len(group))
+    labels = np.asarray(group)[inside]
+    if labels.dtype.kind in "iu" and len(labels) and labels.min() >= -1 and labels.max() < 2 * len(labels):
+        code = labels.astype(np.int64) + 1  # -1 is a group of its own (a row without group_id)
+    else:
+        code = pd.factorize(labels)[0]  # a null: -1, in no group
+    first = np.full(int(code.max(initial=0)) + 1, len(inside))
+    counted = np.flatnonzero(code >= 0)
+    np.minimum.at(first, code[counted], counted)
     out = np.zeros(len(group), bool)
-    out[first[first < len(group)]] = True
+    out[inside[first[first < len(inside)]]] = True
     return out

@@ -58,12 +58,15 @@ def test_a_group_without_values_has_nan():
     np.testing.assert_array_equal(grouping.maxima(code, values, 4), [3.0, np.nan, 5.0, np.nan])
 
 
-def test_firsts_marks_each_groups_first_row():
+def test_firsts_marks_each_groups_first_row_among_those_kept():
     df = _rows(7)
-    group = np.where(df.value.isna(), -2, df.group)  # -2: in no group
+    kept = df.value.notna().to_numpy()
     want = np.zeros(len(df), bool)
-    want[df[group > -2].groupby("group", sort=False).head(1).index] = True
-    np.testing.assert_array_equal(grouping.firsts(group), want)
+    want[df[kept].groupby("group", sort=False).head(1).index] = True
+    np.testing.assert_array_equal(grouping.firsts(df.group.to_numpy(), kept), want)
+    want[:] = False
+    want[df.groupby("group", sort=False).head(1).index] = True
+    np.testing.assert_array_equal(grouping.firsts(df.group.to_numpy()), want)
 
 
 def test_codes_of_many_wide_keys_do_not_overflow():
@@ -76,7 +79,8 @@ def test_codes_of_many_wide_keys_do_not_overflow():
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_the_peer_rule_judges_the_rows_pandas_group_by_chose(seed):
+@pytest.mark.parametrize("labels", ["codes", "any integers", "strings"])
+def test_the_peer_rule_judges_the_rows_pandas_group_by_chose(seed, labels):
     """diagnosis.shape_scores: each group's row at its shape's largest size, numbered by shape, as
     the pandas group-bys it replaced chose them; rows with a null key in no shape (every row in
     the last case, as in files written before a key column existed)."""
@@ -88,12 +92,17 @@ def test_the_peer_rule_judges_the_rows_pandas_group_by_chose(seed):
         "in_place": rng.random(n) < 0.5, "pattern": pd.Categorical(rng.choice(["pairwise", "inter"], n)),
         "world_size": rng.choice([2.0, 4.0, np.nan], n, p=[0.45, 0.45, 0.1]),
         "ranks_per_node": np.full(n, np.nan) if seed == 3 else np.ones(n),
-        "msg_bytes": rng.choice([1 << 20, 1 << 22, 1 << 24], n), "group": rng.integers(-1, 300, n),
+        "msg_bytes": rng.choice([1 << 20, 1 << 22, 1 << 24] if seed != 2 else [2**53, 2**53 + 1, 2**53 + 2], n),
+        "group": rng.integers(-1, 300, n),
         "status": pd.Categorical(rng.choice(["ok", "failed"], n, p=[0.95, 0.05])),
         "topology": pd.Categorical(["inter"] * n), "backend": pd.Categorical(["gloo"] * n),
         "busbw_gbps": rng.lognormal(0, 0.1, n), "node_first": rng.integers(0, 9, n),
         "node_last": rng.integers(0, 9, n), "local_first": np.zeros(n, int), "local_last": np.zeros(n, int),
     })
+    if labels == "any integers":  # not a frame's codes: negative, and far apart
+        df["group"] = (df.group - 1) * (1 << 40)
+    elif labels == "strings":
+        df["group"] = np.where(df.group < 0, None, df.group.astype(str))
     ok = df[df.status == "ok"]
     top = ok[ok.msg_bytes == ok.groupby(diagnosis.SHAPE, observed=True).msg_bytes.transform("max")]
     top = top.groupby("group", sort=False, observed=True).head(1)
@@ -102,3 +111,13 @@ def test_the_peer_rule_judges_the_rows_pandas_group_by_chose(seed):
     np.testing.assert_array_equal(got.index, top.index)
     np.testing.assert_array_equal(got.peers, np.bincount(shape, minlength=1)[shape] if len(shape) else [])
     assert (len(got) == 0) == (seed == 3)
+
+
+def test_sizes_past_2_to_the_53_stay_apart():
+    """Sizes as integers: 2**53 and 2**53 + 1 are two sizes (a float would merge them)."""
+    df = pd.DataFrame({"shape": [0, 0, 0, 0], "size": np.array([2**53, 2**53 + 1, 2**53, 2**53 + 1])})
+    code, n = grouping.codes(df, ["shape"])
+    assert grouping.maxima(code, df["size"].to_numpy(), n)[0] == 2**53 + 1
+    rows = pd.DataFrame({"a": pd.array([2**53, 2**53 + 1, None], dtype="Int64"), "b": [1, 1, 1]})
+    np.testing.assert_array_equal(grouping.codes(rows, ["a", "b"])[0], [0, 1, -1])
+    np.testing.assert_array_equal(grouping.codes(rows, ["a", "b"], dropna=False)[0], [0, 1, 2])
