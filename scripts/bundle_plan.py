@@ -14,12 +14,16 @@ the GPU image before anything is installed there):
         (torch, numpy, pyarrow, pandas) that the bundle would replace
     python3 scripts/bundle_plan.py protected
         which of those the interpreter has installed
+    python3 scripts/bundle_plan.py source REPO
+        the digest of the sources a bundle is built from (JSON: offline_bundle.sh records it beside
+        the archive; gpu_check.sh refuses a bundle whose record differs from the tree it runs)
 
 Bad arguments: exit 2, one line.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import json
 import re
@@ -103,6 +107,41 @@ def install_plan(report: dict, installed: dict[str, str]) -> tuple[list[str], li
     return wheels, refusals, notes
 
 
+# What the collbench wheel is built from: its packages and its metadata (requirements included)
+SOURCE_DIRS = ("orchestrator", "workloads")
+SOURCE_FILES = ("pyproject.toml",)
+
+
+def source_files(repo: Path) -> list[str]:
+    """The wheel's sources in `repo`, as paths relative to it, sorted (byte code left out)."""
+    found = [name for name in SOURCE_FILES if (repo / name).is_file()]
+    for top in SOURCE_DIRS:
+        for path in (repo / top).rglob("*"):
+            if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
+                found.append(path.relative_to(repo).as_posix())
+    return sorted(found)
+
+
+def source_record(repo: Path) -> dict:
+    """{"sha256": the sources' digest, "files": {path: its own digest, 16 hex digits}}."""
+    files = {name: hashlib.sha256((repo / name).read_bytes()).hexdigest()[:16] for name in source_files(repo)}
+    whole = hashlib.sha256("".join(f"{name}\0{digest}\n" for name, digest in files.items()).encode())
+    return {"sha256": whole.hexdigest(), "files": files}
+
+
+def source_difference(recorded: dict, repo: Path, shown: int = 3) -> str | None:
+    """None where `repo`'s sources are those `recorded`; else which files differ (the first few)."""
+    now = source_record(repo)
+    if now["sha256"] == recorded.get("sha256"):
+        return None
+    old = recorded.get("files") or {}
+    changed = sorted(n for n in now["files"].keys() & old.keys() if now["files"][n] != old[n])
+    added, gone = sorted(now["files"].keys() - old.keys()), sorted(old.keys() - now["files"].keys())
+    parts = [f"{label} {', '.join(names[:shown])}{' and more' if len(names) > shown else ''}"
+             for label, names in (("changed", changed), ("new", added), ("gone", gone)) if names]
+    return "; ".join(parts) or "the sources' digest differs"
+
+
 def _installed() -> dict[str, str]:
     return {canonical(d.metadata["Name"]): d.version for d in importlib.metadata.distributions()
             if d.metadata["Name"]}
@@ -144,7 +183,13 @@ def main(argv: list[str]) -> int:
         for wheel in wheels:
             print(wheel)
         return 0
-    return _usage("usage: bundle_plan.py tags DIR PYTHON GLIBC | omit DIR IMAGE_FILE | install PIP_REPORT | protected")
+    if verb == "source" and len(rest) == 1:
+        if not Path(rest[0]).is_dir():
+            return _usage(f"REPO '{rest[0]}' is not a folder")
+        print(json.dumps(source_record(Path(rest[0]))))
+        return 0
+    return _usage("usage: bundle_plan.py tags DIR PYTHON GLIBC | omit DIR IMAGE_FILE | install PIP_REPORT | protected"
+                  " | source REPO")
 
 
 if __name__ == "__main__":

@@ -3,31 +3,49 @@ in a 15-minute lease): install, one Ray instance for every step, then each step 
 and its outcome on a line of its own, and one verdict (scripts/gpu_verdict.py). Standard library
 only until the install step has run (the GPU image has no Ray).
 
+    bash scripts/gpu_check.sh --prepare                  here: the bundle, fresh, and the call to make
     bash scripts/gpu_check.sh [--bundle DIR] [--evidence DIR] [--rehearse] [--budget 6m]
+
+The prepared call (docs/GPU.md), with the device tool, after `--prepare` and the last code change:
+
+    run(command="PATH=/opt/torch/.venv/bin:$PATH RAY_memory_monitor_refresh_ms=0 bash scripts/gpu_check.sh
+        --bundle .bundle --evidence $OUT --budget 6m", carry=[".bundle"], timeout_s=420)
+
+PATH puts the image's own python3 first (the one holding torch); RAY_memory_monitor_refresh_ms=0
+keeps Ray from killing workers while the machine's memory is still growing (the check sets it too).
 
 Steps (docs/GPU.md says what each proves on one GPU and on eight):
   install     the offline bundle beside the image's own Python (scripts/install_bundle.sh), or
-              `pip install -e .` where a registry answers
-  facts       nvidia-smi's GPUs and -q, topo -m, nvlink --status saved as evidence; torch's view
-  ray         one Ray head for every later step (its own temp dir and port; stopped by its
-              process session at the end, never `ray stop`)
+              `pip install -e .` where a registry answers; a bundle built from other sources than
+              this tree's is refused first (exit 2): --prepare builds a fresh one
+  nvidia-smi  -q, topo -m and nvlink --status saved as evidence (each guarded by a timeout)
+  facts       torch's view: its version, CUDA, the NCCL headers it was built with, the GPUs
+  ray         one Ray head for every later step (its own temp dir and port, Ray's memory monitor
+              off: the machine's memory grows as it is used; stopped by its process session at
+              the end, never `ray stop`)
   doctor      collbench doctor's facts of this node (the real nvidia-smi's, on a GPU)
-  sweep       every collective and dtype, out of place and in place, 1K to 256M (x64: the 8-GPU
-              NVLink floor's size is reached), on every GPU
-  tests/gpu   the GPU tests, on the sweep's rows where they can (one sweep, not two)
+  sweep       every collective (--collectives all) and dtype, out of place and in place, 1K to
+              256M (x64: the 8-GPU NVLink floor's size is reached), on every GPU
+  tests/gpu   the GPU tests on the sweep's rows (one sweep, not two); their CPU form in a rehearsal
   overlap, cuda-graph, replay     with two ranks or more (one rank: not exercised, said)
   report      `collbench report --format json`: flags are read, a crash is a failure
   verdict     one line, PASS or FAIL, and what was not exercised or not run, each named
 
+Evidence (at most 8 files, what the device tool brings back): gpu_check.log, nvidia-smi-q.txt,
+nvidia-smi-topo-m.txt, nvidia-smi-nvlink-status.txt, nccl.log (every worker's NCCL log),
+doctor.json, report.json, and results.tar.gz (the runs' rows and manifests, the tails of Ray's
+session logs, `pip list` of the interpreter that ran).
+
 --rehearse: the same steps without a GPU (gloo on two CPU ranks stands in where a step has a CPU
-form); the GPU-only steps and checks are named as not run. tests/lab/test_gpu_rehearsal.py runs it
-in a copy of the tree, offline, with a Python laid out as the GPU machine's.
-Exit 0 only when every step that ran passed; a bad argument exits 2 with one line.
+form); every GPU-only step and check is named as not run. tests/lab/test_gpu_rehearsal.py runs it
+in a copy of the tree, offline, with a Python 3.12 laid out as the GPU machine's.
+Exit 0 only when every step that ran passed; a bad argument, or a stale bundle, exits 2 with one line.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import re
@@ -35,6 +53,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tarfile
 import tempfile
 import threading
 import time
@@ -44,20 +63,29 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "scripts"))
+import bundle_plan  # noqa: E402  (standard library only)
+
 from orchestrator.lab import raynodes  # noqa: E402  (standard library only)
 
-COLLECTIVES = "all_reduce,all_gather,reduce_scatter,all_to_all,all_to_allv,broadcast,reduce,send_recv"
 # 1K, 64K, 4M, 256M: x64 steps reach 256M, the size the 8-GPU NVLink floor is judged at
 GPU_SIZES = ("-b", "1K", "-e", "256M", "-f", "64")
 CPU_SIZES = ("-b", "1K", "-e", "1M", "-f", "32")
 # Seconds each step may take at most; the budget can cut a step shorter (what is left of it, less
 # what the closing steps need), so the whole check ends within the budget.
-TIMEOUTS_S = {"install": 90, "facts": 30, "ray": 45, "doctor": 30, "sweep": 150, "tests/gpu": 120,
-              "overlap": 40, "cuda-graph": 40, "replay": 40, "report": 20, "verdict": 30}
+TIMEOUTS_S = {"install": 90, "nvidia-smi": 60, "facts": 30, "ray": 45, "doctor": 30, "sweep": 150,
+              "tests/gpu": 120, "overlap": 40, "cuda-graph": 40, "replay": 40, "report": 20, "verdict": 30}
 CLOSING_S = TIMEOUTS_S["report"] + TIMEOUTS_S["verdict"]
 TAIL_LINES = 25  # lines of a failed step's output repeated on the console
 NVIDIA_SMI = {"nvidia-smi-q.txt": ["-q"], "nvidia-smi-topo-m.txt": ["topo", "-m"],
               "nvidia-smi-nvlink-status.txt": ["nvlink", "--status"]}
+RAY_LOG_TAIL_BYTES = 64 << 10  # of each Ray session log, in results.tar.gz
+NCCL_LOG_BYTES = 2 << 20  # of each worker's NCCL log, in nccl.log
+# The prepared call (docs/GPU.md): the image's interpreter first on PATH, Ray's memory monitor off
+IMAGE_PYTHON_BIN = "/opt/torch/.venv/bin"
+BUNDLE_ARGS = ("--python", "3.12", "--image", "scripts/images/nvidia-h200.txt")
+LEASE_S, MACHINE_START_S = 900, 150  # the device tool's lease, and what a machine's start and transfers take
+DEFAULT_BUDGET = "6m"
 
 
 @dataclass
@@ -91,16 +119,16 @@ class Check:
             ) -> tuple[int | None, str]:
         """Run one step: its output to the log, its time and outcome to the console (`judge(rc,
         output)` -> (outcome, note) where the exit code alone does not say). Returns (exit code or
-        None when it timed out, its output)."""
-        timeout_s = min(TIMEOUTS_S[name], self.left_s() - (0 if closing else CLOSING_S))
-        if timeout_s < 5:
-            self._record(Step(name, "failed", 0.0, f"no time left in the {self.budget_s:.0f} s budget"))
+        None when it timed out or could not start, its output)."""
+        timeout_s = self.timeout_s(name, closing)
+        if timeout_s is None:
             return None, ""
         began = time.monotonic()
         rc, output = _run(cmd, self.env, timeout_s, self.evidence / "gpu_check.log")
         seconds = time.monotonic() - began
         if rc is None:
-            step = Step(name, "failed", seconds, f"timed out after {timeout_s:.0f} s")
+            step = Step(name, "failed", seconds, output.strip().splitlines()[-1] if output.startswith("could not")
+                        else f"timed out after {timeout_s:.0f} s")
         elif rc not in ok_codes:
             step = Step(name, "failed", seconds, f"exit {rc}")
         else:
@@ -112,6 +140,15 @@ class Check:
             print(f"    {line}", flush=True)
         self._record(step)
         return rc, output
+
+    def timeout_s(self, name: str, closing: bool = False) -> float | None:
+        """The step's timeout within what is left of the budget; None (the step recorded as
+        failed) where under 5 s are left."""
+        timeout_s = min(TIMEOUTS_S[name], self.left_s() - (0 if closing else CLOSING_S))
+        if timeout_s < 5:
+            self._record(Step(name, "failed", 0.0, f"no time left in the {self.budget_s:.0f} s budget"))
+            return None
+        return timeout_s
 
     def skip(self, name: str, outcome: str, why: str) -> None:
         self._record(Step(name, outcome, 0.0, why))
@@ -127,13 +164,19 @@ class Check:
 
 
 def _run(cmd: list[str], env: dict[str, str], timeout_s: float, log_path: Path) -> tuple[int | None, str]:
-    """`cmd` in a process session of its own (killed whole on timeout), output to the log as it comes."""
+    """`cmd` in a process session of its own (killed whole on timeout), output to the log as it
+    comes. (None, "could not start ...") where the program cannot be started: never a traceback."""
     lines: list[str] = []
     with open(log_path, "a") as log:
         log.write(f"$ {' '.join(cmd)}\n")
         log.flush()
-        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True)
+        try:
+            proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True)
+        except OSError as e:
+            message = f"could not start {cmd[0]}: {e.strerror or e}"
+            log.write(message + "\n")
+            return None, message
 
         def pump() -> None:
             for line in proc.stdout:
@@ -152,6 +195,59 @@ def _run(cmd: list[str], env: dict[str, str], timeout_s: float, log_path: Path) 
     return rc, "".join(lines)
 
 
+# -- the bundle: fresh, or refused ---------------------------------------------------------------
+def bundle_problem(bundle: Path) -> str | None:
+    """Why `bundle` cannot serve this tree (no record of its sources, or other sources), or None."""
+    records = sorted(bundle.glob("collbench-offline-py*.json"))
+    if not records:
+        return (f"--bundle '{bundle}' holds no collbench-offline-pyXY.json (no record of the sources it was built "
+                "from): build it again, `bash scripts/gpu_check.sh --prepare`")
+    for path in records:
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            return f"--bundle '{bundle}': {path.name} does not read as JSON ({e})"
+        differ = bundle_plan.source_difference(record.get("sources") or {}, REPO)
+        if differ:
+            return (f"--bundle '{bundle}' was built from other sources than this tree's (commit "
+                    f"{str(record.get('commit'))[:12]}, {record.get('built_utc')}; {differ}): build it again after "
+                    "the last change, `bash scripts/gpu_check.sh --prepare`")
+    return None
+
+
+def prepare(bundle: Path, budget: str) -> int:
+    """Here, with a registry: a fresh bundle for the GPU machine in `bundle` (built again where it is
+    missing or stale), then the one call to make with the device tool."""
+    problem = bundle_problem(bundle) if bundle.is_dir() else f"no folder {bundle} yet"
+    if problem:
+        print(f"gpu_check: building the bundle: {problem}", flush=True)
+        if bundle.is_dir():
+            own = [p for p in bundle.iterdir() if p.name.startswith("collbench-offline-py")]
+            if len(own) != len(list(bundle.iterdir())):
+                print(f"gpu_check: error: {bundle} holds files other than a bundle's; remove them or choose another "
+                      "folder", file=sys.stderr)
+                return 2
+            for path in own:
+                path.unlink()
+        done = subprocess.run(["bash", str(REPO / "scripts/offline_bundle.sh"), str(bundle), *BUNDLE_ARGS],
+                              cwd=REPO, check=False)
+        if done.returncode != 0:
+            return done.returncode
+        problem = bundle_problem(bundle)
+        if problem:
+            print(f"gpu_check: error: {problem}", file=sys.stderr)
+            return 1
+    archives = sorted(bundle.glob("collbench-offline-py*.tar.xz"))
+    mib = sum(a.stat().st_size for a in archives) / 2**20
+    print(f"gpu_check: {bundle} is built from this tree's sources ({', '.join(a.name for a in archives)}, "
+          f"{mib:.1f} MiB). The call, with the device tool:\n"
+          f'  run(command="PATH={IMAGE_PYTHON_BIN}:$PATH RAY_memory_monitor_refresh_ms=0 bash scripts/gpu_check.sh '
+          f'--bundle {bundle} --evidence $OUT --budget {budget}", carry=["{bundle}"], '
+          f"timeout_s={_budget_s(budget) + 60})")
+    return 0
+
+
+# -- the steps -----------------------------------------------------------------------------------
 def install(check: Check, bundle: Path | None) -> bool:
     if bundle is not None:
         target = check.scratch / "site"
@@ -166,11 +262,46 @@ def install(check: Check, bundle: Path | None) -> bool:
     return rc == 0
 
 
+def nvidia_smi(check: Check) -> None:
+    """nvidia-smi's -q, topo -m and nvlink --status saved as evidence (fixtures to be), within the
+    step's timeout: -q failing, or any of them hanging, fails the step with its reason; topo or
+    nvlink refused (some VMs and drivers do) is noted."""
+    smi = shutil.which("nvidia-smi", path=check.env.get("PATH"))
+    if smi is None:
+        check.skip("nvidia-smi", "not run" if check.rehearse else "failed",
+                   "no GPU (no nvidia-smi on PATH)" if check.rehearse else "no nvidia-smi on PATH")
+        return
+    deadline_s = check.timeout_s("nvidia-smi")
+    if deadline_s is None:
+        return
+    began, problems, notes = time.monotonic(), [], []
+    for i, (name, args) in enumerate(NVIDIA_SMI.items()):
+        what = " ".join(args)
+        # each call its share of what is left, so that one that hangs leaves time for the others
+        left_s = (deadline_s - (time.monotonic() - began)) / (len(NVIDIA_SMI) - i)
+        if left_s < 1:
+            problems.append(f"{what}: no time left")
+            continue
+        rc, output = _run([smi, *args], check.env, left_s, check.scratch / "nvidia-smi.log")
+        (check.evidence / name).write_text(output)
+        first = next((ln.strip() for ln in output.splitlines() if ln.strip()), "")
+        if rc is None:
+            problems.append(f"{what}: {first if output.startswith('could not') else f'timed out after {left_s:.0f} s'}")
+        elif rc != 0:
+            (problems if args == ["-q"] else notes).append(f"{what}: exit {rc}: {first[:100]}")
+    seconds = time.monotonic() - began
+    if problems:
+        check._record(Step("nvidia-smi", "failed", seconds, "; ".join(problems + notes)))
+    else:
+        check._record(Step("nvidia-smi", "ok", seconds, "; ".join([f"{len(NVIDIA_SMI)} outputs saved", *notes])))
+
+
 _TORCH_FACTS = """
 import json, torch
 gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+header = torch.cuda.nccl.version() if gpus else None  # NCCL_MAJOR/MINOR/PATCH of torch's build, not the loaded library
 facts = {"torch": torch.__version__, "cuda": torch.version.cuda, "gpus": gpus,
-         "nccl": ".".join(map(str, torch.cuda.nccl.version())) if gpus else None,
+         "nccl_headers": ".".join(map(str, header)) if header else None,
          "cc": list(min(torch.cuda.get_device_capability(i) for i in range(gpus))) if gpus else None,
          "names": sorted({torch.cuda.get_device_name(i) for i in range(gpus)})}
 print("torch facts:", json.dumps(facts))
@@ -178,20 +309,19 @@ print("torch facts:", json.dumps(facts))
 
 
 def facts(check: Check) -> dict | None:
-    """torch's view of the GPUs; nvidia-smi's outputs saved as evidence (fixtures to be)."""
-    smi = shutil.which("nvidia-smi", path=check.env.get("PATH"))
-    if smi:
-        for name, args in NVIDIA_SMI.items():
-            done = subprocess.run([smi, *args], capture_output=True, text=True, timeout=20, check=False)
-            (check.evidence / name).write_text(done.stdout + done.stderr)
+    """torch's view of the GPUs; `pip list` of the interpreter kept for the evidence archive."""
     rc, output = check.run("facts", [sys.executable, "-c", _TORCH_FACTS])
     found = re.search(r"^torch facts: (.*)$", output, re.M)
     if rc != 0 or not found:
         return None
     torch_facts = json.loads(found.group(1))
-    check.say(f"torch {torch_facts['torch']}, CUDA {torch_facts['cuda']}, NCCL {torch_facts['nccl']}, "
-              f"{torch_facts['gpus']} GPU(s) {', '.join(torch_facts['names'])}"
-              + ("" if smi else "; no nvidia-smi on PATH"))
+    nccl = (f"NCCL headers {torch_facts['nccl_headers']} (torch's build; the loaded library's version is on every "
+            "row, from NCCL's log)") if torch_facts["nccl_headers"] else "no NCCL (no GPU)"
+    check.say(f"{sys.executable}: torch {torch_facts['torch']}, CUDA {torch_facts['cuda']}, {nccl}, "
+              f"{torch_facts['gpus']} GPU(s) {', '.join(torch_facts['names'])}")
+    listed_rc, listed = _run([sys.executable, "-m", "pip", "list", "--format=freeze", "--disable-pip-version-check"],
+                             check.env, 30, check.scratch / "pip-list.log")
+    (check.scratch / "pip-list.txt").write_text(listed if listed_rc == 0 else f"pip list failed: {listed[-500:]}")
     return torch_facts
 
 
@@ -209,34 +339,41 @@ sys.exit(0 if nodes else 1)
 """
 
 
-def start_ray(check: Check, gpus: int) -> int | None:
-    """One Ray head for the whole check, in a process session of its own; its session id. The GPUs
-    torch sees are given to Ray (`--num-gpus`), not left to its own detection through NVML."""
+def start_ray(check: Check, gpus: int) -> tuple[int | None, Path]:
+    """One Ray head for the whole check, in a process session of its own: (its session id, None
+    where it could not start; its temp dir). The GPUs torch sees are given to Ray (`--num-gpus`),
+    not left to its own detection through NVML."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    temp = tempfile.mkdtemp(prefix="cbg", dir="/tmp")  # short: Ray's socket paths are limited
+    temp = Path(tempfile.mkdtemp(prefix="cbg", dir="/tmp"))  # short: Ray's socket paths are limited
     # a token of its own, for the head and every client of the check: Ray 2.60 turns token
     # authentication on where a token file (~/.ray/auth_token) exists, and a client without
     # RAY_AUTH_MODE=token is then refused ("InvalidAuthToken")
     check.env.update(raynodes.auth_env(str(check.scratch / "auth_token")))
     began = time.monotonic()
     cmd = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block", "--disable-usage-stats",
-           "--port", str(port), "--node-ip-address", "127.0.0.1", "--temp-dir", temp,
+           "--port", str(port), "--node-ip-address", "127.0.0.1", "--temp-dir", str(temp),
            "--include-dashboard=false", *(["--num-gpus", str(gpus)] if gpus else [])]
     with open(check.evidence / "gpu_check.log", "a") as log:
         log.write(f"$ {' '.join(cmd)}\n")
-        sid = subprocess.Popen(cmd, cwd=REPO, env=check.env, stdout=log, stderr=subprocess.STDOUT,
-                               stdin=subprocess.DEVNULL, start_new_session=True).pid
+        try:
+            sid = subprocess.Popen(cmd, cwd=REPO, env=check.env, stdout=log, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL, start_new_session=True).pid
+        except OSError as e:
+            check.skip("ray", "failed", f"could not start Ray's head: {e.strerror or e}")
+            return None, temp
     address = f"127.0.0.1:{port}"
-    if not raynodes.wait_port("127.0.0.1", port, TIMEOUTS_S["ray"] - 10):
-        check.skip("ray", "failed", f"Ray's head did not listen on {address} within {TIMEOUTS_S['ray'] - 10} s")
-        return sid
+    wait_s = max(5.0, min(TIMEOUTS_S["ray"] - 10, check.left_s() - CLOSING_S))
+    if not raynodes.wait_port("127.0.0.1", port, wait_s):
+        check.skip("ray", "failed", f"Ray's head did not listen on {address} within {wait_s:.0f} s (its output: "
+                                    "gpu_check.log; its logs: results.tar.gz)")
+        return sid, temp
     rc, _ = check.run("ray", [sys.executable, "-c", _RAY_READY, address, "20"])
     check.steps[-1].seconds = time.monotonic() - began
     if rc == 0:
         check.env["RAY_ADDRESS"] = address
-    return sid
+    return sid, temp
 
 
 def measure(check: Check, torch_facts: dict, results: Path) -> None:
@@ -253,17 +390,14 @@ def measure(check: Check, torch_facts: dict, results: Path) -> None:
     sweep = results / "sweep"
     sizes = CPU_SIZES if check.rehearse else GPU_SIZES
     iters = ["-n", "5"] if check.rehearse else ["-n", "20"]
-    check.run("sweep", [*om, "run", *common, "--collectives", COLLECTIVES, "-d", "all", *sizes, *iters,
+    check.run("sweep", [*om, "run", *common, "--collectives", "all", "-d", "all", *sizes, *iters,
                         "--output", str(sweep)])
     tests = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "tests/gpu"]
     check.env["COLLBENCH_GPU_SWEEP"] = str(sweep)
-    if check.rehearse:
-        # no GPU: every test skips with the gate's reason; this proves the tests import and collect
-        check.run("tests/gpu", tests, judge=lambda rc, output: ("ok", "skipped without a GPU, the gate's reason "
-                                                                     "above" if " skipped" in output else ""))
-    else:
+    if not check.rehearse:
         check.env["COLLBENCH_REQUIRE_GPU"] = "1"
-        check.run("tests/gpu", tests)
+    # no GPU: the tests' CPU form, on the rehearsal's own sweep
+    check.run("tests/gpu", tests, judge=lambda rc, output: ("ok", _pytest_summary(output)))
     if ranks < 2:
         why = "1 rank: NCCL puts no work on the GPU for these"
         for name in ("overlap", "cuda-graph", "replay"):
@@ -282,6 +416,12 @@ def measure(check: Check, torch_facts: dict, results: Path) -> None:
     trace = REPO / "tests/fixtures/flight_recorder" / ("tp_dp" if ranks >= 4 else "ddp")
     backend = ["--backend", "gloo", "--ranks-per-node", "2"] if check.rehearse else ["--backend", "nccl"]
     check.run("replay", [*om, "replay", str(trace), *backend, "--repeat", "2", "--output", str(results / "replay")])
+
+
+def _pytest_summary(output: str) -> str:
+    """pytest's last line ("6 passed, 1 skipped in 22.5s"), without its time."""
+    lines = [ln.strip() for ln in output.splitlines() if re.search(r"\d+ (passed|failed|skipped)", ln)]
+    return re.sub(r" in [\d.]+s.*$", "", lines[-1].strip("= ")) if lines else ""
 
 
 def _json_in(output: str) -> dict | None:
@@ -324,6 +464,7 @@ def verdict(check: Check, sweep: Path) -> None:
     check.run("verdict", cmd + (["--no-gpu"] if check.rehearse else []), closing=True, show_lines=TAIL_LINES)
 
 
+# -- the evidence --------------------------------------------------------------------------------
 def collect_nccl_logs(check: Check, folder: Path) -> None:
     """Every worker's NCCL log in one file (the device tool brings back at most 8 files)."""
     logs = sorted(folder.glob("*.log"))
@@ -332,26 +473,72 @@ def collect_nccl_logs(check: Check, folder: Path) -> None:
     with open(check.evidence / "nccl.log", "w") as out:
         for path in logs:
             out.write(f"==> {path.name} <==\n")
-            out.write(path.read_text(errors="replace")[: 2 << 20])
+            out.write(path.read_text(errors="replace")[:NCCL_LOG_BYTES])
+
+
+def archive_evidence(check: Check, results: Path, ray_temp: Path | None) -> None:
+    """results.tar.gz: the runs' rows and manifests (results/), the last 64 KiB of each Ray session
+    log (ray-logs/: where an actor's death or an NCCL abort is explained) and `pip list`."""
+    path = check.evidence / "results.tar.gz"
+    try:
+        with tarfile.open(path, "w:gz") as tar:
+            if results.is_dir():
+                tar.add(results, arcname="results")
+            if (check.scratch / "pip-list.txt").is_file():
+                tar.add(check.scratch / "pip-list.txt", arcname="pip-list.txt")
+            logs = ray_temp / "session_latest" / "logs" if ray_temp else None
+            for log in sorted(logs.rglob("*")) if logs and logs.is_dir() else []:
+                if log.is_file() and log.stat().st_size:
+                    with open(log, "rb") as f:
+                        f.seek(max(0, log.stat().st_size - RAY_LOG_TAIL_BYTES))
+                        data = f.read()
+                    info = tarfile.TarInfo(f"ray-logs/{log.relative_to(logs).as_posix()}")
+                    info.size, info.mtime = len(data), int(log.stat().st_mtime)
+                    tar.addfile(info, io.BytesIO(data))
+        check.say(f"evidence archive {path.name}: {path.stat().st_size / 2**20:.1f} MiB (rows, manifests, Ray's "
+                  "log tails, pip list)")
+    except OSError as e:
+        check.say(f"evidence archive {path.name} not written: {e}")
+
+
+def _budget_s(text: str) -> int:
+    budget = re.fullmatch(r"(\d+)([sm]?)", text)
+    if not budget or int(budget.group(1)) == 0:
+        raise ValueError(text)
+    return int(budget.group(1)) * (60 if budget.group(2) == "m" else 1)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="gpu_check.sh", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--bundle", type=Path, help="offline bundle folder (scripts/offline_bundle.sh); without "
-                        "it, pip installs this checkout from a registry")
-    parser.add_argument("--evidence", type=Path, help="folder for the outputs worth keeping: this log, nvidia-smi's "
-                        "-q, topo -m and nvlink --status, NCCL's logs, doctor and report JSON (default: $OUT "
-                        "where set, else a new temporary folder)")
+    parser = argparse.ArgumentParser(prog="gpu_check.sh", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="docs/GPU.md: the prepared call, what a pass proves, the runs so far.")
+    parser.add_argument("--bundle", type=Path, help="offline bundle folder (scripts/offline_bundle.sh; --prepare "
+                        "makes it); refused (exit 2) where it was built from other sources than this tree's; "
+                        "without it, pip installs this checkout from a registry")
+    parser.add_argument("--evidence", type=Path, help="folder for the outputs worth keeping (8 files: this log, "
+                        "nvidia-smi's -q, topo -m and nvlink --status, NCCL's logs, doctor and report JSON, "
+                        "results.tar.gz; default: $OUT where set, else a new temporary folder)")
     parser.add_argument("--rehearse", action="store_true", help="no GPU: gloo on two CPU ranks where a step has a "
-                        "CPU form, the GPU-only steps named as not run")
-    parser.add_argument("--budget", default="6m", help="the whole check's time, e.g. 360s or 6m (default 6m)")
+                        "CPU form, every GPU-only step and check named as not run")
+    parser.add_argument("--budget", default=DEFAULT_BUDGET, help="the whole check's time, e.g. 360s or 6m (default "
+                        f"{DEFAULT_BUDGET}); a second attempt in the same lease: the device tool's budget_left_s less "
+                        f"{MACHINE_START_S} s for the machine's start and the transfers")
+    parser.add_argument("--prepare", action="store_true", help="here, with a package registry: build the bundle "
+                        "(--bundle, default .bundle) for the GPU machine where it is missing or older than the tree's "
+                        "sources, and print the one call to make with the device tool")
     args = parser.parse_args(argv)
-    budget = re.fullmatch(r"(\d+)([sm]?)", args.budget)
-    if not budget or int(budget.group(1)) == 0:
+    try:
+        budget_s = _budget_s(args.budget)
+    except ValueError:
         parser.error(f"--budget '{args.budget}' is not a duration such as 360s or 6m")
-    budget_s = int(budget.group(1)) * (60 if budget.group(2) == "m" else 1)
-    if args.bundle is not None and not args.bundle.is_dir():
-        parser.error(f"--bundle '{args.bundle}' is not a folder")
+    if args.prepare:
+        return prepare(args.bundle or REPO / ".bundle", args.budget)
+    if args.bundle is not None:
+        if not args.bundle.is_dir():
+            parser.error(f"--bundle '{args.bundle}' is not a folder")
+        problem = bundle_problem(args.bundle)
+        if problem:
+            parser.error(problem)
     evidence = args.evidence or (Path(os.environ["OUT"]) if os.environ.get("OUT") else None)
     evidence = evidence or Path(tempfile.mkdtemp(prefix="gpu-check-evidence-"))
     evidence.mkdir(parents=True, exist_ok=True)
@@ -361,12 +548,16 @@ def main(argv: list[str] | None = None) -> int:
     nccl_logs.mkdir()
     check.env["NCCL_DEBUG_FILE"] = str(nccl_logs / "nccl.%h.%p.log")
     check.env["PYTHONUNBUFFERED"] = "1"
+    # the GPU machine's memory starts small and grows with use; Ray's monitor would kill the newest
+    # worker past 95% of the current total
+    check.env["RAY_memory_monitor_refresh_ms"] = "0"
     check.say(f"{'rehearsal (no GPU)' if args.rehearse else 'GPU check'} of {REPO}, budget {budget_s} s, "
               f"evidence -> {evidence}")
-    ray_session = None
+    ray_session, ray_temp, results = None, None, scratch / "results"
     try:
         if not install(check, args.bundle):
             return _close(check)
+        nvidia_smi(check)
         torch_facts = facts(check)
         if torch_facts is None:
             return _close(check)
@@ -375,10 +566,9 @@ def main(argv: list[str] | None = None) -> int:
             check.run("tests/gpu", [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "tests/gpu"])
             check.skip("sweep", "failed", "torch sees no GPU (tests/gpu says why)")
             return _close(check)
-        ray_session = start_ray(check, 0 if args.rehearse else torch_facts["gpus"])
+        ray_session, ray_temp = start_ray(check, 0 if args.rehearse else torch_facts["gpus"])
         if "RAY_ADDRESS" not in check.env:
             return _close(check)
-        results = scratch / "results"
         measure(check, torch_facts, results)
         report(check, results / "sweep")
         verdict(check, results / "sweep")
@@ -386,7 +576,10 @@ def main(argv: list[str] | None = None) -> int:
         if ray_session is not None:
             raynodes.stop_sessions([ray_session], grace_s=5)
         collect_nccl_logs(check, nccl_logs)
+        archive_evidence(check, results, ray_temp)
         shutil.rmtree(scratch, ignore_errors=True)
+        if ray_temp is not None:
+            shutil.rmtree(ray_temp, ignore_errors=True)
     return _close(check)
 
 
@@ -397,6 +590,9 @@ def _close(check: Check) -> int:
     over = f"; over the {check.budget_s:.0f} s budget" if total_s > check.budget_s else ""
     check.say(f"{'FAILED: ' + ', '.join(s.name for s in failed) if failed else 'every step that ran passed'}"
               f" | {total_s:.0f} s in all{over} | evidence in {check.evidence}")
+    if failed:
+        check.say(f"a second attempt in the same lease: --budget (the device tool's budget_left_s - "
+                  f"{MACHINE_START_S})s; this one took {total_s:.0f} s")
     return 1 if failed else 0
 
 

@@ -31,8 +31,12 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import pandas as pd
+
+# collbench from this tree, never a copy installed from a bundle built before the last change
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 # all_reduce busbw floors (GB/s) of 8-GPU NVLink nodes at >= 256 MiB, a margin under what the parts
 # reach (README: Expected values): H100/H200 SXM ~360-370 ring, A100 SXM ~230, B200 ~700. Applied
@@ -109,7 +113,7 @@ def verdict(df: pd.DataFrame, manifests: dict[str, dict] | None = None,
     ok = df[df.status == "ok"]
     if gpu:
         versions = sorted(set(df.nccl_version.dropna()))
-        facts.append(f"NCCL {','.join(versions) or '?'}")
+        facts.append(f"NCCL library {','.join(versions) or '?'} (loaded; its log's banner)")
         if df.nccl_version.isna().any():
             problems.append("NCCL's log was not read on every row")
         facts += [f"NCCL {label} {','.join(sorted(set(df[c].dropna())))}" for c, label in BUILD
@@ -192,7 +196,11 @@ def _timing(ok: pd.DataFrame, manifests: dict[str, dict], facts: list[str], prob
 def _coverage(ok: pd.DataFrame, manifests: dict[str, dict], cc: tuple[int, int] | None, facts: list[str],
               problems: list[str], n: int, gpu: bool) -> None:
     dtypes = sorted(set(ok.dtype))
-    facts.append(f"{len(set(ok.collective) - {'overlap'})} collectives x {len(dtypes)} dtypes")
+    collectives = set(ok.collective) - {"overlap"}
+    if gpu and n < 2:
+        facts.append(_one_rank_work(ok, len(dtypes)))
+    else:
+        facts.append(f"{len(collectives)} collectives x {len(dtypes)} dtypes")
     if cc is not None and cc >= (9, 0) and not {"float8_e4m3", "float8_e5m2"} <= set(dtypes):
         problems.append(f"compute capability {cc[0]}.{cc[1]} and no float8 rows")
     if n < 2:
@@ -211,6 +219,19 @@ def _coverage(ok: pd.DataFrame, manifests: dict[str, dict], cc: tuple[int, int] 
         problems.append("the --cuda-graph run has no ok row")
     else:
         facts.append(f"cuda-graph rows {len(ok[ok.run_id.isin(graphs)])}")
+
+
+def _one_rank_work(ok: pd.DataFrame, n_dtypes: int) -> str:
+    """Which collectives put work on the GPU on one rank: NCCL hands a one-rank call to
+    ncclLaunchOneRank (enqueue.cc), which copies out of place and launches nothing in place
+    (onerank.cu: dst == src returns; a premultiplied sum, `avg`, launches a kernel even in place);
+    all_to_all goes the same way (or to a send/recv to itself: a copy in NCCL's kernel)."""
+    collectives = set(ok.collective) - {"overlap"}
+    worked = sorted(set(_out_of_place(ok).collective) & collectives)
+    idle = sorted(collectives - set(worked))
+    line = f"GPU work on 1 rank: {len(worked)} collectives x {n_dtypes} dtypes ({', '.join(worked) or 'none'}: " \
+           "out of place, a device copy)"
+    return line + (f", none from {', '.join(idle)} (in place only: NCCL launches nothing)" if idle else "")
 
 
 def _copy_timing(ok: pd.DataFrame, copy_us: Callable[[int], float], facts: list[str], problems: list[str]) -> None:

@@ -35,7 +35,13 @@ python3 -m pip --version >/dev/null 2>&1 || die "$(command -v python3) has no pi
 
 wheels=$(mktemp -d)
 trap 'rm -rf "$wheels"' EXIT
-xz -dc "$archive" | tar -C "$wheels" -xf - || die "could not unpack $archive"
+# unpacked by Python's tarfile (lzma is in the standard library): the GPU image need not have `xz`
+python3 - "$archive" "$wheels" <<'PY' || die "could not unpack $archive"
+import sys, tarfile
+with tarfile.open(sys.argv[1], "r:xz") as archive:
+    kwargs = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # 3.12: refuse links out, devices
+    archive.extractall(sys.argv[2], **kwargs)
+PY
 pip=(python3 -m pip --disable-pip-version-check)
 # What the image lacks: pip's own resolver, against the image's installed distributions.
 if ! "${pip[@]}" install -q --dry-run --no-index --find-links "$wheels" --report "$wheels/plan.json" \

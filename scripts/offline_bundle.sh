@@ -3,7 +3,10 @@
 # and its GPU check (scripts/gpu_check.sh --bundle DIR): collbench as a wheel and every dependency
 # except torch (the image's own torch is used), plus pytest for tests/gpu. Ray Core only (no
 # dashboard): Ray's Java, RLlib, LLM and libraries on top of Ray Core are left out, native code is stripped (scripts/repack_wheels.py),
-# and all wheels go into one solid xz archive, DIR/collbench-offline-pyXY.tar.xz.
+# and all wheels go into one solid xz archive, DIR/collbench-offline-pyXY.tar.xz. Beside it,
+# DIR/collbench-offline-pyXY.json records what it was built for and from: the target, the commit,
+# and the digest of the sources (scripts/bundle_plan.py source), which gpu_check.sh compares with
+# the tree it runs before it installs anything (a bundle built before the last change is refused).
 #
 #     scripts/offline_bundle.sh DIR [--python 3.12] [--glibc 2.35] [--image FILE] [--max-mib 50]
 #
@@ -29,7 +32,7 @@ while [ $# -gt 0 ]; do
         --max-mib) [ $# -ge 2 ] || die_usage "--max-mib needs a size in MiB"; max_mib=$2; shift 2 ;;
         --glibc) [ $# -ge 2 ] || die_usage "--glibc needs a version such as 2.35"; glibc=$2; shift 2 ;;
         --image) [ $# -ge 2 ] || die_usage "--image needs a file of distribution names"; image=$2; shift 2 ;;
-        -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         -*) die_usage "unknown option $1 ($usage)" ;;
         *) [ -z "$dest" ] || die_usage "one DIR only, got '$dest' and '$1'"; dest=$1; shift ;;
     esac
@@ -105,6 +108,20 @@ archive="$dest/collbench-offline-py${python_version/./}.tar.xz"
 # one thread (xz's threads cut the stream into blocks that compress 4% worse: 3 MiB here).
 tar -C "$stage/wheels" -cf - . | xz -T1 --x86 --lzma2=preset=9 > "$archive.partial"
 mv "$archive.partial" "$archive"
+# what the bundle was built for and from (gpu_check.sh refuses it for a tree whose sources differ)
+commit=$(git -C "$repo" rev-parse HEAD 2>/dev/null || echo unknown)
+dirty=$( { git -C "$repo" status --porcelain -- orchestrator workloads pyproject.toml 2>/dev/null || true; } | head -c 1)
+python3 - "$repo" "$python_version" "$glibc" "${image:-none}" "$commit" "${dirty:+yes}" \
+        > "${archive%.tar.xz}.json" <<'PY'
+import datetime, json, pathlib, sys
+sys.path.insert(0, sys.argv[1] + "/scripts")
+from bundle_plan import source_record
+repo, python, glibc, image, commit, dirty = sys.argv[1:7]
+print(json.dumps({"python": python, "glibc": glibc, "image": image, "commit": commit,
+                  "uncommitted_changes": dirty == "yes",
+                  "built_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                  "sources": source_record(pathlib.Path(repo))}, indent=1))
+PY
 size_bytes=$(stat -c %s "$archive")
 size_mib=$(python3 -c "print(f'{$size_bytes / 1048576:.1f}')")
 echo "offline bundle: $archive: $size_mib MiB ($(ls "$stage/wheels" | wc -l) wheels for Python $python_version;" \

@@ -136,7 +136,7 @@ def node_checks(n: NodeFacts, ray_gpus: int = 0) -> list[Check]:
     if n.gpus or ray_gpus:
         out.append(_gpu_count(n, ray_gpus))
     for g in n.gpus:
-        out += _gpu(g)
+        out += _gpu(g, len(n.gpus))
     out += _rdma(n)
     if n.gpus and n.rdma:
         out += [_gpudirect(n), *_affinity(n)]
@@ -200,7 +200,7 @@ def _gpu_count(n: NodeFacts, ray_gpus: int) -> Check:
     return Check("GPUs in Ray", OK, f"{ray_gpus} GPU(s), all in Ray")
 
 
-def _gpu(g) -> list[Check]:
+def _gpu(g, gpus_on_node: int = 1) -> list[Check]:
     name = f"GPU {g.index}"
     out = []
     if g.mig == "Enabled":
@@ -224,7 +224,11 @@ def _gpu(g) -> list[Check]:
                              f"clocks held down: {', '.join(active)} (0x{g.events:x})",
                              "check cooling and power (nvidia-smi -q -d PERFORMANCE); a throttled GPU slows its "
                              "whole group"))
-    if g.nvlinks_inactive and g.nvlinks_active is not None:
+    if g.nvlinks_inactive and g.nvlinks_active == 0 and gpus_on_node == 1:
+        # a lone NVLink GPU (a one-GPU VM of an SXM part): links without a peer never come up
+        out.append(Check(f"{name} NVLink", OK, f"no NVLink peers ({g.nvlinks_inactive} link(s), all inactive: the "
+                         "node's only GPU)"))
+    elif g.nvlinks_inactive and g.nvlinks_active is not None:
         out.append(Check(f"{name} NVLink", FAIL, f"{g.nvlinks_inactive} NVLink link(s) inactive, "
                          f"{g.nvlinks_active} up", "reset the GPU or check the NVSwitch fabric (nvidia-smi nvlink -s; "
                          "fabric manager)"))

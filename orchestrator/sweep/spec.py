@@ -56,10 +56,10 @@ class SweepSpec:
     collectives: tuple[str, ...] = _opt(
         DEFAULT_COLLECTIVES,
         ("--collectives",),
-        "collectives to run, comma-separated: " + ",".join(COLLECTIVES) + "; also overlap (a matmul and "
-        "all_reduce alone and together, not in the default); all_to_allv (uneven splits from --traffic) is not "
-        "in the default either",
-        "list",
+        "collectives to run, comma-separated: " + ",".join(COLLECTIVES) + ", or all (every one of them); also "
+        "overlap (a matmul and all_reduce alone and together, not in the default nor in all); all_to_allv (uneven "
+        "splits from --traffic) is not in the default",
+        "list", every=COLLECTIVES,
     )
     dtypes: tuple[str, ...] = _opt(
         ("float32",), ("-d", "--dtypes"), "element types, comma-separated: " + ",".join(ELEMENT_BYTES) + ", or all "

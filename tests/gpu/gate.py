@@ -1,7 +1,11 @@
-"""Whether tests/gpu run, skip or fail on this machine: `decide` is pure (tests/unit/test_gpu_gate.py
-gives it injected facts); `read_facts` reads them here. Also what they expect by GPU count.
+"""Whether tests/gpu run on the GPUs, in their CPU form, or fail on this machine: `decide` is pure
+(tests/unit/test_gpu_gate.py gives it injected facts); `read_facts` reads them here. `Target` says
+what the tests then run on; `planned` what a run's rows must hold, from the declarations the sweep
+reads (the manifest's spec and the registry), never a hand copy.
 
-The GPU tests skip only where this machine has no NVIDIA GPU at all. Where a GPU is there (nvidia-smi
+Where this machine has no NVIDIA GPU at all, the tests run their CPU form (gloo on CPU ranks, each
+CUDA-only part swapped for its stand-in and named), so that what they assert about sets, columns,
+JSON and commands runs in CI and fails there when the code drifts. Where a GPU is there (nvidia-smi
 lists one, or the kernel driver made /dev/nvidiaN) and torch cannot use CUDA, every GPU test fails
 with the reason: a driver older than torch's CUDA needs (sweep.devices.driver_problem, the run's own
 check), a CPU-only torch, CUDA_VISIBLE_DEVICES hiding the GPUs, or torch's own error. So
@@ -13,19 +17,21 @@ from __future__ import annotations
 
 import enum
 import glob
+import json
 import os
 import re
 import subprocess
 from dataclasses import dataclass
 
-from orchestrator.sweep.devices import DeviceCaps, driver_problem, parse_version
+from orchestrator.sweep.devices import FLOAT8, FLOAT8_MIN_CC, DeviceCaps, driver_problem, parse_version
+from workloads import registry
 
 _QUERY = "name,memory.total,compute_cap,driver_version"
 
 
 class Gate(enum.Enum):
-    RUN = "run"
-    SKIP = "skip"
+    RUN = "run"  # on the GPUs, over NCCL
+    CPU = "cpu"  # no NVIDIA GPU here: the CPU form (gloo, CPU tensors)
     FAIL = "fail"
 
 
@@ -57,7 +63,7 @@ def decide(f: Facts) -> tuple[Gate, str]:
         reason = f"no NVIDIA GPU on this machine ({why}; no /dev/nvidiaN)"
         if f.require_gpu:
             return Gate.FAIL, reason + " and COLLBENCH_REQUIRE_GPU=1: the GPU check has nothing to measure"
-        return Gate.SKIP, reason
+        return Gate.CPU, reason + ": the CPU form runs (gloo on CPU ranks)"
     seen = (f"nvidia-smi lists {smi.gpus} x {smi.gpu_name} (driver {smi.driver_version})" if smi.gpus else
             f"/dev has {f.device_files} NVIDIA device(s) but nvidia-smi "
             + (f"failed: {f.smi_error}" if f.smi_error else "is not installed"))
@@ -96,6 +102,63 @@ def intra_group_sizes(n: int) -> list[int]:
     below n, then n; one group of one GPU on a one-GPU machine (orchestrator/sweep/planner.py)."""
     sizes = [2 << k for k in range(max(n - 1, 0).bit_length()) if 2 << k < n]
     return [*sizes, n] if n >= 2 else [1]
+
+
+# The CPU form's stand-ins for float8, which gloo refuses ("Invalid scalar type"): the two small
+# floats it moves; its own sweep's ranks, one as on the one-GPU machine (the rehearsal's sweep has two)
+CPU_FLOAT8_STAND_INS = ("float16", "bfloat16")
+CPU_RANKS = 1
+
+
+@dataclass(frozen=True)
+class Target:
+    """What tests/gpu run on: every GPU of this machine over NCCL, or their CPU form (gloo on CPU
+    ranks, with the CUDA-only parts swapped for stand-ins that `cpu_form` names)."""
+
+    gpu: bool
+    reason: str  # the gate's
+    ranks: int = CPU_RANKS  # GPUs torch sees, or the CPU form's ranks for a sweep of its own
+    float8_capable: bool = False  # compute capability 9.0 or newer on every GPU
+
+    @property
+    def backend(self) -> str:
+        return "nccl" if self.gpu else "gloo"
+
+    def run_args(self, ranks: int | None = None) -> list[str]:
+        """`collbench run` options that put a run on this target (`ranks`: the CPU form's)."""
+        if self.gpu:
+            return ["--backend", "nccl"]
+        return ["--backend", "gloo", "--ranks-per-node", str(ranks or self.ranks)]
+
+    @property
+    def float8(self) -> tuple[str, ...]:
+        """The dtypes the float8 test reads: float8 where the GPUs reduce it; the CPU form's stand-ins
+        (nothing on a GPU older than 9.0, where float8 is refused)."""
+        if not self.gpu:
+            return CPU_FLOAT8_STAND_INS
+        return tuple(sorted(FLOAT8)) if self.float8_capable else ()
+
+    def cpu_form(self, what: str) -> str:
+        """The line a CUDA-only check gives where the CPU form cannot make it."""
+        return f"CPU form (no NVIDIA GPU here): {what}"
+
+
+def target_of(gate: Gate, reason: str) -> Target:
+    """The target for a RUN or CPU decision (torch is imported only for RUN)."""
+    if gate is Gate.CPU:
+        return Target(gpu=False, reason=reason)
+    import torch
+
+    n = torch.cuda.device_count()
+    capable = min(torch.cuda.get_device_capability(i) for i in range(n)) >= FLOAT8_MIN_CC
+    return Target(gpu=True, reason=reason, ranks=n, float8_capable=capable)
+
+
+def planned(manifest: dict, world_size: int) -> set[str]:
+    """The collectives a run planned for groups of `world_size`: its spec's (as the manifest saved
+    what the sweep read) that the registry lets run on that many ranks (send_recv needs two)."""
+    spec = json.loads(manifest["spec"])
+    return {name for name in spec["collectives"] if registry.collective_of(name).min_ranks <= world_size}
 
 
 def read_facts() -> Facts:

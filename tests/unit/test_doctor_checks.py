@@ -140,3 +140,17 @@ def test_the_same_environment_is_read_for_every_prefix_a_run_records():
     same, _ = ck.same_everywhere(nodes)
     variables = next(c for c in same if c.name == "same variables")
     assert variables.status == "warn" and "TORCH_NCCL_BLOCKING_WAIT" in variables.detail
+
+
+def test_a_lone_gpus_inactive_nvlinks_are_no_peers_not_a_fault():
+    """A one-GPU VM of an SXM part (the H200 machine): every link inactive, none up, no other GPU to
+    reach; on a node of several GPUs the same links down are a fault."""
+    lone = Gpu(0, "NVIDIA H200", "00000000:00:1e.0", nvlinks_active=0, nvlinks_inactive=18)
+    one = {c.name: c for c in ck.node_checks(_node(IPS[0], gpus=(lone,)), ray_gpus=1)}
+    assert (one["GPU 0 NVLink"].status, one["GPU 0 NVLink"].detail) == (
+        "ok", "no NVLink peers (18 link(s), all inactive: the node's only GPU)")
+    pair = (lone, Gpu(1, "NVIDIA H200", "00000000:00:1f.0", nvlinks_active=0, nvlinks_inactive=18))
+    two = {c.name: c for c in ck.node_checks(_node(IPS[0], gpus=pair), ray_gpus=2)}
+    assert two["GPU 0 NVLink"].status == "fail" and two["GPU 0 NVLink"].detail == "18 NVLink link(s) inactive, 0 up"
+    half = Gpu(0, "NVIDIA H200", "00000000:00:1e.0", nvlinks_active=9, nvlinks_inactive=9)
+    assert {c.name: c for c in ck.node_checks(_node(IPS[0], gpus=(half,)))}["GPU 0 NVLink"].status == "fail"

@@ -1,4 +1,4 @@
-"""The GPU tests' run/skip/fail decision (tests/gpu/gate.py) on injected facts, and once through
+"""The GPU tests' GPU/CPU-form/fail decision (tests/gpu/gate.py) on injected facts, and once through
 pytest on this CPU machine with a stand-in nvidia-smi on PATH (a GPU torch cannot use: errors)."""
 
 import os
@@ -28,18 +28,19 @@ def test_torch_using_the_gpus_runs():
     assert decide(_facts(smi_output=None, cuda_available=True, torch_gpus=1))[0] is Gate.RUN
 
 
-def test_no_gpu_at_all_skips_unless_a_gpu_is_required():
+def test_no_gpu_at_all_runs_the_cpu_form_unless_a_gpu_is_required():
     none = _facts(smi_output=None, torch_cuda=None, torch_version="2.13.0+cpu")
-    assert decide(none) == (Gate.SKIP, "no NVIDIA GPU on this machine (nvidia-smi is not installed; no /dev/nvidiaN)")
+    assert decide(none) == (Gate.CPU, "no NVIDIA GPU on this machine (nvidia-smi is not installed; no /dev/nvidiaN): "
+                                      "the CPU form runs (gloo on CPU ranks)")
     gate, reason = decide(Facts(**{**none.__dict__, "require_gpu": True}))
     assert gate is Gate.FAIL and reason.endswith("COLLBENCH_REQUIRE_GPU=1: the GPU check has nothing to measure")
     empty = _facts(smi_output="", smi_error="exit 6: No devices were found")
-    assert decide(empty) == (Gate.SKIP, ("no NVIDIA GPU on this machine (nvidia-smi: exit 6: No devices were found; "
-                                         "no /dev/nvidiaN)"))
+    assert decide(empty) == (Gate.CPU, ("no NVIDIA GPU on this machine (nvidia-smi: exit 6: No devices were found; "
+                                        "no /dev/nvidiaN): the CPU form runs (gloo on CPU ranks)"))
     # nvidia-smi installed without a driver, and no device file: no GPU was given to this machine
     no_driver = _facts(smi_output="", smi_error="exit 9: NVIDIA-SMI has failed because it couldn't communicate "
                                                 "with the NVIDIA driver.")
-    assert decide(no_driver)[0] is Gate.SKIP
+    assert decide(no_driver)[0] is Gate.CPU
 
 
 def test_a_driver_too_old_for_torchs_cuda_fails_with_both_versions():

@@ -39,7 +39,8 @@ def _rows(n: int, busbw: float, nccl="2.21.5", intra="NVLS+P2P/NVL", model="NVID
 def test_a_healthy_node_passes_with_its_figures():
     ok, line = gpu_verdict.verdict(_rows(8, 362.0), MANIFESTS, (9, 0))
     assert ok, line
-    assert line.startswith("collbench GPU check: PASS | 8 x NVIDIA H100 80GB HBM3 | NCCL 2.21.5 | intra NVLS+P2P/NVL")
+    assert line.startswith("collbench GPU check: PASS | 8 x NVIDIA H100 80GB HBM3 | NCCL library 2.21.5 (loaded; its log's banner) | "
+                           "intra NVLS+P2P/NVL")
     for fact in ("memory peak/estimate <= 1.00 from 64M", "batch/per-call time from 1M: median 0.90",
                  "empty-call floor 0.06 us", "1 collectives x 3 dtypes", "overlap efficiency 80%", "cuda-graph rows 12",
                  "all_reduce 1024M busbw 362.0 GB/s (floor 300)"):
@@ -101,7 +102,10 @@ def _one_gpu(copy_time_us: float = 10.0):  # _rows with busbw 0: every time_us i
     rows = _rows(1, 0.0)
     rows = rows[rows.run_id == "sweep"].copy()
     rows["collective"] = rows.collective.replace({"all_reduce": "all_gather"})
-    both = pd.concat([rows.assign(in_place=False), rows.assign(in_place=True, time_us=5.0, time_us_batch=5.0)])
+    in_place = rows.assign(in_place=True, time_us=5.0, time_us_batch=5.0)
+    # all_reduce, broadcast and reduce run in place only: on one rank NCCL launches nothing for them
+    idle = [in_place[in_place.collective == "all_gather"].assign(collective=c) for c in ("all_reduce", "broadcast")]
+    both = pd.concat([rows.assign(in_place=False), in_place, *idle])
     return both, {"sweep": MANIFESTS["sweep"]}, copy_time_us
 
 
@@ -119,6 +123,10 @@ def test_one_gpu_passes_on_what_ran_and_names_what_did_not():
     assert asked == [1 << 30]  # the largest out-of-place all_gather
     assert "all_gather 1024M on 1 rank (a device copy)" in line and "(x1.00)" in line
     assert "overlap" not in line and "cuda-graph" not in line and "batch/per-call" not in line
+    # the collectives that put work on the GPU named apart from those that put none
+    assert ("| GPU work on 1 rank: 1 collectives x 3 dtypes (all_gather: out of place, a device copy), none from "
+            "all_reduce, broadcast (in place only: NCCL launches nothing) |") in line, line
+    assert "collectives x 3 dtypes |" not in line.replace("GPU work on 1 rank: 1 collectives x 3 dtypes (", "")
     lines = gpu_verdict.not_checked(1, gpu=True, nccl_version="2.27.5")
     one_rank = [x for x in lines if x.startswith("not exercised (1 rank): ")]
     assert len(one_rank) == 8 and any("a straggler by arrival" in x for x in one_rank)
@@ -164,5 +172,5 @@ def test_the_build_nccl_ran_with_is_printed_where_rows_have_it():
     rows["nccl_tuner_plugin"] = "internal"
     rows.loc[rows.run_id == "graph", "nccl_buffers_registered"] = "IPC+NVLS"
     ok, line = gpu_verdict.verdict(rows, MANIFESTS, (9, 0))
-    assert ok and "| NCCL 2.21.5 | NCCL git ebd1e92 | NCCL tuner internal | NCCL registered IPC+NVLS | intra" in line
+    assert ok and "| NCCL library 2.21.5 (loaded; its log's banner) | NCCL git ebd1e92 | NCCL tuner internal | NCCL registered IPC+NVLS | intra" in line
     assert "net plugin" not in line and "NCCL git" not in gpu_verdict.verdict(_rows(8, 362.0), MANIFESTS, (9, 0))[1]

@@ -101,6 +101,12 @@ def test_nccl_tests_spellings_and_all():
     assert for_backend(every, "gloo").dtypes == ("float32", "float16", "bfloat16", "float64", "int32", "int8")
     assert for_backend(every, "nccl").dtypes[-2:] == ("float8_e4m3", "float8_e5m2")
     assert SweepSpec(**from_mapping({"dtypes": "f8e4m3"})).dtypes == ("float8_e4m3",)
+    # --collectives all: every collective the registry declares (all_to_allv too), not overlap
+    from workloads.registry import COLLECTIVES
+
+    assert SweepSpec(**from_mapping({"collectives": "all"})).collectives == COLLECTIVES
+    assert "all_to_allv" in COLLECTIVES and "overlap" not in COLLECTIVES
+    assert SweepSpec(**from_mapping({"collectives": "overlap,all"})).collectives == ("overlap", *COLLECTIVES)
     with pytest.raises(UsageError, match="float8_e4m3 is not supported by backend gloo"):
         for_backend(SweepSpec(dtypes=("float8_e4m3",)), "gloo")
 
