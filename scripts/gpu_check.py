@@ -237,12 +237,18 @@ def prepare(bundle: Path, budget: str) -> int:
         if problem:
             print(f"gpu_check: error: {problem}", file=sys.stderr)
             return 1
+    try:  # the device tool carries paths of the tree, relative to its root
+        carried = bundle.resolve().relative_to(REPO).as_posix()
+    except ValueError:
+        print(f"gpu_check: error: {bundle} is outside the tree ({REPO}): the device tool carries only the tree's "
+              "paths; build the bundle inside it (the default: .bundle)", file=sys.stderr)
+        return 2
     archives = sorted(bundle.glob("collbench-offline-py*.tar.xz"))
     mib = sum(a.stat().st_size for a in archives) / 2**20
     print(f"gpu_check: {bundle} is built from this tree's sources ({', '.join(a.name for a in archives)}, "
           f"{mib:.1f} MiB). The call, with the device tool:\n"
           f'  run(command="PATH={IMAGE_PYTHON_BIN}:$PATH RAY_memory_monitor_refresh_ms=0 bash scripts/gpu_check.sh '
-          f'--bundle {bundle} --evidence $OUT --budget {budget}", carry=["{bundle}"], '
+          f'--bundle {carried} --evidence $OUT --budget {budget}", carry=["{carried}"], '
           f"timeout_s={_budget_s(budget) + 60})")
     return 0
 
