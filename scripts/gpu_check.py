@@ -448,8 +448,12 @@ def _doctor(check: Check, output: str) -> tuple[str, str]:
         return "failed", "no JSON from collbench doctor (a crash)"
     (check.evidence / "doctor.json").write_text(json.dumps(facts, indent=1))
     checks = [c for c in facts.get("cluster", [])] + [c for n in facts.get("nodes", []) for c in n.get("checks", [])]
-    failed = sorted({c["name"] for c in checks if c.get("status") == "fail"})
-    return "ok", f"{len(checks)} checks, failed: {', '.join(failed)}" if failed else f"{len(checks)} checks ok"
+    named = {status: sorted({c["name"] for c in checks if c.get("status") == status}) for status in ("fail", "warn")}
+    counts = ", ".join(f"{len([c for c in checks if c.get('status') == status])} {status}"
+                       for status in ("ok", "warn", "fail"))
+    return "ok", f"{len(checks)} checks: {counts}" + "".join(
+        f"; {label}: {', '.join(names)}" for label, names in (("failed", named["fail"]), ("warned", named["warn"]))
+        if names)
 
 
 def report(check: Check, sweep: Path) -> None:

@@ -119,6 +119,7 @@ class Target:
     reason: str  # the gate's
     ranks: int = CPU_RANKS  # GPUs torch sees, or the CPU form's ranks for a sweep of its own
     float8_capable: bool = False  # compute capability 9.0 or newer on every GPU
+    gpu_name: str | None = None  # torch.cuda.get_device_name
 
     @property
     def backend(self) -> str:
@@ -151,7 +152,15 @@ def target_of(gate: Gate, reason: str) -> Target:
 
     n = torch.cuda.device_count()
     capable = min(torch.cuda.get_device_capability(i) for i in range(n)) >= FLOAT8_MIN_CC
-    return Target(gpu=True, reason=reason, ranks=n, float8_capable=capable)
+    return Target(gpu=True, reason=reason, ranks=n, float8_capable=capable, gpu_name=torch.cuda.get_device_name(0))
+
+
+# A GPU run recorded by the GPU check (its rows and manifest: tests/fixtures/gpu/*/SOURCE.md), and
+# the target it ran on: the GPU form's assertions on those rows run everywhere, CI included.
+RECORDED = {
+    "h200_20261204": Target(gpu=True, reason="recorded: scripts/gpu_check.sh on one H200, 2026-12-04", ranks=1,
+                            float8_capable=True, gpu_name="NVIDIA H200"),
+}
 
 
 def planned(manifest: dict, world_size: int) -> set[str]:

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
+from pathlib import Path
 
 import pandas as pd
 import pytest
 import torch
 
 from orchestrator.results import dataset
-from tests.gpu.gate import Target, intra_group_sizes, planned
+from tests.gpu.gate import RECORDED, Target, intra_group_sizes, planned
 from tests.helpers import run_cli
 from workloads.registry import COLLECTIVES
 
@@ -28,14 +30,32 @@ ONE_RANK = "not exercised (1 rank): NCCL puts no work on the GPU for it"
 OPS = ("sum", "max")
 
 
-@pytest.fixture(scope="module")
-def sweep(target: Target, tmp_path_factory) -> tuple[pd.DataFrame, dict]:
-    """(rows, manifest) of one sweep of every collective on the target: scripts/gpu_check.py's own
-    (COLLBENCH_GPU_SWEEP, every collective and dtype, so one sweep serves both), else one of its own."""
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gpu"
+
+
+@dataclass(frozen=True)
+class Sweep:
+    rows: pd.DataFrame
+    manifest: dict
+    target: Target  # what it ran on
+    here: bool = True  # on this machine (else recorded on another: nothing more can be run for it here)
+
+
+def _read(path: str, target: Target, here: bool = True) -> Sweep:
+    df = dataset.load(path)
+    return Sweep(df, dataset.manifest(path, df.run_id.iloc[0]), target, here)
+
+
+@pytest.fixture(scope="module", params=["here", *RECORDED])
+def sweep(request, target: Target, tmp_path_factory) -> Sweep:
+    """One sweep of every collective: on this machine's target (scripts/gpu_check.py's own,
+    COLLBENCH_GPU_SWEEP, every collective and dtype, so one sweep serves both; else one of its own),
+    and each run the GPU check recorded on a GPU (its rows read back, judged as on that GPU)."""
+    if request.param != "here":
+        return _read(str(FIXTURES / request.param / "results" / "sweep"), RECORDED[request.param], here=False)
     given = os.environ.get("COLLBENCH_GPU_SWEEP")
     if given:
-        df = dataset.load(given)
-        return df, dataset.manifest(given, df.run_id.iloc[0])
+        return _read(given, target)
     out = tmp_path_factory.mktemp("gpu") / "results"
     dtypes = ",".join(dict.fromkeys(("float32", "bfloat16", "int8", *target.float8)))
     sizes = ["-b", "1K", "-e", "256M", "-f", "16", "-n", "10", "-w", "3"] if target.gpu else \
@@ -43,12 +63,11 @@ def sweep(target: Target, tmp_path_factory) -> tuple[pd.DataFrame, dict]:
     proc = run_cli(["run", *target.run_args(), "--collectives", "all", "--dtypes", dtypes, "--op", ",".join(OPS),
                     *sizes, "-c", "1", "--patterns", "intra", "--output", str(out)], timeout=120)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    df = pd.read_parquet(out)
-    return df, dataset.manifest(str(out), df.run_id.iloc[0])
+    return _read(str(out), target)
 
 
-def test_every_rank_measured_exactly(sweep, target):
-    df, manifest = sweep
+def test_every_rank_measured_exactly(sweep):
+    df, manifest, target = sweep.rows, sweep.manifest, sweep.target
     # the sweep asked for every collective the registry declares (gpu_check.py: --collectives all)
     assert json.loads(manifest["spec"])["collectives"] == list(COLLECTIVES)
     n = int(df.world_size.max())
@@ -65,7 +84,7 @@ def test_every_rank_measured_exactly(sweep, target):
         assert set(df[df.world_size == size].collective) == planned(manifest, size), size
     if target.gpu:
         assert all(len(set(ds)) == len(ds) for ds in df.devices)
-        assert {d for ds in df.devices for d in ds} == {f"gpu:{i}" for i in range(n)}
+        assert {d for ds in df.devices for d in ds} == {f"cuda:{i}" for i in range(n)}
     else:
         assert {d for ds in df.devices for d in ds} == {"cpu"}
     assert (df.time_us > 0).all() and (df.time_us_batch > 0).all()
@@ -79,16 +98,15 @@ def test_every_rank_measured_exactly(sweep, target):
     assert (df[df.world_size >= 2].busbw_gbps > 0).all()
 
 
-def test_transport_columns_come_from_nccls_log(sweep, target):
-    df, _ = sweep
+def test_transport_columns_come_from_nccls_log(sweep):
+    df, target = sweep.rows, sweep.target
     if not target.gpu:
         # gloo writes no NCCL log: NCCL's columns are empty, none invented; the transport is gloo's own
         # device (TCP over the interface it bound), whatever the group's shape
         assert df.nccl_version.isna().all() and df.intra_transport.isna().all() and df.gpu_model.isna().all()
         assert df.net_transport.str.fullmatch(r"gloo/tcp/\S+").all(), df.net_transport.unique()
         return
-    name = torch.cuda.get_device_name(0)
-    assert set(df.gpu_model) == {name}
+    assert set(df.gpu_model) == {target.gpu_name}
     # the loaded library's banner on every row: also the second and later groups of each worker,
     # whose own log lines have no banner (NCCL prints it once per process)
     assert df.nccl_version.notna().all(), df[df.nccl_version.isna()][["group_id", "world_size"]].drop_duplicates()
@@ -161,11 +179,11 @@ def test_memory_estimate_matches_the_device_peak(target):
         dist.destroy_process_group()
 
 
-def test_float8_runs_on_hopper_and_is_refused_elsewhere(sweep, target, tmp_path):
+def test_float8_runs_on_hopper_and_is_refused_elsewhere(sweep, tmp_path):
     """The sweep's own float8 rows (the CPU form: its stand-ins) for every collective it planned:
     the fill and the check use only what CUDA has for float8 (tests/unit/test_float8_ops.py), and
     NCCL moves and reduces them. Where float8 cannot run, naming it is refused with the reason."""
-    df, manifest = sweep
+    df, manifest, target = sweep.rows, sweep.manifest, sweep.target
     if target.float8:
         rows = df[df.dtype.isin(target.float8)]
         assert set(rows.dtype) == set(target.float8)
@@ -174,7 +192,7 @@ def test_float8_runs_on_hopper_and_is_refused_elsewhere(sweep, target, tmp_path)
             assert set(rows[rows.world_size == size].collective) == planned(manifest, size), size
         spec_ops = set(json.loads(manifest["spec"])["ops"])
         assert set(rows[rows.collective.isin(["all_reduce", "reduce_scatter", "reduce"])].op) == spec_ops
-    if target.float8_capable:
+    if target.float8_capable or not sweep.here:
         return  # measured above, in the sweep
     refused = run_cli(["run", *target.run_args(), "--dtypes", "float8_e4m3,float8_e5m2", "-b", "1K", "-e", "1K",
                        "--patterns", "intra", "--output", str(tmp_path / "r")], timeout=120)

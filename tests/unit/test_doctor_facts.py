@@ -19,7 +19,8 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "doctor"
 
 def _text(name: str) -> str:
     body = (FIXTURES / name).read_text().splitlines()
-    assert body[0].startswith("# source: https://") and body[1].startswith("# machine: ")
+    # a public post, or collbench's own GPU check on a machine it ran on (docs/GPU.md, Runs)
+    assert body[0].startswith(("# source: https://", "# source: collbench's ")) and body[1].startswith("# machine: ")
     return "\n".join(body[2:])
 
 
@@ -65,6 +66,18 @@ def test_hw_slowdown_and_power_brake_fail_the_gpu_on_the_old_labels():
 def test_the_580_drivers_counters_are_not_current_reasons():
     driver, gpus = fx.parse_smi_q(_text("nvidia_smi_q_clocks_event_counters_580.txt"))
     assert driver == "580.105.06" and gpus[0].events == 0  # SW Power Capping accrued time, nothing active now
+
+
+def test_a_healthy_h200_alone_in_a_vm():
+    """Recorded by the GPU check on the device tool's one-H200 VM: a healthy GPU, and an NVLink
+    status that is empty (the VM exposes no link): no NVLink check, nothing failed or warned."""
+    driver, (g,) = fx.parse_smi_q(_text("nvidia_smi_q_h200_one_gpu_vm_580.txt"))
+    assert driver == "580.159.04"
+    assert (g.name, g.bus_id, g.persistence, g.mig) == ("NVIDIA H200", "00000000:00:06.0", "Enabled", "Disabled")
+    assert (g.ecc_uncorrected, g.remapped_pending, g.remap_failure, g.events) == (0, 0, False, 0x1)  # Idle only
+    assert (g.pcie_gen, g.pcie_width) == ((5, 5), (16, 16))
+    assert fx.parse_nvlink_status(_text("nvlink_status_h200_one_gpu_vm_empty.txt")) == {}
+    assert not [c for c in ck._gpu(g) if c.status != "ok"] and "NVLink" not in _checks(g)
 
 
 def test_nvlink_status():

@@ -199,3 +199,14 @@ def test_the_sweep_asks_for_every_collective_by_the_registrys_name_not_a_copy():
     into the registry's every collective."""
     source = (REPO / "scripts/gpu_check.py").read_text()
     assert '"--collectives", "all"' in source and "all_to_allv" not in source
+
+
+def test_doctors_note_counts_warnings_as_warnings(tmp_path):
+    """On the H200 VM doctor warned twice (no `ip` there to read interfaces); the note said
+    "14 checks ok" then."""
+    recorded = (REPO / "tests/fixtures/gpu/h200_20261204/doctor.json").read_text()
+    assert gpu_check._doctor(_check(tmp_path), recorded) == (
+        "ok", "14 checks: 12 ok, 2 warn, 0 fail; warned: interface, readable")
+    assert json.loads((tmp_path / "doctor.json").read_text()) == json.loads(recorded)
+    assert gpu_check._doctor(_check(tmp_path), "Traceback (most recent call last):") == (
+        "failed", "no JSON from collbench doctor (a crash)")

@@ -174,3 +174,23 @@ def test_the_build_nccl_ran_with_is_printed_where_rows_have_it():
     ok, line = gpu_verdict.verdict(rows, MANIFESTS, (9, 0))
     assert ok and "| NCCL library 2.21.5 (loaded; its log's banner) | NCCL git ebd1e92 | NCCL tuner internal | NCCL registered IPC+NVLS | intra" in line
     assert "net plugin" not in line and "NCCL git" not in gpu_verdict.verdict(_rows(8, 362.0), MANIFESTS, (9, 0))[1]
+
+
+def test_the_recorded_h200_run_passes_with_what_one_gpu_did():
+    """The GPU check's own sweep on one H200 (tests/fixtures/gpu/h200_20261204), read back: the
+    verdict as it printed there, torch's copy time given as it measured it (133.5 us)."""
+    from orchestrator.results import dataset
+
+    path = str(Path(__file__).resolve().parents[1] / "fixtures/gpu/h200_20261204/results/sweep")
+    df = dataset.load(path, latest=False)
+    manifests = {r: dataset.manifest(path, r) for r in sorted(set(df.run_id))}
+    ok, line = gpu_verdict.verdict(df, manifests, (9, 0), copy_us=lambda nbytes: 133.5)
+    assert ok, line
+    assert line == (
+        "collbench GPU check: PASS | 1 x NVIDIA H200 | NCCL library 2.28.9 (loaded; its log's banner) | memory "
+        "peak/estimate <= 1.00 from 64M | empty-call floor 0.10 us | GPU work on 1 rank: 4 collectives x 8 dtypes "
+        "(all_gather, all_to_all, all_to_allv, reduce_scatter: out of place, a device copy), none from all_reduce, "
+        "broadcast, reduce (in place only: NCCL launches nothing) | all_gather 256M on 1 rank (a device copy) "
+        "130.6 us, torch's copy 133.5 us (x0.98)")
+    # torch's copy twice as fast as collbench's timing of the same bytes would fail it
+    assert not gpu_verdict.verdict(df, manifests, (9, 0), copy_us=lambda nbytes: 65.0)[0]

@@ -42,6 +42,15 @@ def test_bare_banner_channels_nvls_and_graph():
     assert shm.channels == ((2, 3, "SHM/direct/direct"),) and shm.intra_link == "PHB" and not shm.nvls
 
 
+def test_one_rank_on_an_h200():
+    """Every worker's log of the GPU check's sweep on one H200 (NCCL 2.28.9): the loaded library's
+    banner; NCCL initialises its Socket network on eth0 (no IB there) but one rank connects nothing:
+    no channel, no NVLS (the rows' transports stay empty: tests/gpu, on the recorded rows)."""
+    h200 = _log("h200_one_rank_2.28.log")
+    assert (h200.version, h200.network, h200.interfaces) == ("2.28.9", "Socket", ("eth0",))
+    assert h200.channels == () and not h200.nvls and h200.intra_link == "LOC"  # the graph: the GPU to itself
+
+
 def test_a_spliced_line_does_not_hide_the_next():
     # a shared NCCL_DEBUG_FILE without %p can splice two processes' lines; what follows still counts
     assert _log("interleaved.log").channels == ((1, 0, "P2P/IPC"),)
