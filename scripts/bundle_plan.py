@@ -113,7 +113,19 @@ SOURCE_FILES = ("pyproject.toml",)
 
 
 def source_files(repo: Path) -> list[str]:
-    """The wheel's sources in `repo`, as paths relative to it, sorted (byte code left out)."""
+    """The wheel's sources in `repo`, as paths relative to it, sorted: in a git checkout the files
+    the device tool carries (tracked, and untracked that git does not ignore); elsewhere (the tree
+    as the GPU machine receives it, without .git) every file but byte code."""
+    import subprocess
+
+    try:
+        listed = subprocess.run(["git", "-C", str(repo), "ls-files", "-z", "--cached", "--others",
+                                 "--exclude-standard", "--", *SOURCE_FILES, *SOURCE_DIRS],
+                                capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.SubprocessError):
+        listed = None
+    if listed is not None and listed.returncode == 0 and (repo / ".git").exists():
+        return sorted({n for n in listed.stdout.split("\0") if n and (repo / n).is_file()})
     found = [name for name in SOURCE_FILES if (repo / name).is_file()]
     for top in SOURCE_DIRS:
         for path in (repo / top).rglob("*"):

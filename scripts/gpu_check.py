@@ -1,7 +1,8 @@
-"""The GPU check in one call, within a time budget (default 6 minutes, so that a second attempt fits
-in a 15-minute lease): install, one Ray instance for every step, then each step in turn, its time
-and its outcome on a line of its own, and one verdict (scripts/gpu_verdict.py). Standard library
-only until the install step has run (the GPU image has no Ray).
+"""The GPU check in one call, within a time budget (default 6 minutes; a pass on one H200 took 77 s
+and the machine's start about 30 s of the device tool's 15 minutes): install, one Ray instance for
+every step, then each step in turn, its time and its outcome on a line of its own, and one verdict
+(scripts/gpu_verdict.py). Standard library only until the install step has run (the GPU image has
+no Ray). A failed check prints the call for a second attempt within what is left of the lease.
 
     bash scripts/gpu_check.sh --prepare                  here: the bundle, fresh, and the call to make
     bash scripts/gpu_check.sh [--bundle DIR] [--evidence DIR] [--rehearse] [--budget 6m]
@@ -9,7 +10,7 @@ only until the install step has run (the GPU image has no Ray).
 The prepared call (docs/GPU.md), with the device tool, after `--prepare` and the last code change:
 
     run(command="PATH=/opt/torch/.venv/bin:$PATH RAY_memory_monitor_refresh_ms=0 bash scripts/gpu_check.sh
-        --bundle .bundle --evidence $OUT --budget 6m", carry=[".bundle"], timeout_s=420)
+        --bundle .bundle --evidence $OUT --budget 360s", carry=[".bundle"], timeout_s=420)
 
 PATH puts the image's own python3 first (the one holding torch); RAY_memory_monitor_refresh_ms=0
 keeps Ray from killing workers while the machine's memory is still growing (the check sets it too).
@@ -45,6 +46,7 @@ Exit 0 only when every step that ran passed; a bad argument, or a stale bundle, 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import io
 import json
 import os
@@ -79,12 +81,16 @@ CLOSING_S = TIMEOUTS_S["report"] + TIMEOUTS_S["verdict"]
 TAIL_LINES = 25  # lines of a failed step's output repeated on the console
 NVIDIA_SMI = {"nvidia-smi-q.txt": ["-q"], "nvidia-smi-topo-m.txt": ["topo", "-m"],
               "nvidia-smi-nvlink-status.txt": ["nvlink", "--status"]}
+# each call's share of the step's time: -q first and most (a cold driver's first call initialises it)
+NVIDIA_SMI_SHARES = (0.6, 0.2, 0.2)
 RAY_LOG_TAIL_BYTES = 64 << 10  # of each Ray session log, in results.tar.gz
 NCCL_LOG_BYTES = 2 << 20  # of each worker's NCCL log, in nccl.log
 # The prepared call (docs/GPU.md): the image's interpreter first on PATH, Ray's memory monitor off
 IMAGE_PYTHON_BIN = "/opt/torch/.venv/bin"
 BUNDLE_ARGS = ("--python", "3.12", "--image", "scripts/images/nvidia-h200.txt")
-LEASE_S, MACHINE_START_S = 900, 150  # the device tool's lease, and what a machine's start and transfers take
+MACHINE_START_S = 150  # what a machine's start and the transfers take of the device tool's time
+CALL_SLACK_S = 60  # the call's timeout beyond the check's budget (install's unpacking, the copy back)
+MAX_BUDGET_S = 600 - CALL_SLACK_S  # the device tool runs one command for at most 600 s
 DEFAULT_BUDGET = "6m"
 
 
@@ -181,8 +187,11 @@ def _run(cmd: list[str], env: dict[str, str], timeout_s: float, log_path: Path) 
         def pump() -> None:
             for line in proc.stdout:
                 lines.append(line)
-                log.write(line)
-                log.flush()
+                try:
+                    log.write(line)
+                    log.flush()
+                except ValueError:  # the log closed: a process that escaped its session still writes
+                    pass
 
         reader = threading.Thread(target=pump, daemon=True)
         reader.start()
@@ -196,61 +205,80 @@ def _run(cmd: list[str], env: dict[str, str], timeout_s: float, log_path: Path) 
 
 
 # -- the bundle: fresh, or refused ---------------------------------------------------------------
-def bundle_problem(bundle: Path) -> str | None:
-    """Why `bundle` cannot serve this tree (no record of its sources, or other sources), or None."""
-    records = sorted(bundle.glob("collbench-offline-py*.json"))
-    if not records:
-        return (f"--bundle '{bundle}' holds no collbench-offline-pyXY.json (no record of the sources it was built "
-                "from): build it again, `bash scripts/gpu_check.sh --prepare`")
-    for path in records:
-        try:
-            record = json.loads(path.read_text())
-        except (OSError, ValueError) as e:
-            return f"--bundle '{bundle}': {path.name} does not read as JSON ({e})"
-        differ = bundle_plan.source_difference(record.get("sources") or {}, REPO)
-        if differ:
-            return (f"--bundle '{bundle}' was built from other sources than this tree's (commit "
-                    f"{str(record.get('commit'))[:12]}, {record.get('built_utc')}; {differ}): build it again after "
-                    "the last change, `bash scripts/gpu_check.sh --prepare`")
+def bundle_problem(bundle: Path, python: str, image: Path | None = None) -> str | None:
+    """Why `bundle` cannot serve this tree on Python `python` (no archive for it, no record of its
+    sources, other sources; with `image`, another list of the image's packages), or None."""
+    archive = bundle / f"collbench-offline-py{python.replace('.', '')}.tar.xz"
+    rebuild = "build it again, `bash scripts/gpu_check.sh --prepare`"
+    if not archive.is_file():
+        held = ", ".join(p.name for p in sorted(bundle.glob("collbench-offline-py*.tar.xz"))) or "none"
+        return f"--bundle '{bundle}' holds no {archive.name} for Python {python} (it holds: {held}): {rebuild}"
+    record_path = bundle / archive.name.replace(".tar.xz", ".json")
+    try:
+        record = json.loads(record_path.read_text())
+    except FileNotFoundError:
+        return f"--bundle '{bundle}' holds no {record_path.name} (no record of the sources it was built from): {rebuild}"
+    except (OSError, ValueError) as e:
+        return f"--bundle '{bundle}': {record_path.name} does not read as JSON ({e}): {rebuild}"
+    differ = bundle_plan.source_difference(record.get("sources") or {}, REPO)
+    if differ:
+        return (f"--bundle '{bundle}' was built from other sources than this tree's (commit "
+                f"{str(record.get('commit'))[:12]}, {record.get('built_utc')}; {differ}): {rebuild} after the last change")
+    if image is not None and record.get("image_sha256") != hashlib.sha256(image.read_bytes()).hexdigest():
+        return f"--bundle '{bundle}' was built for another list of the image's packages than {image.name}: {rebuild}"
     return None
 
 
 def prepare(bundle: Path, budget: str) -> int:
     """Here, with a registry: a fresh bundle for the GPU machine in `bundle` (built again where it is
-    missing or stale), then the one call to make with the device tool."""
-    problem = bundle_problem(bundle) if bundle.is_dir() else f"no folder {bundle} yet"
-    if problem:
-        print(f"gpu_check: building the bundle: {problem}", flush=True)
-        if bundle.is_dir():
-            own = [p for p in bundle.iterdir() if p.name.startswith("collbench-offline-py")]
-            if len(own) != len(list(bundle.iterdir())):
-                print(f"gpu_check: error: {bundle} holds files other than a bundle's; remove them or choose another "
-                      "folder", file=sys.stderr)
-                return 2
-            for path in own:
-                path.unlink()
-        done = subprocess.run(["bash", str(REPO / "scripts/offline_bundle.sh"), str(bundle), *BUNDLE_ARGS],
-                              cwd=REPO, check=False)
-        if done.returncode != 0:
-            return done.returncode
-        problem = bundle_problem(bundle)
-        if problem:
-            print(f"gpu_check: error: {problem}", file=sys.stderr)
-            return 1
+    missing, stale, or for another Python or image list), then the one call to make with the device tool."""
     try:  # the device tool carries paths of the tree, relative to its root
         carried = bundle.resolve().relative_to(REPO).as_posix()
     except ValueError:
-        print(f"gpu_check: error: {bundle} is outside the tree ({REPO}): the device tool carries only the tree's "
-              "paths; build the bundle inside it (the default: .bundle)", file=sys.stderr)
+        print(f"gpu_check: error: --bundle {bundle} is outside the tree ({REPO}): the device tool carries only the "
+              "tree's paths; build the bundle inside it (the default: .bundle)", file=sys.stderr)
         return 2
+    image = REPO / BUNDLE_ARGS[3]
+    problem = bundle_problem(bundle, BUNDLE_ARGS[1], image) if bundle.is_dir() else f"no folder {bundle} yet"
+    if problem:
+        if bundle.is_dir():
+            own = [p for p in bundle.iterdir() if p.name.startswith("collbench-offline-py")]
+            if len(own) != len(list(bundle.iterdir())):
+                print(f"gpu_check: error: --bundle {bundle} holds files other than a bundle's; remove them or choose "
+                      "another folder", file=sys.stderr)
+                return 2
+        print(f"gpu_check: building the bundle: {problem}", flush=True)
+        for path in bundle.glob("collbench-offline-py*") if bundle.is_dir() else []:
+            path.unlink()
+        rc = build_bundle(bundle)
+        if rc != 0:
+            return rc
+        problem = bundle_problem(bundle, BUNDLE_ARGS[1], image)
+        if problem:
+            print(f"gpu_check: error: {problem}", file=sys.stderr)
+            return 1
+    record = json.loads((bundle / f"collbench-offline-py{BUNDLE_ARGS[1].replace('.', '')}.json").read_text())
     archives = sorted(bundle.glob("collbench-offline-py*.tar.xz"))
     mib = sum(a.stat().st_size for a in archives) / 2**20
-    print(f"gpu_check: {bundle} is built from this tree's sources ({', '.join(a.name for a in archives)}, "
-          f"{mib:.1f} MiB). The call, with the device tool:\n"
-          f'  run(command="PATH={IMAGE_PYTHON_BIN}:$PATH RAY_memory_monitor_refresh_ms=0 bash scripts/gpu_check.sh '
-          f'--bundle {carried} --evidence $OUT --budget {budget}", carry=["{carried}"], '
-          f"timeout_s={_budget_s(budget) + 60})")
+    dirty = " with uncommitted changes" if record.get("uncommitted_changes") else ""
+    print(f"gpu_check: {bundle} is built from this tree's sources (commit {str(record.get('commit'))[:12]}{dirty}; "
+          f"{', '.join(a.name for a in archives)}, {mib:.1f} MiB). The call, with the device tool:\n"
+          f"  {_call(carried, _budget_s(budget))}")
     return 0
+
+
+def build_bundle(bundle: Path) -> int:
+    """offline_bundle.sh for the GPU machine into `bundle` (minutes; it needs the package registry)."""
+    return subprocess.run(["bash", str(REPO / "scripts/offline_bundle.sh"), str(bundle), *BUNDLE_ARGS],
+                          cwd=REPO, check=False).returncode
+
+
+def _call(bundle: str, budget_s: int | str, timeout_s: int | str | None = None) -> str:
+    """The device tool's call for this check (docs/GPU.md): the command, what it carries, its timeout
+    (the budget and CALL_SLACK_S more)."""
+    timeout_s = timeout_s if timeout_s is not None else int(budget_s) + CALL_SLACK_S
+    return (f'run(command="PATH={IMAGE_PYTHON_BIN}:$PATH RAY_memory_monitor_refresh_ms=0 bash scripts/gpu_check.sh '
+            f'--bundle {bundle} --evidence $OUT --budget {budget_s}s", carry=["{bundle}"], timeout_s={timeout_s})')
 
 
 # -- the steps -----------------------------------------------------------------------------------
@@ -284,7 +312,7 @@ def nvidia_smi(check: Check) -> None:
     for i, (name, args) in enumerate(NVIDIA_SMI.items()):
         what = " ".join(args)
         # each call its share of what is left, so that one that hangs leaves time for the others
-        left_s = (deadline_s - (time.monotonic() - began)) / (len(NVIDIA_SMI) - i)
+        left_s = (deadline_s - (time.monotonic() - began)) * NVIDIA_SMI_SHARES[i] / sum(NVIDIA_SMI_SHARES[i:])
         if left_s < 1:
             problems.append(f"{what}: no time left")
             continue
@@ -318,7 +346,10 @@ def facts(check: Check) -> dict | None:
     """torch's view of the GPUs; `pip list` of the interpreter kept for the evidence archive."""
     rc, output = check.run("facts", [sys.executable, "-c", _TORCH_FACTS])
     found = re.search(r"^torch facts: (.*)$", output, re.M)
-    if rc != 0 or not found:
+    if rc != 0:
+        return None
+    if not found:
+        check.steps[-1].outcome, check.steps[-1].note = "failed", "torch printed no facts line"
         return None
     torch_facts = json.loads(found.group(1))
     nccl = (f"NCCL headers {torch_facts['nccl_headers']} (torch's build; the loaded library's version is on every "
@@ -382,6 +413,19 @@ def start_ray(check: Check, gpus: int) -> tuple[int | None, Path]:
     return sid, temp
 
 
+TESTS = ["-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "tests/gpu"]  # run by this interpreter
+
+
+def sweep_args(rehearse: bool) -> list[str]:
+    """`collbench run` options of the check's sweep: every collective of the registry, every dtype
+    the backend has, both reduction operators (float8 max too), in and out of place."""
+    if rehearse:
+        common = ["--backend", "gloo", "--ranks-per-node", "2", "-w", "1", "-n", "5", *CPU_SIZES]
+    else:
+        common = ["--backend", "nccl", "-w", "5", "-n", "20", *GPU_SIZES]
+    return [*common, "--patterns", "intra", "-c", "1", "--collectives", "all", "-d", "all", "--op", "sum,max"]
+
+
 def measure(check: Check, torch_facts: dict, results: Path) -> None:
     """doctor, the sweep, tests/gpu, overlap, cuda-graph and replay, each judged by its exit code."""
     gpus = torch_facts["gpus"]
@@ -394,16 +438,15 @@ def measure(check: Check, torch_facts: dict, results: Path) -> None:
     check.run("doctor", [*om, "doctor", "--format", "json"], ok_codes=(0, 1), show_lines=1,
               judge=lambda rc, output: _doctor(check, output))
     sweep = results / "sweep"
-    sizes = CPU_SIZES if check.rehearse else GPU_SIZES
-    iters = ["-n", "5"] if check.rehearse else ["-n", "20"]
-    check.run("sweep", [*om, "run", *common, "--collectives", "all", "-d", "all", *sizes, *iters,
-                        "--output", str(sweep)])
-    tests = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "tests/gpu"]
-    check.env["COLLBENCH_GPU_SWEEP"] = str(sweep)
+    rc, _ = check.run("sweep", [*om, "run", *sweep_args(check.rehearse), "--output", str(sweep)])
     if not check.rehearse:
         check.env["COLLBENCH_REQUIRE_GPU"] = "1"
-    # no GPU: the tests' CPU form, on the rehearsal's own sweep
-    check.run("tests/gpu", tests, judge=lambda rc, output: ("ok", _pytest_summary(output)))
+    if rc == 0:
+        # on the sweep's rows (no GPU: the tests' CPU form, on the rehearsal's sweep)
+        check.env["COLLBENCH_GPU_SWEEP"] = str(sweep)
+        check.run("tests/gpu", [sys.executable, *TESTS], judge=lambda rc, output: ("ok", _pytest_summary(output)))
+    else:
+        check.skip("tests/gpu", "not run", "the sweep failed: no rows to test (its output is above)")
     if ranks < 2:
         why = "1 rank: NCCL puts no work on the GPU for these"
         for name in ("overlap", "cuda-graph", "replay"):
@@ -447,7 +490,9 @@ def _doctor(check: Check, output: str) -> tuple[str, str]:
     if facts is None:
         return "failed", "no JSON from collbench doctor (a crash)"
     (check.evidence / "doctor.json").write_text(json.dumps(facts, indent=1))
-    checks = [c for c in facts.get("cluster", [])] + [c for n in facts.get("nodes", []) for c in n.get("checks", [])]
+    nodes = [n for n in facts.get("nodes") or [] if isinstance(n, dict)]
+    checks = [c for c in [*(facts.get("cluster") or []), *(c for n in nodes for c in n.get("checks") or [])]
+              if isinstance(c, dict)]
     named = {status: sorted({c["name"] for c in checks if c.get("status") == status}) for status in ("fail", "warn")}
     counts = ", ".join(f"{len([c for c in checks if c.get('status') == status])} {status}"
                        for status in ("ok", "warn", "fail"))
@@ -480,10 +525,13 @@ def collect_nccl_logs(check: Check, folder: Path) -> None:
     logs = sorted(folder.glob("*.log"))
     if not logs:
         return
-    with open(check.evidence / "nccl.log", "w") as out:
-        for path in logs:
-            out.write(f"==> {path.name} <==\n")
-            out.write(path.read_text(errors="replace")[:NCCL_LOG_BYTES])
+    try:
+        with open(check.evidence / "nccl.log", "w") as out:
+            for path in logs:
+                out.write(f"==> {path.name} <==\n")
+                out.write(path.read_text(errors="replace")[:NCCL_LOG_BYTES])
+    except OSError as e:
+        check.say(f"nccl.log not written: {e}")
 
 
 def archive_evidence(check: Check, results: Path, ray_temp: Path | None) -> None:
@@ -546,7 +594,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.bundle is not None:
         if not args.bundle.is_dir():
             parser.error(f"--bundle '{args.bundle}' is not a folder")
-        problem = bundle_problem(args.bundle)
+        problem = bundle_problem(args.bundle, f"{sys.version_info[0]}.{sys.version_info[1]}")
         if problem:
             parser.error(problem)
     evidence = args.evidence or (Path(os.environ["OUT"]) if os.environ.get("OUT") else None)
@@ -565,23 +613,7 @@ def main(argv: list[str] | None = None) -> int:
               f"evidence -> {evidence}")
     ray_session, ray_temp, results = None, None, scratch / "results"
     try:
-        if not install(check, args.bundle):
-            return _close(check)
-        nvidia_smi(check)
-        torch_facts = facts(check)
-        if torch_facts is None:
-            return _close(check)
-        if not args.rehearse and not torch_facts["gpus"]:
-            check.env["COLLBENCH_REQUIRE_GPU"] = "1"  # tests/gpu then fail with the reason torch has none
-            check.run("tests/gpu", [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "tests/gpu"])
-            check.skip("sweep", "failed", "torch sees no GPU (tests/gpu says why)")
-            return _close(check)
-        ray_session, ray_temp = start_ray(check, 0 if args.rehearse else torch_facts["gpus"])
-        if "RAY_ADDRESS" not in check.env:
-            return _close(check)
-        measure(check, torch_facts, results)
-        report(check, results / "sweep")
-        verdict(check, results / "sweep")
+        ray_session, ray_temp = _steps(check, args, results)
     finally:
         if ray_session is not None:
             raynodes.stop_sessions([ray_session], grace_s=5)
@@ -590,20 +622,52 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(scratch, ignore_errors=True)
         if ray_temp is not None:
             shutil.rmtree(ray_temp, ignore_errors=True)
-    return _close(check)
+    return _close(check, args.bundle)
 
 
-def _close(check: Check) -> int:
+def _steps(check: Check, args: argparse.Namespace, results: Path) -> tuple[int | None, Path | None]:
+    """Every step in turn, as far as each one lets the next run: (Ray's session, its temp dir)."""
+    if not install(check, args.bundle):
+        return None, None
+    nvidia_smi(check)
+    torch_facts = facts(check)
+    if torch_facts is None:
+        return None, None
+    if not args.rehearse and not torch_facts["gpus"]:
+        check.env["COLLBENCH_REQUIRE_GPU"] = "1"  # tests/gpu then fail with the reason torch has none
+        check.run("tests/gpu", [sys.executable, *TESTS])
+        check.skip("sweep", "failed", "torch sees no GPU (tests/gpu says why)")
+        return None, None
+    ray_session, ray_temp = start_ray(check, 0 if args.rehearse else torch_facts["gpus"])
+    if "RAY_ADDRESS" in check.env:
+        measure(check, torch_facts, results)
+        report(check, results / "sweep")
+        verdict(check, results / "sweep")
+    return ray_session, ray_temp
+
+
+def _close(check: Check, bundle: Path | None = None) -> int:
     total_s = time.monotonic() - check.start_s
     check.say("steps: " + ", ".join(f"{s.name} {s.outcome} {s.seconds:.0f}s" for s in check.steps))
     failed = check.failed()
     over = f"; over the {check.budget_s:.0f} s budget" if total_s > check.budget_s else ""
     check.say(f"{'FAILED: ' + ', '.join(s.name for s in failed) if failed else 'every step that ran passed'}"
               f" | {total_s:.0f} s in all{over} | evidence in {check.evidence}")
-    if failed:
-        check.say(f"a second attempt in the same lease: --budget (the device tool's budget_left_s - "
-                  f"{MACHINE_START_S})s; this one took {total_s:.0f} s")
+    if failed and not check.rehearse:
+        check.say(f"a second attempt in the same lease (this one took {total_s:.0f} s): B = the device tool's "
+                  f"budget_left_s less {MACHINE_START_S} s for the machine's start and the transfers, at most "
+                  f"{MAX_BUDGET_S}; {_call(_carried(bundle), 'B', f'B + {CALL_SLACK_S}')}")
     return 1 if failed else 0
+
+
+def _carried(bundle: Path | None) -> str:
+    """The bundle as the device tool's carry names it (a path of the tree)."""
+    if bundle is None:
+        return ".bundle"
+    try:
+        return bundle.resolve().relative_to(REPO).as_posix()
+    except ValueError:
+        return str(bundle)
 
 
 if __name__ == "__main__":

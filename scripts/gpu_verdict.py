@@ -198,7 +198,7 @@ def _coverage(ok: pd.DataFrame, manifests: dict[str, dict], cc: tuple[int, int] 
     dtypes = sorted(set(ok.dtype))
     collectives = set(ok.collective) - {"overlap"}
     if gpu and n < 2:
-        facts.append(_one_rank_work(ok, len(dtypes)))
+        facts.append(_one_rank_work(ok))
     else:
         facts.append(f"{len(collectives)} collectives x {len(dtypes)} dtypes")
     if cc is not None and cc >= (9, 0) and not {"float8_e4m3", "float8_e5m2"} <= set(dtypes):
@@ -221,15 +221,16 @@ def _coverage(ok: pd.DataFrame, manifests: dict[str, dict], cc: tuple[int, int] 
         facts.append(f"cuda-graph rows {len(ok[ok.run_id.isin(graphs)])}")
 
 
-def _one_rank_work(ok: pd.DataFrame, n_dtypes: int) -> str:
+def _one_rank_work(ok: pd.DataFrame) -> str:
     """Which collectives put work on the GPU on one rank: NCCL hands a one-rank call to
     ncclLaunchOneRank (enqueue.cc), which copies out of place and launches nothing in place
     (onerank.cu: dst == src returns; a premultiplied sum, `avg`, launches a kernel even in place);
     all_to_all goes the same way (or to a send/recv to itself: a copy in NCCL's kernel)."""
     collectives = set(ok.collective) - {"overlap"}
-    worked = sorted(set(_out_of_place(ok).collective) & collectives)
-    idle = sorted(collectives - set(worked))
-    line = f"GPU work on 1 rank: {len(worked)} collectives x {n_dtypes} dtypes ({', '.join(worked) or 'none'}: " \
+    work = _out_of_place(ok)
+    work = work[work.collective.isin(collectives)]
+    worked, idle = sorted(set(work.collective)), sorted(collectives - set(work.collective))
+    line = f"GPU work on 1 rank: {len(worked)} collectives x {work.dtype.nunique()} dtypes ({', '.join(worked) or 'none'}: " \
            "out of place, a device copy)"
     return line + (f", none from {', '.join(idle)} (in place only: NCCL launches nothing)" if idle else "")
 

@@ -56,10 +56,11 @@ mkdir -p "$target"
 # shellcheck disable=SC2086
 "${pip[@]}" install -q --no-index --no-deps --no-compile --upgrade --target "$target" \
     $plan "$wheels"/collbench-*.whl || die "pip could not install the wheels into $target"
-PYTHONPATH="$target${PYTHONPATH:+:$PYTHONPATH}" python3 - "$target" "$(echo "$plan" | wc -w)" "$image_has" <<'PY' \
+PYTHONPATH="$target${PYTHONPATH:+:$PYTHONPATH}" python3 - "$target" "$plan" "$image_has" <<'PY' \
     || exit 1
 import importlib, os, sys
-target, count, image_has = os.path.realpath(sys.argv[1]), sys.argv[2], sys.argv[3].split()
+target, plan, image_has = os.path.realpath(sys.argv[1]), sys.argv[2].split(), sys.argv[3].split()
+names = sorted(os.path.basename(w).split("-")[0].lower().replace("_", "-") for w in plan)
 modules = {}
 for name in ("torch", "numpy", "pyarrow", "pandas", "ray", "orchestrator"):
     try:
@@ -72,5 +73,6 @@ inside = [name for name, path in where.items() if path.startswith(target + os.se
 if inside:
     sys.exit(f"install_bundle: {', '.join(inside)} came from {target}, not from the image")
 print(f"installed from the bundle into {target}: collbench {orchestrator.__version__}, ray {ray.__version__}, "
-      f"{count} wheel(s) beside the image's | torch {torch.__version__} from {os.path.dirname(where['torch'])}")
+      f"{len(names)} wheel(s) beside the image's ({', '.join(names)}) | torch {torch.__version__} from "
+      f"{os.path.dirname(where['torch'])}")
 PY

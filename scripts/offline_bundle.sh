@@ -113,11 +113,12 @@ commit=$(git -C "$repo" rev-parse HEAD 2>/dev/null || echo unknown)
 dirty=$( { git -C "$repo" status --porcelain -- orchestrator workloads pyproject.toml 2>/dev/null || true; } | head -c 1)
 python3 - "$repo" "$python_version" "$glibc" "${image:-none}" "$commit" "${dirty:+yes}" \
         > "${archive%.tar.xz}.json" <<'PY'
-import datetime, json, pathlib, sys
+import datetime, hashlib, json, pathlib, sys
 sys.path.insert(0, sys.argv[1] + "/scripts")
 from bundle_plan import source_record
 repo, python, glibc, image, commit, dirty = sys.argv[1:7]
-print(json.dumps({"python": python, "glibc": glibc, "image": image, "commit": commit,
+image_sha256 = hashlib.sha256(pathlib.Path(image).read_bytes()).hexdigest() if image != "none" else None
+print(json.dumps({"python": python, "glibc": glibc, "image": image, "image_sha256": image_sha256, "commit": commit,
                   "uncommitted_changes": dirty == "yes",
                   "built_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
                   "sources": source_record(pathlib.Path(repo))}, indent=1))

@@ -135,8 +135,9 @@ def node_checks(n: NodeFacts, ray_gpus: int = 0) -> list[Check]:
     out = [_interface(n), *_limits(n)]
     if n.gpus or ray_gpus:
         out.append(_gpu_count(n, ray_gpus))
+    no_nvlink = bool(n.gpus) and all(g.nvlinks_active == 0 and g.nvlinks_inactive for g in n.gpus)
     for g in n.gpus:
-        out += _gpu(g, len(n.gpus))
+        out += _gpu(g, len(n.gpus), no_nvlink)
     out += _rdma(n)
     if n.gpus and n.rdma:
         out += [_gpudirect(n), *_affinity(n)]
@@ -200,7 +201,8 @@ def _gpu_count(n: NodeFacts, ray_gpus: int) -> Check:
     return Check("GPUs in Ray", OK, f"{ray_gpus} GPU(s), all in Ray")
 
 
-def _gpu(g, gpus_on_node: int = 1) -> list[Check]:
+def _gpu(g, gpus_on_node: int, no_nvlink_on_node: bool) -> list[Check]:
+    """One GPU's checks (`no_nvlink_on_node`: every GPU of its node has links, none of them up)."""
     name = f"GPU {g.index}"
     out = []
     if g.mig == "Enabled":
@@ -228,6 +230,12 @@ def _gpu(g, gpus_on_node: int = 1) -> list[Check]:
         # a lone NVLink GPU (a one-GPU VM of an SXM part): links without a peer never come up
         out.append(Check(f"{name} NVLink", OK, f"no NVLink peers ({g.nvlinks_inactive} link(s), all inactive: the "
                          "node's only GPU)"))
+    elif g.nvlinks_inactive and no_nvlink_on_node:
+        # no GPU of the node has a link up: not one bad link but no NVLink at all between them
+        out.append(Check(f"{name} NVLink", WARN, f"no NVLink between this node's {gpus_on_node} GPUs (all "
+                         f"{g.nvlinks_inactive} link(s) of every GPU inactive): NCCL goes over PCIe",
+                         "on an NVSwitch board start the fabric manager (systemctl status nvidia-fabricmanager); a VM "
+                         "may pass its GPUs through without their NVLinks"))
     elif g.nvlinks_inactive and g.nvlinks_active is not None:
         out.append(Check(f"{name} NVLink", FAIL, f"{g.nvlinks_inactive} NVLink link(s) inactive, "
                          f"{g.nvlinks_active} up", "reset the GPU or check the NVSwitch fabric (nvidia-smi nvlink -s; "

@@ -105,9 +105,10 @@ def intra_group_sizes(n: int) -> list[int]:
 
 
 # The CPU form's stand-ins for float8, which gloo refuses ("Invalid scalar type"): the two small
-# floats it moves; its own sweep's ranks, one as on the one-GPU machine (the rehearsal's sweep has two)
+# floats it moves; its own sweep's ranks: two, so that the multi-rank expectations run in CI (one
+# rank's are run on the recorded H200 rows)
 CPU_FLOAT8_STAND_INS = ("float16", "bfloat16")
-CPU_RANKS = 1
+CPU_RANKS = 2
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from workloads.registry import COLLECTIVES
 pytestmark = [pytest.mark.gpu]
 
 ONE_RANK = "not exercised (1 rank): NCCL puts no work on the GPU for it"
-# the sweep's reductions are measured with both operators (sum: NCCL's reduction kernels; max too)
+# the sweep's reductions are measured with both operators, as in gpu_check.py's sweep
 OPS = ("sum", "max")
 
 
@@ -68,8 +68,8 @@ def sweep(request, target: Target, tmp_path_factory) -> Sweep:
 
 def test_every_rank_measured_exactly(sweep):
     df, manifest, target = sweep.rows, sweep.manifest, sweep.target
-    # the sweep asked for every collective the registry declares (gpu_check.py: --collectives all)
-    assert json.loads(manifest["spec"])["collectives"] == list(COLLECTIVES)
+    if sweep.here:  # the sweep asked for every collective the registry declares (gpu_check.py: --collectives all)
+        assert set(json.loads(manifest["spec"])["collectives"]) == set(COLLECTIVES)
     n = int(df.world_size.max())
     if target.gpu:
         assert n == target.ranks  # the intra pattern's largest group holds every GPU

@@ -126,7 +126,13 @@ def test_the_gpu_check_rehearsed_offline_on_the_gpu_machines_python_and_packages
     assert missing.returncode == 1 and "No module named 'ray'" in missing.stderr
     env = {k: v for k, v in os.environ.items()
            if k not in ("RAY_ADDRESS", "VIRTUAL_ENV", "OUT") and not k.startswith(("PYTHON", "COLLBENCH_"))}
-    env["PATH"] = f"{image / 'bin'}:{env.get('PATH', '')}"
+    # the GPU machine's description lists no `xz`: one that fails stands first on PATH (the bundle is
+    # unpacked by Python's tarfile)
+    stub = tmp_path / "stub"
+    stub.mkdir()
+    (stub / "xz").write_text("#!/bin/sh\necho 'xz: not on the GPU machine' >&2\nexit 127\n")
+    (stub / "xz").chmod(0o755)
+    env["PATH"] = f"{stub}:{image / 'bin'}:{env.get('PATH', '')}"
     env["RAY_memory_monitor_refresh_ms"] = "0"  # as the prepared call sets it
     pins = dict(re.split(r"==", r, maxsplit=1) for r in _image_requirements() if "==" in r)
 
@@ -166,10 +172,14 @@ def test_the_gpu_check_rehearsed_offline_on_the_gpu_machines_python_and_packages
     assert "CPU form (no NVIDIA GPU here): torch keeps no allocator peak" in out
     # installed beside the image's python: its own torch, nothing of it replaced, Ray from the bundle
     installed = re.search(r"installed from the bundle into (\S+): collbench \S+, ray 2\.\d+\.\d+, (\d+) wheel\(s\) "
-                          r"beside the image's \| torch (\S+) from (\S+)", out)
+                          r"beside the image's \(([^)]*)\) \| torch (\S+) from (\S+)", out)
     assert installed, out[-4000:]
-    assert installed.group(3).split("+")[0] == pins["torch"] and installed.group(4).startswith(str(image))
-    assert int(installed.group(2)) >= 1  # Ray, and what it needs that the image lacks
+    assert installed.group(4).split("+")[0] == pins["torch"] and installed.group(5).startswith(str(image))
+    # Ray and what it needs that the image lacks: the five the H200 installed (its pip list holds
+    # these at the bundle's versions: tests/fixtures/gpu/h200_20261204/pip-list.txt), nothing of the image's
+    beside = set(installed.group(3).split(", "))
+    assert beside == {"ray", "jsonschema", "jsonschema-specifications", "referencing", "rpds-py"}, beside
+    assert int(installed.group(2)) == len(beside)
     assert re.search(r"python3?: torch 2\.11\.0\+cu130, CUDA 13\.0, no NCCL \(no GPU\), 0 GPU\(s\)", out), out[-4000:]
     # the verdict: PASS on what a CPU can show, every GPU-only check named as not run
     assert "collbench GPU check: PASS | 2 CPU ranks (rehearsal, no GPU) | 8 collectives x " in out

@@ -25,7 +25,7 @@ def _text(name: str) -> str:
 
 
 def _checks(gpu: fx.Gpu) -> dict[str, ck.Check]:
-    return {c.name.split(" ", 2)[-1]: c for c in ck._gpu(gpu)}
+    return {c.name.split(" ", 2)[-1]: c for c in ck._gpu(gpu, 8, False)}  # one GPU of an 8-GPU node
 
 
 def test_a_healthy_h100():
@@ -36,7 +36,7 @@ def test_a_healthy_h100():
     assert (g.ecc_uncorrected, g.remapped_pending, g.remap_failure) == (0, 0, False)
     assert g.events == 0x1  # Idle only
     assert (g.pcie_gen, g.pcie_width) == ((5, 5), (16, 16))
-    assert not [c for c in ck._gpu(g) if c.status != "ok"]
+    assert not [c for c in ck._gpu(g, 8, False) if c.status != "ok"]
 
 
 def test_a_row_remap_pending_fails_its_gpu():
@@ -77,7 +77,7 @@ def test_a_healthy_h200_alone_in_a_vm():
     assert (g.ecc_uncorrected, g.remapped_pending, g.remap_failure, g.events) == (0, 0, False, 0x1)  # Idle only
     assert (g.pcie_gen, g.pcie_width) == ((5, 5), (16, 16))
     assert fx.parse_nvlink_status(_text("nvlink_status_h200_one_gpu_vm_empty.txt")) == {}
-    assert not [c for c in ck._gpu(g) if c.status != "ok"] and "NVLink" not in _checks(g)
+    assert not [c for c in ck._gpu(g, 1, False) if c.status != "ok"] and "NVLink" not in _checks(g)
 
 
 def test_nvlink_status():

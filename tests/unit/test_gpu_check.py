@@ -5,14 +5,19 @@ committed to the tree that the GPU machine is sent."""
 
 from __future__ import annotations
 
+import argparse
+import hashlib
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
-import tarfile
 import sys
+import tarfile
 import time
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("gpu_check", REPO / "scripts/gpu_check.py")
@@ -80,23 +85,33 @@ def test_the_budget_cuts_a_step_and_keeps_time_for_the_closing_steps(tmp_path):
     assert gpu_check._close(check) == 1
 
 
-def _record_of_this_tree(bundle: Path) -> None:
-    """A bundle's record of the sources it was built from (offline_bundle.sh writes it), of this tree."""
+THIS_PYTHON = f"{sys.version_info[0]}.{sys.version_info[1]}"
+
+
+def _bundle_of_this_tree(bundle: Path, python: str = THIS_PYTHON, image: Path | None = None) -> Path:
+    """A bundle as offline_bundle.sh leaves it: an archive (here not a real one) and its record of
+    the sources it was built from, this tree's; returns the record's path."""
     bundle.mkdir(exist_ok=True)
-    (bundle / "collbench-offline-py312.json").write_text(json.dumps(
-        {"python": "3.12", "commit": "0123456789abcdef", "built_utc": "2026-12-04T00:00:00Z",
+    tag = python.replace(".", "")
+    (bundle / f"collbench-offline-py{tag}.tar.xz").write_bytes(b"not an xz archive")
+    record = bundle / f"collbench-offline-py{tag}.json"
+    record.write_text(json.dumps(
+        {"python": python, "commit": "0123456789abcdef", "built_utc": "2026-12-04T00:00:00Z",
+         "image_sha256": hashlib.sha256(image.read_bytes()).hexdigest() if image else None,
          "sources": gpu_check.bundle_plan.source_record(REPO)}))
+    return record
 
 
 def test_a_failed_install_stops_the_check_with_its_line(tmp_path, capsys):
     bundle = tmp_path / "bundle"
-    _record_of_this_tree(bundle)  # holds no archive for this Python: install_bundle.sh exits 2 naming it
+    _bundle_of_this_tree(bundle)  # its archive does not unpack: install_bundle.sh exits 1 naming it
     code = gpu_check.main(["--bundle", str(bundle), "--rehearse", "--evidence", str(tmp_path / "ev")])
     out = capsys.readouterr().out
     assert code == 1
-    assert "[gpu_check] step install: FAILED in " in out and ": exit 2" in out
-    assert "install_bundle: error: no " in out and "collbench-offline-py" in out
+    assert "[gpu_check] step install: FAILED in " in out and ": exit 1" in out
+    assert "install_bundle: could not unpack " in out and "collbench-offline-py" in out
     assert "[gpu_check] FAILED: install |" in out and "step ray" not in out
+    assert "a second attempt" not in out  # a rehearsal: no device lease to spend
 
 
 def test_nothing_large_or_built_is_committed():
@@ -109,29 +124,67 @@ def test_nothing_large_or_built_is_committed():
 
 def test_a_bundle_built_from_other_sources_is_refused_before_anything_runs(tmp_path, capsys):
     """The bundle is checked against the tree it is sent with: a change after it was built (or no
-    record at all) is refused with exit 2 in one line, before the install."""
+    record at all, or no archive for this Python) is refused with exit 2 in one line, before the install."""
     bundle = tmp_path / "bundle"
-    _record_of_this_tree(bundle)
-    record = json.loads((bundle / "collbench-offline-py312.json").read_text())
-    assert gpu_check.bundle_problem(bundle) is None
+    path = _bundle_of_this_tree(bundle)
+    record = json.loads(path.read_text())
+    assert gpu_check.bundle_problem(bundle, THIS_PYTHON) is None
     record["sources"]["files"]["workloads/harness.py"] = "0" * 16  # built before harness.py last changed
     record["sources"]["files"]["workloads/gone.py"] = "1" * 16  # a module since removed
     record["sources"]["sha256"] = "stale"
-    (bundle / "collbench-offline-py312.json").write_text(json.dumps(record))
+    path.write_text(json.dumps(record))
     evidence = tmp_path / "ev"
-    try:
+    with pytest.raises(SystemExit) as stopped:
         gpu_check.main(["--bundle", str(bundle), "--rehearse", "--evidence", str(evidence)])
-    except SystemExit as e:
-        assert e.code == 2
-    else:
-        raise AssertionError("a stale bundle was not refused")
+    assert stopped.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith(f"gpu_check.sh: error: --bundle '{bundle}' was built from other sources than this tree's "
                           "(commit 0123456789ab, 2026-12-04T00:00:00Z; changed workloads/harness.py; gone "
                           "workloads/gone.py): build it again")
     assert not evidence.exists()  # nothing started, nothing written
-    (bundle / "collbench-offline-py312.json").unlink()
-    assert "holds no collbench-offline-pyXY.json" in gpu_check.bundle_problem(bundle)
+    path.unlink()
+    assert "(no record of the sources it was built from)" in gpu_check.bundle_problem(bundle, THIS_PYTHON)
+    # built for another Python: the GPU machine's 3.12 bundle run by this machine's interpreter
+    assert gpu_check.bundle_problem(bundle, "3.9").startswith(
+        f"--bundle '{bundle}' holds no collbench-offline-py39.tar.xz for Python 3.9 (it holds: collbench-offline-py")
+
+
+def test_prepare_keeps_a_fresh_bundle_and_prints_the_call(tmp_path, monkeypatch, capsys):
+    """--prepare: a bundle of this tree for the GPU machine's Python and image list is kept (nothing
+    built) and the device tool's call printed; one for another image list is built again; a folder
+    outside the tree, or holding other files, is refused before anything is removed."""
+    image = REPO / gpu_check.BUNDLE_ARGS[3]
+    bundle = REPO / ".bundle-test-prepare"
+    built = []
+
+    def fake_build(folder: Path) -> int:  # offline_bundle.sh, without the registry: what it leaves
+        built.append(folder)
+        _bundle_of_this_tree(folder, "3.12", image)
+        return 0
+
+    monkeypatch.setattr(gpu_check, "build_bundle", fake_build)
+    try:
+        _bundle_of_this_tree(bundle, "3.12", image)
+        assert gpu_check.prepare(bundle, "6m") == 0 and built == []
+        out = capsys.readouterr().out
+        assert out.strip().endswith(
+            'run(command="PATH=/opt/torch/.venv/bin:$PATH RAY_memory_monitor_refresh_ms=0 bash scripts/gpu_check.sh '
+            '--bundle .bundle-test-prepare --evidence $OUT --budget 360s", carry=[".bundle-test-prepare"], '
+            'timeout_s=420)')
+        _bundle_of_this_tree(bundle, "3.12", REPO / "pyproject.toml")  # recorded for another image list
+        assert gpu_check.prepare(bundle, "6m") == 0
+        assert built == [bundle]
+        assert "built for another list of the image's packages" in capsys.readouterr().out
+        (bundle / "notes.txt").write_text("mine")
+        _bundle_of_this_tree(bundle, "3.12", REPO / "pyproject.toml")
+        assert gpu_check.prepare(bundle, "6m") == 2 and (bundle / "notes.txt").exists()
+        assert "holds files other than a bundle's" in capsys.readouterr().err
+    finally:
+        shutil.rmtree(bundle, ignore_errors=True)
+    outside = tmp_path / "bundle"
+    _bundle_of_this_tree(outside, "3.12", REPO / "pyproject.toml")
+    assert gpu_check.prepare(outside, "6m") == 2 and (outside / "collbench-offline-py312.tar.xz").exists()
+    assert "is outside the tree" in capsys.readouterr().err
 
 
 def _fake_bin(tmp_path: Path, name: str, script: str) -> str:
@@ -169,7 +222,7 @@ def test_nvidia_smi_that_hangs_or_fails_is_a_failed_step_with_its_reason(tmp_pat
 
 def test_a_program_that_cannot_start_is_a_failed_step_not_a_traceback(tmp_path):
     check = _check(tmp_path)
-    rc, output = check.run("doctor", [str(tmp_path / "no-such-program"), "doctor"])
+    rc, _ = check.run("doctor", [str(tmp_path / "no-such-program"), "doctor"])
     assert rc is None and check.steps[-1].outcome == "failed"
     assert check.steps[-1].note.startswith("could not start ") and "No such file or directory" in check.steps[-1].note
 
@@ -194,11 +247,32 @@ def test_the_evidence_archive_holds_rows_ray_log_tails_and_pip_list(tmp_path):
     assert pip_list == b"torch==2.11.0\n"
 
 
-def test_the_sweep_asks_for_every_collective_by_the_registrys_name_not_a_copy():
-    """gpu_check.py once listed the collectives by hand; now it asks for `all`, which the spec turns
-    into the registry's every collective."""
-    source = (REPO / "scripts/gpu_check.py").read_text()
-    assert '"--collectives", "all"' in source and "all_to_allv" not in source
+def test_the_sweep_asks_for_every_collective_and_both_operators():
+    """gpu_check.py once listed the collectives by hand (all_to_allv came and went); its sweep's
+    options, read by collbench's own parser, give the registry's every collective and sum and max."""
+    from orchestrator.commands.options import add_spec_options, spec_from_args
+    from workloads.registry import COLLECTIVES
+
+    for rehearse in (False, True):
+        parser = argparse.ArgumentParser()
+        add_spec_options(parser)
+        spec = spec_from_args(parser.parse_args([*gpu_check.sweep_args(rehearse), "--output", "/tmp/x"]))
+        assert spec.collectives == COLLECTIVES and spec.ops == ("sum", "max") and spec.dtypes == ("all",)
+        assert spec.backend == ("gloo" if rehearse else "nccl") and spec.patterns == ("intra",)
+
+
+def test_a_gpu_check_without_nvidia_smi_fails_that_step_and_says_how_to_try_again(tmp_path, capsys):
+    check = gpu_check.Check(rehearse=False, budget_s=300, evidence=tmp_path, scratch=tmp_path)
+    check.env["PATH"] = str(tmp_path / "empty")
+    gpu_check.nvidia_smi(check)
+    assert (check.steps[-1].outcome, check.steps[-1].note) == ("failed", "no nvidia-smi on PATH")
+    assert gpu_check._close(check, REPO / ".bundle") == 1
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("[gpu_check] a second attempt in the same lease (this one took ")
+    assert last.endswith("B = the device tool's budget_left_s less 150 s for the machine's start and the "
+                         'transfers, at most 540; run(command="PATH=/opt/torch/.venv/bin:$PATH '
+                         "RAY_memory_monitor_refresh_ms=0 bash scripts/gpu_check.sh --bundle .bundle --evidence $OUT "
+                         '--budget Bs", carry=[".bundle"], timeout_s=B + 60)')
 
 
 def test_doctors_note_counts_warnings_as_warnings(tmp_path):
