@@ -48,7 +48,7 @@ def main() -> None:
                 cells = []
                 for n in SIZES:
                     clusters = max(1, round(CLUSTERS[n] * a.scale))
-                    r = measure(fault, n, profile.noise, clusters, expected, a.seed)
+                    r = measure(fault, n, profile.noise, clusters, expected, a.seed, prior=profile.prior)
                     total += clusters
                     fn = _pct(r.fn_rate) if r.culprits else "-"
                     note = "*" if r.unjudged else ""

@@ -8,6 +8,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Literal
 
+from orchestrator.judging.judge import Prior
 from orchestrator.sweep.qualify import Qualifier
 from orchestrator.sweep.qualify_types import Outcome, Probe, Reference, Result
 
@@ -35,7 +36,8 @@ class Model:
     """A cluster for the simulator: a node's speed multiplies the busbw of every probe it is in
     (`slow`: the node itself; `nic_slow`: only probes that leave the node; `scale_slow`: only
     probes of more than two nodes; `intermittent`: in a probe with probability one half);
-    `hang` nodes stop every probe they are in (and do not answer a ping)."""
+    `hang` nodes stop every probe they are in (and do not answer a ping); an intermittent node is
+    slow in a probe with probability `intermittent_share`)."""
 
     n_nodes: int
     ranks_per_node: int = 8
@@ -45,6 +47,7 @@ class Model:
     hang: set[int] = field(default_factory=set)
     scale_slow: dict[int, float] = field(default_factory=dict)
     intermittent: dict[int, float] = field(default_factory=dict)
+    intermittent_share: float = 0.5
     noise: Noise | float = 0.02  # a float: uniform of that width
     seed: int = 0
 
@@ -57,7 +60,7 @@ class Model:
         if stuck:
             return Result(probe, Outcome.HANG, None, stuck, "ranks did not answer")
         speeds = [self.slow.get(n, 1.0) for n in probe.nodes]
-        speeds += [f for n in probe.nodes if (f := self.intermittent.get(n)) and rng.random() < 0.5]
+        speeds += [f for n in probe.nodes if (f := self.intermittent.get(n)) and rng.random() < self.intermittent_share]
         if len(probe.nodes) > 1:
             speeds += [self.nic_slow.get(n, 1.0) for n in probe.nodes]
         if len(probe.nodes) > 2:
@@ -66,9 +69,11 @@ class Model:
 
 
 def simulate(model: Model, threshold: float = 0.10, reference: Reference | None = None,
-             min_fraction: float = 0.8) -> Qualifier:
-    """Qualify the model's cluster; the returned qualifier holds verdicts and the rounds used."""
-    q = Qualifier(model.n_nodes, model.ranks_per_node, threshold, reference or Reference(), model.seed, min_fraction)
+             min_fraction: float = 0.8, prior: Prior | None = None) -> Qualifier:
+    """Qualify the model's cluster; the returned qualifier holds verdicts and the rounds used.
+    `prior`: how far apart the judge expects healthy probes (default: the Qualifier's, gloo across nodes)."""
+    q = Qualifier(model.n_nodes, model.ranks_per_node, threshold, reference or Reference(), model.seed, min_fraction,
+                  **({"prior": prior} if prior else {}))
     rng = random.Random(model.seed + 1)
     while probes := q.next_round():
         q.record([model.run(p, rng) for p in probes])

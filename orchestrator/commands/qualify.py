@@ -71,12 +71,13 @@ def main(args: argparse.Namespace) -> int:
         return result.exit_code
     if args.format == "json":
         print(json.dumps({"run_id": result.run_id, "rounds": result.rounds, "wall_s": round(result.wall_s, 3),
-                          "speed_judged": result.speed_judged, "unjudged": result.unjudged, "nodes": result.nodes},
-                         indent=1))
+                          "speed_judged": result.speed_judged, "unjudged": result.unjudged,
+                          "agreement": result.agreement, "nodes": result.nodes}, indent=1))
     else:
         print(render_tables([("verdicts", [_table_row(v) for v in result.nodes])], "table"))
-    if result.unjudged:  # never a silent pass: a pass whose speed had no reference says so
-        print(f"collbench: {result.unjudged}", file=log, flush=True)
+    for note in (result.unjudged, result.agreement):  # never a silent pass, nor a bare "healthy"
+        if note:
+            print(f"collbench: {note}", file=log, flush=True)
     n = len(result.nodes)
     print(f"collbench: {n - len(result.failing)} of {n} node(s) pass; {result.rounds} round(s), {result.probes} "
           f"probe(s), wall {result.wall_s:.1f}s, {result.startup}; rows in {result.rows_at}", file=log, flush=True)
@@ -97,4 +98,4 @@ def _table_row(v: dict) -> dict:
     return {"node": v["node"], "host": v["host"], "verdict": v["verdict"], "phase": e.get("phase"),
             "with": ",".join(partners[:3]) + (f",+{len(partners) - 3}" if len(partners) > 3 else ""),
             "busbw": e.get("busbw_gbps"), "reference": e.get("reference_gbps"),
-            "detail": e.get("detail") or e.get("status")}
+            "detail": "; ".join(filter(None, [v.get("detail"), e.get("detail") or e.get("status")]))}

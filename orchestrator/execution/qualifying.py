@@ -19,7 +19,8 @@ from orchestrator.execution.jobs import new_run_id, say_warnings
 from orchestrator.execution.voice import COMMAND_LINE, Voice
 from orchestrator.results.schema import RunState
 from orchestrator.sweep.inventory import Inventory
-from orchestrator.sweep.qualify import ALL_PAIRS_NODES, Deadlines, Outcome, Probe, Qualifier, Reference, Result
+from orchestrator.judging.judge import prior_for
+from orchestrator.sweep.qualify import Deadlines, Outcome, Probe, Qualifier, Reference, Result
 from orchestrator.sweep.sizes import format_bytes
 from orchestrator.sweep.spec import SweepSpec
 from workloads.messages import Status
@@ -37,6 +38,7 @@ class Qualification:
     probes: int = 0
     speed_judged: bool = True
     unjudged: str | None = None  # why a speed could not be judged, where it could not
+    agreement: str | None = None  # nothing slow and no expected value: what that does and does not say
     wall_s: float = 0.0
     startup: str = ""
     rows_at: str = ""
@@ -75,7 +77,7 @@ def qualification(spec: SweepSpec, *, threshold: float = 0.10, min_fraction: flo
         session.check_devices({rpn, 2 * rpn, inv.world_size})
         inv = session.inv or inv  # GPU nodes: with their NVLink domains, read by the devices' check
         q = Qualifier(len(inv.nodes), rpn, threshold, seed=seed, min_fraction=min_fraction,
-                      domains=tuple(n.nvlink_domain for n in inv.nodes))
+                      domains=tuple(n.nvlink_domain for n in inv.nodes), prior=prior_for(backend, True))
         done["q"], done["inv"] = q, inv
         collector = _Collector(q, inv, Deadlines(spec.group_timeout_s))
         shown = [console.Console(None, log, rows=False)] if log is not None else []
@@ -108,7 +110,7 @@ def qualification(spec: SweepSpec, *, threshold: float = 0.10, min_fraction: flo
         q, inv = done["q"], done["inv"]
         result.nodes = _verdicts(q, inv)
         result.state, result.rounds = RunState.FINISHED, q.rounds
-        result.speed_judged, result.unjudged = not q.unjudged, q.unjudged_note()
+        result.speed_judged, result.unjudged, result.agreement = not q.unjudged, q.unjudged_note(), q.agreement()
         result.exit_code = 1 if result.failing else 0
     return _closed(result, session, t_start, done["groups"])
 
@@ -148,10 +150,9 @@ def _describe(ref: Reference, n_nodes: int) -> str:
     known = [f"{k} {v:g} GB/s" for k, v in dataclasses.asdict(ref).items() if v]
     if known:
         return "expected " + ", ".join(known)
-    if n_nodes in ALL_PAIRS_NODES:
-        return f"no expected value applies: every pair of the {n_nodes} nodes, against the median of their best pairs"
-    unjudged = " (2 nodes: their speed cannot be judged without --expected)" if n_nodes < min(ALL_PAIRS_NODES) else ""
-    return "no expected value applies: the median of each round" + unjudged
+    unjudged = " (2 nodes: their speed cannot be judged without --expected)" if n_nodes < 3 else ""
+    return ("no expected value applies: what the fastest agreeing probes delivered (a probe is as fast as its "
+            "slowest node)" + unjudged)
 
 
 class _Collector(RunObserver):
@@ -218,17 +219,14 @@ def _gone(inv: Inventory, nodes: list[int]) -> tuple[int, ...]:
 
 
 def _round_line(rnd: int, probes: list[Probe], judged: list[Result], limit_s: float, q: Qualifier) -> str:
+    """A round's phases (a round holds fresh pairs and retests at once), outcomes and the count named."""
+    phases = dict.fromkeys(p.phase.value for p in probes)
     counts: dict[str, int] = {}
     for r in judged:
         counts[r.status.value] = counts.get(r.status.value, 0) + 1
-    named = sum(1 for v in q.verdicts.values() if v is not Outcome.PASS)
-    if q.all_pairs_pending:
-        found = "measured, judged with the last pair round"
-    else:
-        found = ("every pair: " if len(judged) > len(probes) else "") + ", ".join(
-            f"{k} {v}" for k, v in sorted(counts.items()))
-    return (f"collbench: round {rnd + 1} ({probes[0].phase.value}): {len(probes)} probe(s) [{found}], "
-            f"deadline {limit_s:.0f}s; {named} node(s) named so far")
+    found = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+    return (f"collbench: round {rnd + 1} ({'+'.join(phases)}): {len(probes)} probe(s) [{found}], "
+            f"deadline {limit_s:.0f}s; {q.named()} node(s) named so far")
 
 
 def _verdicts(q: Qualifier, inv: Inventory) -> list[dict]:
@@ -238,5 +236,5 @@ def _verdicts(q: Qualifier, inv: Inventory) -> list[dict]:
         node = inv.nodes[item["node"]]
         evidence = [{**e, "nodes": [inv.nodes[i].ip for i in e["nodes"]]} for e in item["evidence"]]
         out.append({"node": node.ip, "host": node.hostname, "node_id": node.node_id, "verdict": item["verdict"],
-                    "evidence": evidence})
+                    "detail": item["detail"], "evidence": evidence})
     return out

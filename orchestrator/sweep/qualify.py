@@ -1,78 +1,98 @@
-"""Qualify: localise slow and hanging nodes in a few rounds, not N-1. Pure: it proposes rounds of
-probes (groups of whole nodes) and reads their outcomes; `collbench qualify` runs the probes on
-Ray, `benchmarks/qualify_simulator.py` runs them against a model of N nodes.
+"""Qualify: localise slow, intermittent and hanging nodes in a few rounds, not N-1. Pure: it
+proposes rounds of probes (groups of whole nodes) and reads their outcomes; `collbench qualify`
+runs the probes on Ray, `benchmarks/qualify_simulator.py` runs them against a model of N nodes.
 
 Size: over 300 lines for one state machine of rounds (intra, pairs, retests, gates, bisections,
 verdicts); its judging is qualify_judging.py, its vocabulary qualify_types.py.
 
 Rounds (each probe of a round runs at the same time, on disjoint nodes):
 1. intra: every node alone (its ranks together), when nodes have more than one rank;
-2. pairs: a random perfect matching of the nodes not yet condemned; with 3 to 5 nodes and no
-   expected value, every pair instead (circle method: N-1 rounds, N when N is odd), since a
-   median of one or two pairs cannot say which is off;
-3. retest: each member of a slow, failed or hung pair (and a node left out of an odd matching)
-   with a partner that already passed, all at once: a member at full speed is cleared (the
-   other was the culprit, or the pair's own path was slow); one that hangs again is named;
-4. gate: every node still passing, in one group;
+2. pairs: rounds of fresh pairs, no pair twice (the circle method over a shuffled order, inside
+   each NVLink domain), `fresh_rounds(N)` of them: every node is looked at six times (a fault
+   that shows in half of its probes is seen twice), and enough rounds that two healthy nodes meet
+   where only two in five are healthy; every pair, at most (N-1 rounds, N when N is odd);
+3. retests, in the same rounds: each suspect with a partner that proved fast (a node alone, where
+   its slowness was its own); the nodes free of retests take their next fresh pair meanwhile;
+4. gate: every node still passing, in one group (one per NVLink domain);
 5. bisect: when the gate is slow or hangs without naming a culprit, its halves at the same time,
    then the failing halves' halves, down to five nodes or fewer, each of which is retested with
-   two good partners (a fault that shows only in groups of more than two nodes is found too);
+   two partners that proved fast (a fault that shows only in groups of more than two nodes);
    then the gate once more (also after a gate that named its culprits, without them).
 
-Judging speed. A probe is slow below `min_fraction` of the expected value for its kind where one
-is known (so one bad node is caught even when most of the cluster is bad). Otherwise the
-reference is the median of the round's probes of its kind (all of them, slow ones included: the
-same median judges them and carries to retests, gates and bisections), and a probe is slow
-`threshold` below it, or further when the round's own spread says the measurements are noisier
-(3 robust standard deviations of its log, from the one judge's estimate, at most 25%); gates and
-bisections twice that, at most 45%. With
-3 to 5 nodes the reference is the median over nodes of each node's best pair, and a node is named
-when it is slow in its pairs with every other node. With 2 nodes (or 2 intra probes) and no
-expected value there is no reference: the speed is not judged, and `unjudged` says so.
+Judging speed (qualify_judging.py `Judgement`, recomputed from every probe after each round, so an
+earlier probe is judged again as better evidence comes). A group runs as fast as its slowest
+member, so a fast probe proves every member fast, and the fabric's healthy level is what the
+fastest agreeing probes of a kind delivered (judging/capacity.py), never the median, which is the
+slow level when half the nodes are slow. Where an expected value is known, the level is it. A
+probe is slow below the level's floor (the one judge's limit: the platform's prior pooled with
+the healthy probes' own spread) and `threshold` below it; gates and bisections twice that, at
+most 45%. With one probe of a kind and no expected value there is nothing to compare it with: its
+speed is not judged, and `unjudged` says so.
 
-Condemning. A node measured slow once is measured again before it is named: a retest far below
-its reference (more than twice the allowed drop) names it; one closer to the line names it only
-with a second slow measurement of its own (its pair, when its partner was cleared, or a second
-retest). A retest at full speed clears it. A hung or failed probe names its culprits when some
-ranks did not answer a ping (stopped processes) or died; otherwise its members are retested.
-A node that left the cluster is lost.
+Verdicts. A slow probe is a node's own where every other member proved fast elsewhere (or it ran
+alone, or was a retest's suspect). A node slow in one probe of its own is measured again, and
+named after two: `slow` where it was never fast in that class of probe (alone, pairs, groups of
+three or more), `intermittent` where it was ("slow in k of m probes"); one slow probe among
+`DISAGREEING_PROBES` of its own was noise. A node slow only with partners not yet proven is
+retested with a partner that proved fast (a member at full speed is cleared). Slow only in groups
+of three or more while fast in pairs, it is `slow` (a fault of scale). A hung or failed probe names its culprits when
+some ranks did not answer a ping (stopped processes) or died; otherwise its members are retested,
+and one that hangs again is named. A node that left the cluster is lost. Where no node is named
+and nothing came slow, every node agrees: without an expected value the note says that this is all
+that can be said ("all N nodes agree at X GB/s"), never a bare "healthy".
 
 NVLink domains (`domains`, where nodes lie in two or more): pairs are matched, retested and gated
-inside each domain, and a probe is judged against a cut of its own span (inside one domain: over
-NVLink; across: over the network), never one median over both.
+inside each domain, and a probe is judged against the level of its own span (inside one domain:
+over NVLink; across: over the network), never one level over both.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import math
 import random
 from dataclasses import dataclass, field
 from enum import Enum
 
+from orchestrator.judging.judge import PRIORS, Prior
 from orchestrator.sweep.qualify_judging import (
-    ALL_PAIRS_NODES,
-    MAX_GATE_DROP,
-    MIN_PEERS,
+    DISAGREEING_PROBES,
+    DISAGREEING_PROBES_DECISIVE,
     Cut,
+    Judgement,
+    NodeState,
+    circle_round,
     circle_rounds,
-    median_cut,
-    node_pair_cut,
 )
 from orchestrator.sweep.qualify_types import Deadlines, Outcome, Phase, Probe, Reference, Result, Verdict
 
-__all__ = ["ALL_PAIRS_NODES", "Cut", "Deadlines", "Outcome", "Phase", "Probe", "Qualifier", "Reference", "Result",
-           "Verdict", "circle_rounds"]
+__all__ = ["DISAGREEING_PROBES", "Cut", "Deadlines", "Outcome", "Phase", "Probe", "Qualifier", "Reference", "Result",
+           "Verdict", "circle_rounds", "fresh_rounds"]
 
 _MAX_GATES = 3
+LOOKS = 6  # fresh pairs every node is in (a fault in half its probes shows twice in 6 in 89% of nodes)
+HEALTHY_SHARE = 0.4  # the fewest healthy nodes, as a share, that the fresh pairs are sure to find together
+MISS = 0.005  # ... sure: the chance that no two of them met
+
+
+def fresh_rounds(n: int) -> int:
+    """Rounds of fresh pairs for n nodes: LOOKS, and as many as make two healthy nodes meet (with
+    MISS left) where only HEALTHY_SHARE of them are healthy: a round pairs two given nodes with
+    chance 1/(n-1), so h healthy nodes meet in it with chance ~ 1 - exp(-h(h-1) / 2(n-1)); at most
+    every pair (n-1 rounds, n when n is odd)."""
+    if n < 2:
+        return 0
+    every = n - 1 if n % 2 == 0 else n
+    h = max(2, round(HEALTHY_SHARE * n))
+    meet = h * (h - 1) / (2 * (n - 1))
+    return min(every, max(LOOKS, math.ceil(-math.log(MISS) / meet)))
 
 
 class QualifyStep(Enum):
     """Where the qualification stands (what `_advance` plans next)."""
 
     START = "start"
-    INTRA = "intra"
-    PAIRS = "pairs"
-    CHECKS = "checks"  # retests, gates and bisections, until nothing is left to check
+    PAIRS = "pairs"  # fresh pairs and retests, until both are done
+    GATES = "gates"  # gates and bisections, and the retests they raise
     DONE = "done"
 
 
@@ -85,18 +105,20 @@ class Qualifier:
     seed: int = 0
     min_fraction: float = 0.8  # of an expected value
     domains: tuple[str | None, ...] = ()  # each node's NVLink domain (None: none known); () without domain facts
+    prior: Prior = PRIORS[("gloo", True)]  # how far apart healthy probes can be (judging/judge.py)
     rounds: int = 0
+    stopped: str | None = None  # why the rounds stopped before every node was settled
     verdicts: dict[int, Outcome] = field(default_factory=dict)
     evidence: dict[int, list[Result]] = field(default_factory=dict)
     unjudged: set[Phase] = field(default_factory=set)  # kinds of probe measured with nothing to judge them by
     _stage: QualifyStep = QualifyStep.START
-    _good: set[int] = field(default_factory=set)
-    _suspects: list[tuple[int, int]] = field(default_factory=list)  # (node, good partners to test it with)
-    _recheck: list[tuple[int, int]] = field(default_factory=list)  # slow once, near the line: measure again
-    _own_slow: dict[int, int] = field(default_factory=dict)  # slow measurements no partner explains
-    _cuts: dict[tuple[Phase, str | None], Cut | None] = field(default_factory=dict)  # by kind and span (_span)
-    _measured: dict[tuple[Phase, str | None], list[Result]] = field(default_factory=dict)  # what a cut is drawn from
-    _all_pairs: list[Result] | None = None  # every pair so far, when 3-5 nodes are judged by all pairs
+    _results: list[Result] = field(default_factory=list)  # every probe's result, as measured
+    _tentative: dict[int, Outcome] = field(default_factory=dict)  # verdicts the evidence gives now (final at the end)
+    _why: dict[int, str] = field(default_factory=dict)  # what decided each of them
+    _judgement: Judgement | None = None
+    _fresh: int = 0  # rounds of fresh pairs planned
+    _waiting: list[tuple[int, int]] = field(default_factory=list)  # fresh pairs not run yet (a node was busy)
+    _bisect_suspects: set[int] = field(default_factory=set)  # nodes of a failing half, tested with two partners
     _gates: int = 0
     _gate_again: bool = True  # the first gate, and one after each failed gate (at most _MAX_GATES)
     _queue: list[list[Probe]] = field(default_factory=list)
@@ -113,104 +135,132 @@ class Qualifier:
             order = list(dict.fromkeys(self.domains))
             self._groups = [[i for i, d in enumerate(self.domains) if d == key] for key in order]
         self._group_of = {i: g for g, nodes in enumerate(self._groups) for i in nodes}
-        self._after = {Phase.INTRA: self._after_intra, Phase.PAIRS: self._after_pairs,
-                       Phase.RETEST: self._after_retest, Phase.GATE: self._after_gate, Phase.BISECT: self._after_bisect}
+        # each domain's order for the circle method: its rounds give every pair once
+        self._orders = [self._rng.sample(g, len(g)) for g in self._groups or [list(range(self.n_nodes))]]
+        self._rounds_of_fresh = max((fresh_rounds(len(o)) for o in self._orders), default=0)
+        # a bound no qualification should meet: fresh rounds, a node's own probes in each class, bisections
+        self.max_rounds = 2 * (self._rounds_of_fresh + 3 * DISAGREEING_PROBES_DECISIVE) + 2 * max(
+            1, self.n_nodes).bit_length() + _MAX_GATES * 2
 
     # -- what to run next -------------------------------------------------------------------
     def next_round(self) -> list[Probe]:
-        """The next round's probes; [] when every node has its verdict."""
+        """The next round's probes; [] when every node has its verdict (or at `max_rounds`, with
+        what the evidence gives then, said)."""
+        if self.rounds >= self.max_rounds and self._stage is not QualifyStep.DONE:
+            self._stage = QualifyStep.DONE
+            self._finish(self._assess())
+            self.stopped = f"stopped after {self.rounds} rounds (the most for {self.n_nodes} nodes)"
+            return []
         while True:
             while self._queue:
-                probes = self._runnable(self._queue.pop(0))
+                probes = [p for p in self._queue.pop(0) if not any(self._dropped(n, p) for n in p.nodes)]
                 if probes:
                     self.rounds += 1
                     return probes
             if not self._advance():
                 return []
 
-    def _runnable(self, probes: list[Probe]) -> list[Probe]:
-        """Probes planned ahead lose those with a node named since; their open suspects wait for the next."""
-        out = []
-        for p in probes:
-            if not any(n in self.verdicts for n in p.nodes):
-                out.append(p)
-            elif p.phase is Phase.RETEST and p.nodes[0] not in self.verdicts:
-                self._suspects.append((p.nodes[0], len(p.nodes) - 1))
-        return out
-
     def _advance(self) -> bool:
-        """Plan the next step; False when the qualification is over."""
-        alive = self._open()
+        """Plan the next round; False when the qualification is over."""
         if self._stage is QualifyStep.START:
-            self._stage = QualifyStep.INTRA
-            if self.ranks_per_node > 1 and alive:
-                self._queue.append([Probe(Phase.INTRA, (i,)) for i in alive])
-                return True
-        if self._stage is QualifyStep.INTRA:
             self._stage = QualifyStep.PAIRS
-            if self._plan_pairs(alive):
+            if self.ranks_per_node > 1 and self._open():
+                self._queue.append([Probe(Phase.INTRA, (i,)) for i in self._open()])
                 return True
-        if self._stage in (QualifyStep.PAIRS, QualifyStep.CHECKS):
-            self._stage = QualifyStep.CHECKS
-            if self._suspects:
-                return self._plan_retests()
-            open_ = set(self._open())
-            gates = [Probe(Phase.GATE, members) for group in self._groups or [range(self.n_nodes)]
-                     if len(members := tuple(sorted(open_.intersection(group)))) > 2]  # a gate per domain
-            if self._gate_again and self._gates < _MAX_GATES and gates:
-                self._gates, self._gate_again = self._gates + 1, False
-                self._queue.append(gates)
-                return True
+        state = self._assess()
+        retests = self._confirmations() + self._plan_retests(state)
+        busy = {n for p in retests for n in p.nodes}
+        fresh = []
+        if self._stage is QualifyStep.PAIRS and (self._fresh < self._rounds_of_fresh or self._waiting):
+            fresh = self._fresh_pairs(busy)
+            self._fresh += 1
+        if retests or fresh:
+            self._queue.append(retests + fresh)
+            return True
+        if self._stage is QualifyStep.PAIRS and (self._fresh < self._rounds_of_fresh or self._waiting) \
+                and len(self._open()) > 1:
+            return self._advance()  # a round whose fresh pairs were all taken: the next one
+        self._stage = QualifyStep.GATES
+        open_ = set(self._open())
+        gates = [Probe(Phase.GATE, members) for group in self._groups or [range(self.n_nodes)]
+                 if len(members := tuple(sorted(open_.intersection(group)))) > 2]  # a gate per domain
+        if self._gate_again and self._gates < _MAX_GATES and gates:
+            self._gates, self._gate_again = self._gates + 1, False
+            self._queue.append(gates)
+            return True
         self._stage = QualifyStep.DONE
-        for i in range(self.n_nodes):
-            self.verdicts.setdefault(i, Outcome.PASS)
+        self._finish(state)
         return False
 
-    def _plan_pairs(self, alive: list[int]) -> bool:
-        if len(alive) in ALL_PAIRS_NODES and not self.reference.pair and not self._groups:
-            self._all_pairs = []
-            self._queue += circle_rounds(alive)
-            return True
-        pairs = []
-        for group in [[n for n in g if n in alive] for g in self._groups] or [alive]:  # pairs within a domain
-            self._rng.shuffle(group)
-            pairs += [Probe(Phase.PAIRS, (a, b)) for a, b in zip(group[::2], group[1::2])]
-            if len(group) % 2 and len(alive) > 1:
-                self._suspects.append((group[-1], 1))  # left out: tested against a good partner
-        if pairs:
-            self._queue.append(pairs)
-        return bool(pairs)
-
     def _open(self) -> list[int]:
-        return [i for i in range(self.n_nodes) if i not in self.verdicts]
+        return [i for i in range(self.n_nodes) if not self._out(i)]
 
-    def _plan_retests(self) -> bool:
-        """Suspects with their own good partners, as many at once as the partners allow; the rest
-        wait for the next round (partners named meanwhile are not used)."""
-        partners = sorted(self._good - {s for s, _ in self._suspects})
-        if (not partners and any(k for _, k in self._suspects) and 2 <= len(self._open()) <= max(ALL_PAIRS_NODES)
-                and not self._groups):
-            self._suspects = [(s, k) for s, k in self._suspects if k == 0]  # slow alone: named or cleared alone
-            self._all_pairs = []  # nobody known good among 3-5 nodes: every pair tells them apart
-            self._queue += circle_rounds(self._open())
-            return True
-        todo, self._suspects = self._suspects, []
-        probes, free = [], list(partners)
-        for s, k in todo:
-            mine = [p for p in free if self._same_domain(p, s)]  # partners of its own domain, where known
-            if k == 0:  # slow alone, near the line: alone again
-                probes.append(Probe(Phase.INTRA, (s,)))
-            elif not any(self._same_domain(p, s) for p in partners):  # nobody known good: cannot be told apart
-                self._last_word(s)
-            elif len(mine) >= k or not any(p.phase is Phase.RETEST and self._same_domain(p.nodes[0], s)
-                                           for p in probes):
-                probes.append(Probe(Phase.RETEST, (s, *mine[:k])))  # too few partners for the first: those there are
-                free = [p for p in free if p not in mine[:k]]
-            else:
-                self._suspects.append((s, k))
-        if probes:
-            self._queue.append(probes)
-        return True
+    def _out(self, node: int) -> bool:
+        """Named, or named by the evidence so far: no longer probed."""
+        return node in self.verdicts or node in self._tentative
+
+    def _confirmations(self) -> list[Probe]:
+        """Pairs that ran far faster than the level and were measured fewer than three times: again
+        (a level of their own, or noise; judging/capacity.py)."""
+        if self._judgement is None:
+            return []
+        probes, busy = [], set()
+        for nodes in self._judgement.unconfirmed():
+            if not busy.intersection(nodes) and not any(self._out(n) for n in nodes):
+                probes.append(Probe(Phase.PAIRS, nodes))
+                busy |= set(nodes)
+        return probes
+
+    def _fresh_pairs(self, busy: set[int]) -> list[Probe]:
+        """The next circle round of each domain's order, and pairs of earlier ones that waited, less
+        pairs with a busy node (they wait) or one hung or failed (`_stuck`). A node the
+        evidence names slow so far stays in its fresh pairs: they cost no round, and a fast one
+        tells a flapping node from a steadily slow one."""
+        if self._fresh < self._rounds_of_fresh:
+            self._waiting += [pair for order in self._orders for pair in circle_round(order, self._fresh)]
+        out, left = [], []
+        for a, b in self._waiting:
+            if self._stuck(a) or self._stuck(b):
+                continue
+            if a in busy or b in busy:
+                left.append((a, b))
+                continue
+            out.append(Probe(Phase.PAIRS, (a, b)))
+            busy = busy | {a, b}
+        self._waiting = left
+        return out
+
+    def _dropped(self, node: int, probe: Probe) -> bool:
+        """A planned probe no longer runs with this node: named, but slow or flapping so far in a fresh pair."""
+        return self._stuck(node) or (self._out(node) and probe.phase is not Phase.PAIRS)
+
+    def _stuck(self, node: int) -> bool:
+        """Named for good, or hung or failed so far: a probe with it would wait for its deadline."""
+        return node in self.verdicts or self._tentative.get(node) in (Outcome.HANG, Outcome.FAILED, Outcome.LOST)
+
+    def _plan_retests(self, state: dict[int, NodeState]) -> list[Probe]:
+        """Each node that needs a measurement of its own, with as many partners that proved fast
+        (of its own domain) as it needs, while partners last; the rest wait for the next round.
+        Partners: nodes with nothing against them first; on a noisy host, where every node may have
+        read slow once, the least suspect."""
+        suspects = sorted((n for n, s in state.items() if s.needs and not self._out(n)),
+                          key=lambda n: (state[n].proven, n))  # the unproven first: they have no other way
+        partners = sorted((n for n, s in state.items() if s.proven and not self._out(n)),
+                          key=lambda n: (not state[n].good, state[n].suspicion, n))
+        probes, busy = [], set()
+        for node in suspects:
+            if node in busy:
+                continue
+            k = {"alone": 0, "pair": 1, "group": 2}[state[node].needs_class]
+            if k == 0:
+                probes.append(Probe(Phase.INTRA, (node,)))
+                busy.add(node)
+                continue
+            mine = [p for p in partners if p != node and p not in busy and self._same_domain(p, node)][:k]
+            if len(mine) == k:
+                probes.append(Probe(Phase.RETEST, (node, *mine)))
+                busy |= {node, *mine}
+        return probes
 
     def _same_domain(self, a: int, b: int) -> bool:
         return self._group_of.get(a) == self._group_of.get(b)
@@ -223,225 +273,121 @@ class Qualifier:
         domains = {self.domains[n] for n in probe.nodes}
         return "intra" if len(domains) == 1 and None not in domains else "cross"
 
-    def _key(self, probe: Probe) -> tuple[Phase, str | None]:
-        return probe.phase.kind, self._span(probe)
-
     # -- what came back ------------------------------------------------------------------------
     def record(self, results: list[Result]) -> list[Result]:
-        """Judge a round's results (slow or not) and update verdicts; returns them judged (an
-        all-pairs round before the last: as measured, judged with the last)."""
-        if self._all_pairs is not None and results and results[0].probe.phase is Phase.PAIRS:
-            self._all_pairs += results
-            for r in results:
-                if r.status is not Outcome.PASS:
-                    self._blame(r)  # a node that stopped is not waited for in the rounds left
-            self._queue = [rnd for rnd in map(self._runnable, self._queue) if rnd]
-            if self._queue:
-                return results
-            results, self._all_pairs = self._all_pairs, None
-            self._cuts[Phase.PAIRS, None] = node_pair_cut(results, self.threshold) if not self.reference.pair else None
-            judged = [self._judge(r) for r in results]
-            self._file(judged)
-            self._after_all_pairs(judged)
-            return judged
-        spans = ("intra", "cross") if self._groups else (None,)
-        for key in [(Phase.INTRA, None), *((Phase.PAIRS, s) for s in spans)]:
-            if self._cuts.get(key) is None:  # set once; until then (a round of hangs) later probes of the kind count
-                earlier = self._measured.setdefault(key, [])
-                mine = [r for r in results if self._key(r.probe) == key]
-                self._cuts[key] = self._round_cut(key[0], earlier + mine)
-                if self._cuts[key] is not None:
-                    self._rejudge(key, earlier)
-                earlier.extend(mine)
-        judged = [self._judge(r) for r in results]
-        self._file(judged)
+        """Take a round's results; returns them judged (slow or not) against every probe so far."""
+        for r in results:
+            self._results.append(r)
+            self._blame(r)
+        self._judgement = Judgement(self._results, self.reference, self.prior, self.threshold, self.min_fraction,
+                                    self._span)
+        judged = [self._judgement.judged(r) for r in results]
         for r in judged:
-            self._after[r.probe.phase](r)
-        self._resolve_rechecks()
+            if r.status is not Outcome.PASS and r.probe.phase is Phase.GATE:
+                self._gate_again = True  # named culprits are out; the gate runs again without them
+            if r.status is not Outcome.PASS and r.probe.phase.kind is Phase.GATE and not r.culprits:
+                self._bisect(tuple(n for n in r.probe.nodes if not self._out(n)))
+        self._assess()
         return judged
-
-    def _rejudge(self, key: tuple[Phase, str | None], earlier: list[Result]) -> None:
-        """Probes measured before their kind had a reference (a round of hangs left too few to
-        compare) are judged now that it has one; a slow one makes its members suspects again."""
-        kind = key[0]
-        if all(self._cuts.get(k) is not None for k in self._measured if k[0] is kind):
-            self.unjudged.discard(kind)
-        for r in earlier:
-            j = self._judge(r)
-            if j is r:
-                continue
-            for n in r.probe.nodes:
-                self.evidence[n] = [j if e is r else e for e in self.evidence[n]]
-                if j.status is Outcome.SLOW and n not in self.verdicts:
-                    self._good.discard(n)
-                    self._suspects.append((n, 0 if kind is Phase.INTRA else 1))
-
-    def _file(self, judged: list[Result]) -> None:
-        for r in judged:
-            for n in r.probe.nodes:
-                self.evidence[n].append(r)
-
-    def _round_cut(self, kind: Phase, results: list[Result]) -> Cut | None:
-        """The expected value where known; else the median of all the round's probes of its kind."""
-        known = self.reference.of(kind)
-        if known:
-            return Cut(known, self.min_fraction)
-        return median_cut([r.busbw for r in results if r.status is Outcome.PASS and r.busbw is not None],
-                          self.threshold)
 
     def cut(self, phase: Phase, span: str | None = None) -> Cut | None:
         """What a probe of this phase (and span, where nodes have NVLink domains: _span) is judged against."""
-        known = self.reference.of(phase)
-        if known:
-            return Cut(known, self.min_fraction)
-        if phase.kind is Phase.INTRA:
-            return self._cuts.get((Phase.INTRA, None))
-        if phase.kind is Phase.PAIRS:
-            return self._cuts.get((Phase.PAIRS, span))
-        pairs = self._cuts.get((Phase.PAIRS, span))
-        if pairs is None:
-            return None
-        return Cut(pairs.reference_gbps, 1 - min(2 * (1 - pairs.fraction), MAX_GATE_DROP))
+        if self._judgement is None:
+            known = self.reference.of(phase)
+            return Cut(known, self.min_fraction) if known else None
+        return self._judgement.cut(phase, span)
 
-    def _judge(self, r: Result) -> Result:
-        if r.status is not Outcome.PASS:
-            return r
-        cut = self.cut(r.probe.phase, self._span(r.probe))
-        if cut is None:
-            self.unjudged.add(r.probe.phase.kind)
-            return r
-        if cut.slow(r.busbw):
-            return dataclasses.replace(
-                r, status=Outcome.SLOW, reference=cut.reference_gbps,
-                detail=f"{r.busbw:.4g} GB/s < {cut.fraction:.2f} x {cut.reference_gbps:.4g} GB/s")
-        return dataclasses.replace(r, reference=cut.reference_gbps)
+    def _assess(self) -> dict[int, NodeState]:
+        """Every open node's state from every probe so far; verdicts where the evidence decides."""
+        if self._judgement is None:
+            return {}
+        judged = self._judgement.all_judged()
+        self.evidence = {i: [] for i in range(self.n_nodes)}
+        for r in judged:
+            for n in r.probe.nodes:
+                self.evidence[n].append(r)
+        state = self._judgement.states(self.n_nodes, self.verdicts, self._bisect_suspects)
+        self._tentative = {node: s.verdict for node, s in state.items()
+                           if node not in self.verdicts and s.verdict not in (None, Outcome.PASS)}
+        self._why = {**{n: w for n, w in self._why.items() if n in self.verdicts},
+                     **{node: state[node].why for node in self._tentative}}
+        return state
+
+    def _finish(self, state: dict[int, NodeState]) -> None:
+        """Every node left open passes, but one that could never be measured with a partner that
+        proved fast after a slow, hung or failed probe: it is named with that outcome (no node
+        could tell it apart from its partners, who are named too); a speed that nothing could
+        judge is said."""
+        if self._judgement is not None:
+            self.unjudged |= self._judgement.unjudged_kinds()
+            for node, s in state.items():
+                if self._out(node) or not s.unresolved:
+                    continue
+                bad = [e for e in self.evidence[node] if e.status is not Outcome.PASS and not e.culprits
+                       and e.probe.phase.kind is not Phase.GATE]
+                if bad:
+                    self._tentative[node] = bad[-1].status
+                    self._why[node] = (f"{bad[-1].status.value} with partners that never proved fast: no node "
+                                       "could tell it apart from them")
+                else:
+                    self.unjudged.add(Phase.PAIRS)
+        for i in range(self.n_nodes):
+            self.verdicts.setdefault(i, self._tentative.get(i, Outcome.PASS))
 
     # -- verdicts ------------------------------------------------------------------------------
     def _condemn(self, node: int, verdict: Outcome) -> None:
         self.verdicts.setdefault(node, verdict)
-        self._good.discard(node)
 
-    def _last_word(self, node: int) -> None:
-        """A suspect that cannot be retested: named with what its own probes showed (not those
-        blamed on a named partner); with nothing of its own against it, it passes, unjudged."""
-        bad = [e.status for e in self.evidence[node] if e.status is not Outcome.PASS and set(e.culprits) <= {node}]
-        if bad:
-            self._condemn(node, bad[-1])
-        else:
-            self.unjudged.add(Phase.PAIRS)
-
-    def _blame(self, r: Result) -> bool:
-        """Named culprits (no answer to a ping, died, left) get their verdict; True if any."""
+    def _blame(self, r: Result) -> None:
+        """Named culprits (no answer to a ping, died, left) get their verdict."""
         for n in r.culprits:
             self._condemn(n, r.status)
-        return bool(r.culprits)
-
-    def _slow_once(self, node: int, r: Result, partners: int) -> None:
-        """A slow measurement of the node's own: named when far below the line or slow before;
-        else measured again (unless a cleared partner makes its pair a second measurement)."""
-        self._own_slow[node] = self._own_slow.get(node, 0) + 1
-        cut = self.cut(r.probe.phase, self._span(r.probe))
-        if self._own_slow[node] >= 2 or (cut and r.busbw is not None and cut.decisive(r.busbw)):
-            self._condemn(node, Outcome.SLOW)
-        else:
-            self._recheck.append((node, partners))
-
-    def _resolve_rechecks(self) -> None:
-        todo, self._recheck = self._recheck, []
-        for node, partners in todo:
-            if node in self.verdicts:
-                continue
-            if any(e.probe.phase is Phase.PAIRS and e.status is Outcome.SLOW
-                   and all(n in self._good for n in e.probe.nodes if n != node) for e in self.evidence[node]):
-                self._condemn(node, Outcome.SLOW)  # its pair was slow with a partner cleared since
-            else:
-                self._suspects.append((node, partners))
-
-    def _after_intra(self, r: Result) -> None:
-        (node,) = r.probe.nodes
-        if r.status is Outcome.SLOW:
-            self._slow_once(node, r, 0)
-        elif r.status is not Outcome.PASS:
-            self._blame(r) or self._condemn(node, r.status)
-
-    def _after_pairs(self, r: Result) -> None:
-        if r.status is Outcome.PASS:
-            self._good.update(r.probe.nodes)
-            return
-        self._blame(r)
-        self._suspects += [(n, 1) for n in r.probe.nodes if n not in self.verdicts]
-
-    def _after_all_pairs(self, judged: list[Result]) -> None:
-        """A node is named when none of its own pairs (those not blamed on a named partner) passed;
-        slow in all of them but none far below the line, it is retested with a partner that passed."""
-        for r in judged:
-            if r.status not in (Outcome.PASS, Outcome.SLOW):
-                self._blame(r)
-        for n in self._open():
-            mine = [r for r in judged if n in r.probe.nodes and set(r.culprits) <= {n}]
-            if not mine:
-                continue
-            if any(r.status is Outcome.PASS for r in mine):
-                self._good.add(n)
-                continue
-            statuses = {r.status for r in mine}
-            if statuses != {Outcome.SLOW}:
-                self._condemn(n, (statuses - {Outcome.SLOW}).pop())
-            elif all(self.cut(Phase.PAIRS).decisive(r.busbw) for r in mine):
-                self._condemn(n, Outcome.SLOW)
-            else:
-                self._own_slow[n] = 1
-                self._suspects.append((n, 1))
-
-    def _after_retest(self, r: Result) -> None:
-        suspect = r.probe.nodes[0]
-        if r.status is Outcome.PASS:
-            self._good.add(suspect)
-        elif r.status is Outcome.SLOW:
-            self._slow_once(suspect, r, len(r.probe.nodes) - 1)
-        elif not self._blame(r):
-            self._condemn(suspect, r.status)
-        elif suspect not in r.culprits:  # a partner was the culprit: the suspect needs another one
-            self._suspects.append((suspect, len(r.probe.nodes) - 1))
-
-    def _after_gate(self, r: Result) -> None:
-        if r.status is Outcome.PASS:
-            return
-        self._gate_again = True
-        if not self._blame(r):  # named culprits are out; the gate runs again without them
-            self._bisect(tuple(n for n in r.probe.nodes if n not in self.verdicts))
-
-    def _after_bisect(self, r: Result) -> None:
-        if r.status is not Outcome.PASS and not self._blame(r):
-            self._bisect(tuple(n for n in r.probe.nodes if n not in self.verdicts))
+            self._why.setdefault(n, f"{r.status.value} in a {r.probe.phase.value} probe: "
+                                    + ("left the cluster" if r.status is Outcome.LOST else "its ranks did not answer"
+                                       if r.status is Outcome.HANG else r.detail or "a rank failed"))
 
     def _bisect(self, nodes: tuple[int, ...]) -> None:
         if len(nodes) <= 5:  # halves of two nodes could not show a fault of bigger groups
-            self._suspects += [(n, 2) for n in nodes if n not in {s for s, _ in self._suspects}]
+            self._bisect_suspects |= set(nodes)
             return
         half = len(nodes) // 2
         self._queue.append([Probe(Phase.BISECT, nodes[:half]), Probe(Phase.BISECT, nodes[half:])])
 
     # -- the report ----------------------------------------------------------------------------
-    @property
-    def all_pairs_pending(self) -> bool:
-        """Pairs measured in every-pair rounds wait for the last of them to be judged."""
-        return self._all_pairs is not None
+    def named(self) -> int:
+        """Nodes named so far (the evidence's verdicts, which later rounds can revise, included)."""
+        return sum(1 for i in range(self.n_nodes) if self._out(i) and self.verdicts.get(i) is not Outcome.PASS)
+
+    def agreement(self) -> str | None:
+        """Where nothing was slow and no expected value was known: what can and cannot be said."""
+        j = self._judgement
+        if j is None or any(v is not Outcome.PASS for v in self.verdicts.values()) or self.reference.pair:
+            return None
+        if any(r.status is not Outcome.PASS for r in j.all_judged()):
+            return None
+        level = j.level(Phase.PAIRS, None) or j.level(Phase.PAIRS, "intra")
+        if level is None:
+            return None
+        return (f"all {self.n_nodes} nodes agree at {level.reference:.4g} GB/s; no expected value covers this "
+                "platform: declare one with --expected (README: Expected values) to tell a healthy fabric from one "
+                "equally slow everywhere")
 
     def unjudged_note(self) -> str | None:
         """Why some speed was not judged, or None when every probe had a reference."""
-        if not self.unjudged:
-            return None
-        kinds = " and ".join(sorted(k.value for k in self.unjudged))
-        return (f"the speed of some {kinds} probes was not judged: without an expected value a probe needs "
-                f"{MIN_PEERS} or more of its kind to compare with, and a node whose only partner failed cannot be "
-                f"told apart; give --expected (README: Expected values); those verdicts say only that it completed")
+        notes = [f"{self.stopped}: the verdicts are what the evidence gave then"] if self.stopped else []
+        if self.unjudged:
+            kinds = " and ".join(sorted(k.value for k in self.unjudged))
+            notes.append(f"the speed of some {kinds} probes was not judged: without an expected value a probe needs "
+                         "another of its kind to compare with, and a node whose only partners failed cannot be told "
+                         "apart; give --expected (README: Expected values); those verdicts say only that it completed")
+        return "; ".join(notes) or None
 
     def summary(self) -> list[dict]:
         """A verdict per node with its evidence (phase, partners, status, busbw)."""
-        return [{"node": i, "verdict": self.verdicts.get(i, Outcome.PASS).value,
+        return [{"node": i, "verdict": self.verdicts.get(i, Outcome.PASS).value, "detail": self._why.get(i, ""),
                  "evidence": [{"phase": e.probe.phase.value, "group_id": e.group_id, "nodes": list(e.probe.nodes),
                                "status": e.status.value, "busbw_gbps": e.busbw, "reference_gbps": e.reference,
                                "detail": e.detail}
                               for e in self.evidence[i]]}
                 for i in range(self.n_nodes)]
+

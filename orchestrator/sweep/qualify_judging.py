@@ -1,28 +1,45 @@
-"""How qualify judges a probe's speed: a reference and the fraction of it a healthy probe reaches
-(`Cut`), drawn from expected values or from what the cluster measured, and the every-pair rounds
-that small clusters without expected values are judged by. Pure.
+"""How qualify judges its probes and its nodes, from every probe so far. Pure.
 
-The round's spread is the one judge's robust estimate (judging/judge.py: in log space, robust to
-a slow half of a small round), and its minimum of values is the judge's; qualify keeps its own
-policy on top: a probe is slow `threshold` below the median, or 3 robust sigmas where the round is
-noisier, at most _MAX_DROP (a noisy round still calls a node at half speed slow: qualify retests
-before it names, so its false positives are bounded by the retest, not by a wide line)."""
+Size: over 300 lines for one judgement read whole again after every round: levels, each probe
+judged, each node's own probes, the noise a node's count of slow probes is weighed against.
+
+A probe's speed is judged against the healthy level of its kind (judging/capacity.py: what the
+fastest agreeing probes delivered, under the bottleneck rule: a group runs as fast as its slowest
+member), or an expected value where one is known (`Cut`). A node's state is read from its probes:
+- a fast probe proves each of its members fast (nobody in it held it back);
+- a slow pair is its member's own where the other member proved fast (where both did, not the
+  member's whose own probes read slow less often than the other's); a slow retest is its
+  suspect's (its partners proved fast when it was planned); a node alone is its own; a slow gate
+  or bisection is nobody's own (its halves are measured instead);
+- within one class of probe (alone, pairs, groups of three or more), a node slow in two probes of
+  its own is `slow` where it was never fast, `intermittent` where it was fast too (one slow probe
+  is measured again: a second look tells a steady fault from one that comes and goes); one slow
+  among DISAGREEING_PROBES of its own was noise (DISAGREEING_PROBES_DECISIVE where it was
+  decisively slow, beyond any noise the level saw);
+- a slow or hung probe that is not its own, and a node never measured with others, need a
+  measurement with partners that proved fast (a node that proved fast itself needs none for it).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import math
-import statistics
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
-from orchestrator.judging.judge import MIN_VALUES, robust_sigma
-from orchestrator.sweep.qualify_types import Outcome, Phase, Probe, Result
+from orchestrator.judging.capacity import Level, healthy_level
+from orchestrator.judging.judge import MIN_VALUES, Prior
+from orchestrator.judging.stats import FAMILY_ALPHA
+from orchestrator.sweep.qualify_types import Outcome, Phase, Probe, Reference, Result
 
-MIN_PEERS = MIN_VALUES  # a median of two cannot say which one is off: without expected values, speed needs three
-ALL_PAIRS_NODES = range(3, 6)  # without expected values, these cluster sizes are judged by every pair
-_SPREAD_PROBES = 4  # a round's spread is estimated from this many probes or more
-_SPREAD_Z = 3.0  # robust standard deviations a healthy probe may fall below the median
-_MAX_DROP = 0.25  # the noisiest round still calls a node at half speed slow, even measured 30% high
 MAX_GATE_DROP = 0.45  # gates and bisections: twice the drop allowed to pairs, at most this
+# own probes of a node fast in some and slow in one, before the one is noise: where the slow one was
+# decisively slow (more than twice the allowed drop, beyond any noise the level saw), more
+DISAGREEING_PROBES = 8
+DISAGREEING_PROBES_DECISIVE = 12
+PSEUDO_PROBES = 4  # the weight, in probes, of the floor's own rate of noise reading slow
+_CLASSES = ("alone", "pair", "group")
+_WORDS = {"alone": "the node alone", "pair": "pairs", "group": "groups of three or more"}
 
 
 @dataclass(frozen=True)
@@ -36,50 +53,274 @@ class Cut:
         return busbw_gbps < self.fraction * self.reference_gbps
 
     def decisive(self, busbw_gbps: float) -> bool:
-        """Below the line by more than twice the allowed drop: no noise of this round explains it."""
+        """Below the line by more than twice the allowed drop: no noise the level saw explains it."""
         return busbw_gbps < (2 * self.fraction - 1) * self.reference_gbps
 
 
-def median_cut(values: list[float], threshold: float) -> Cut | None:
-    """The median of all of a round's completed probes of one kind, slow ones included; None with
-    fewer than MIN_PEERS (which of two is off cannot be said)."""
-    if len(values) < MIN_PEERS:
-        return None
-    median = statistics.median(values)
-    return Cut(median, 1 - allowed_drop(values, median, threshold)) if median > 0 else None
+@dataclass
+class NodeState:
+    """What a node's probes say so far."""
+
+    proven: bool = False  # in a fast probe with others
+    verdict: Outcome | None = None  # decided: slow, intermittent, hang, failed
+    needs: bool = False  # a measurement with partners that proved fast (or alone): of class `needs_class`
+    needs_class: str = "pair"  # alone, pair (one partner) or group (two partners)
+    unresolved: bool = False  # slow or hung with others and never measured on its own
+    slow_of: dict[str, tuple[int, int]] = field(default_factory=dict)  # class -> (own slow, own probes)
+    why: str = ""  # what decided the verdict, in words
+
+    @property
+    def suspicion(self) -> float:
+        """The share of its own probes that read slow (0 without any)."""
+        slow, total = sum(k for k, _ in self.slow_of.values()), sum(m for _, m in self.slow_of.values())
+        return slow / total if total else 0.0
+
+    @property
+    def good(self) -> bool:
+        """A partner for others' retests: proved fast, nothing against it."""
+        return self.proven and self.verdict is None and not self.needs and not any(
+            k for k, _ in self.slow_of.values())
 
 
-def allowed_drop(values: list[float], median: float, threshold: float) -> float:
-    """`threshold`, widened to the round's own noise where there are enough probes to see it."""
-    if len(values) < _SPREAD_PROBES or median <= 0:
-        return threshold
-    logs = [math.log(v / median) for v in values if v > 0]
-    sigma = robust_sigma(logs) or 0.0
-    return max(threshold, min(1 - math.exp(-_SPREAD_Z * sigma), _MAX_DROP))
+def judged_family(nodes: int) -> float:
+    """The judge's `m` for one probe of a qualification of `nodes` nodes. A node is named only on two
+    slow probes of its own among at most DISAGREEING_PROBES_DECISIVE, so a probe's chance q of
+    reading slow by noise names a healthy node with chance at most C(12, 2) q^2; over the nodes,
+    FAMILY_ALPHA: q = sqrt(FAMILY_ALPHA / (66 nodes)), which the judge's 1 - FAMILY_ALPHA / m is at
+    m = sqrt(66 nodes FAMILY_ALPHA) (8.1 at 20 nodes, 58 at 1,024: Bonferroni over every probe
+    would take thousands, and call a node at half speed noise)."""
+    pairs = DISAGREEING_PROBES_DECISIVE * (DISAGREEING_PROBES_DECISIVE - 1) / 2
+    return max(1.0, math.sqrt(pairs * max(nodes, 1) * FAMILY_ALPHA))
 
 
-def node_pair_cut(results: list[Result], threshold: float) -> Cut | None:
-    """3-5 nodes, every pair measured: the median over nodes of each node's median pair (a slow
-    node's pairs are all slow; a healthy node's are mostly with healthy nodes)."""
-    mine: dict[int, list[float]] = {}
-    for r in results:
-        if r.status is Outcome.PASS and r.busbw is not None:
+def _class(probe: Probe) -> str:
+    return _CLASSES[min(len(probe.nodes), 3) - 1]
+
+
+class Judgement:
+    """Every probe so far judged against its kind's level, and each node's state from them."""
+
+    def __init__(self, results: list[Result], reference: Reference, prior: Prior, threshold: float,
+                 min_fraction: float, span: Callable[[Probe], str | None]) -> None:
+        self._reference, self._prior, self._threshold, self._min_fraction = reference, prior, threshold, min_fraction
+        self._span = span
+        self._results = list(results)
+        self._levels: dict[tuple[Phase, str | None], Level | None] = {}
+        family = self._family = judged_family(len({n for r in results for n in r.probe.nodes}))
+        for kind in (Phase.INTRA, Phase.PAIRS):
+            keys = {span(r.probe) for r in results if r.probe.phase.kind is kind}
+            for key in keys:
+                done = [r for r in results if r.status is Outcome.PASS and r.probe.phase.kind is kind
+                        and span(r.probe) == key]
+                self._levels[kind, key] = healthy_level([r.busbw for r in done], prior, family,
+                                                        [r.probe.nodes for r in done]) if len(done) >= 2 else None
+        self._judged = [self._judge(r) for r in self._results]
+        self._index = {id(r): i for i, r in enumerate(self._results)}
+        self._of_node: dict[int, list[Result]] = {}
+        for r in self._judged:
             for n in r.probe.nodes:
-                mine.setdefault(n, []).append(r.busbw)
-    typical = [statistics.median(v) for v in mine.values()]
-    if len(typical) < MIN_PEERS or statistics.median(typical) <= 0:
-        return None
-    return Cut(statistics.median(typical), 1 - threshold)
+                self._of_node.setdefault(n, []).append(r)
+
+    def level(self, kind: Phase, span: str | None) -> Level | None:
+        return self._levels.get((kind, span))
+
+    def cut(self, phase: Phase, span: str | None = None) -> Cut | None:
+        """What a probe of this phase and span is judged against (None: nothing to compare with)."""
+        known = self._reference.of(phase)
+        if known:
+            return Cut(known, self._min_fraction)
+        level = self._levels.get((Phase.INTRA if phase.kind is Phase.INTRA else Phase.PAIRS, span))
+        if level is None:
+            return None
+        pairs = Cut(level.reference, min(level.floor, 1 - self._threshold))
+        if phase.kind is not Phase.GATE:
+            return pairs
+        return Cut(pairs.reference_gbps, 1 - min(2 * (1 - pairs.fraction), MAX_GATE_DROP))
+
+    def _judge(self, r: Result) -> Result:
+        if r.status is not Outcome.PASS:
+            return r
+        cut = self.cut(r.probe.phase, self._span(r.probe))
+        if cut is None:
+            return r
+        if cut.slow(r.busbw):
+            return dataclasses.replace(
+                r, status=Outcome.SLOW, reference=cut.reference_gbps,
+                detail=f"{r.busbw:.4g} GB/s < {cut.fraction:.2f} x {cut.reference_gbps:.4g} GB/s")
+        return dataclasses.replace(r, reference=cut.reference_gbps)
+
+    def judged(self, r: Result) -> Result:
+        """`r` as judged now (one of the results given)."""
+        return self._judged[self._index[id(r)]]
+
+    def all_judged(self) -> list[Result]:
+        return list(self._judged)
+
+    def unconfirmed(self) -> list[tuple[int, ...]]:
+        """Node sets of pairs that ran faster than their level's noise allows (judging/capacity.py
+        `Level.high`) and were measured fewer than MIN_VALUES times: fastest first."""
+        times: dict[tuple[int, ...], int] = {}
+        for r in self._results:
+            if r.probe.phase.kind is Phase.PAIRS:
+                times[r.probe.nodes] = times.get(r.probe.nodes, 0) + 1
+        fast = []
+        for r in self._judged:
+            level = self._levels.get((Phase.PAIRS, self._span(r.probe))) if r.probe.phase.kind is Phase.PAIRS else None
+            if (r.status is Outcome.PASS and level is not None and not self._reference.pair and level.high(r.busbw)
+                    and times[r.probe.nodes] < MIN_VALUES):
+                fast.append((-r.busbw, r.probe.nodes))
+        return list(dict.fromkeys(nodes for _, nodes in sorted(fast)))
+
+    def unjudged_kinds(self) -> set[Phase]:
+        """Kinds of probe that completed with nothing to judge their speed by."""
+        return {r.probe.phase.kind for r in self._judged if r.status is Outcome.PASS and r.reference is None}
+
+    def states(self, n_nodes: int, verdicts: dict[int, Outcome], bisect_suspects: set[int]) -> dict[int, NodeState]:
+        """Each node's state (nodes with a verdict keep theirs)."""
+        judged = self._judged
+        proven = {n for r in judged if r.status is Outcome.PASS and r.reference is not None and len(r.probe.nodes) > 1
+                  for n in r.probe.nodes}
+        out: dict[int, NodeState] = {}
+        own: dict[int, dict[str, list[Result]]] = {}
+        first = {node: self._read(node, NodeState(proven=node in proven), proven, set(), None)
+                 for node in range(n_nodes) if node not in verdicts}
+        share = {node: _share(mine["pair"]) for node, mine in first.items()}
+        for node in range(n_nodes):
+            s = out[node] = NodeState(proven=node in proven, verdict=verdicts.get(node))
+            if s.verdict is None:
+                own[node] = self._read(node, s, proven, bisect_suspects, share)
+        slow_rate = self._slow_rates(own)
+        for node, mine in own.items():
+            s = out[node]
+            if s.verdict is not None:
+                continue
+            for c, rs in mine.items():
+                slow = [r for r in rs if r.status is Outcome.SLOW]
+                s.slow_of[c] = (len(slow), len(rs))
+                decision = self._decide(slow, len(rs) - len(slow), slow_rate[c](node), n_nodes)
+                if decision in (Outcome.SLOW, Outcome.INTERMITTENT):
+                    s.verdict = decision
+                    s.why = f"slow in {len(slow)} of {len(rs)} probes of its own ({_WORDS[c]})"
+                elif decision is None:
+                    s.needs, s.needs_class = True, c
+        return out
+
+    def _read(self, node: int, s: NodeState, proven: set[int], bisect_suspects: set[int],
+              share: dict[int, float] | None) -> dict[str, list[Result]]:
+        """A node's own probes by class; sets what it needs, and its verdict where a hang decides.
+        `share`: each node's share of slow among its own pair probes at a first reading (None: that
+        reading); a slow pair of two nodes that both proved fast is then not blamed on the member
+        less often slow than the other (a healthy node paired with a flapping one)."""
+        mine = self._of_node.get(node, [])
+        own: dict[str, list[Result]] = {c: [] for c in _CLASSES}
+        ambiguous = hung = False
+        hangs = 0  # hung or failed pairs whose other member proved fast
+        for r in mine:
+            pair = r.probe.phase is Phase.PAIRS and len(r.probe.nodes) == 2
+            other = (r.probe.nodes[1] if r.probe.nodes[0] == node else r.probe.nodes[0]) if pair else None
+            if r.status is Outcome.PASS:
+                if r.reference is not None:
+                    own[_class(r.probe)].append(r)
+                continue
+            if r.status is Outcome.SLOW:
+                if self._own(r, node, proven) and not (
+                        r.probe.phase is Phase.PAIRS and s.proven and share is not None
+                        and share.get(node, 0.0) < share.get(other, 0.0)):
+                    own[_class(r.probe)].append(r)
+                elif r.probe.phase.kind is not Phase.GATE and not s.proven:
+                    ambiguous = True
+                continue
+            # hung or failed without naming a culprit (a named one has its verdict): its own
+            # alone or as a retest's suspect; with a partner that proved fast, twice
+            if r.culprits:
+                continue
+            if len(r.probe.nodes) == 1 or (r.probe.phase is Phase.RETEST and r.probe.nodes[0] == node):
+                s.verdict, s.why = r.status, f"{r.status.value} again, " + (
+                    "alone" if len(r.probe.nodes) == 1 else "with partners that proved fast")
+            elif r.probe.phase is Phase.PAIRS and other in proven:
+                hangs += 1
+                if hangs >= 2:
+                    s.verdict, s.why = r.status, f"{r.status.value} in {hangs} pairs with partners that proved fast"
+                hung = True
+            elif not s.proven:
+                hung = True
+        if node in bisect_suspects and not any(
+                r.probe.phase is Phase.RETEST and len(r.probe.nodes) > 2 and r.probe.nodes[0] == node for r in mine):
+            s.needs, s.needs_class = True, "group"
+        if hung or (not s.proven and (ambiguous or not any(len(r.probe.nodes) > 1 for r in mine))):
+            s.needs = s.unresolved = True
+        return own
+
+    def _slow_rates(self, own: dict[int, dict[str, list[Result]]]) -> dict[str, Callable[[int], float]]:
+        """Per class of probe, how often a healthy node's own probe reads slow in this
+        qualification (noise beyond the floor's estimate), for each node from the others that were
+        fast in that class: their slow probes over their probes, with PSEUDO_PROBES at the rate
+        the floor is set for (FAMILY_ALPHA / m), so that a few probes do not make it 0 or 1."""
+        prior_rate = FAMILY_ALPHA / self._family
+        rates: dict[str, Callable[[int], float]] = {}
+        for c in _CLASSES:
+            counts = {n: (sum(r.status is Outcome.SLOW for r in rs[c]), len(rs[c])) for n, rs in own.items()
+                      if any(r.status is Outcome.PASS for r in rs[c])}
+            slow, total = sum(k for k, _ in counts.values()), sum(m for _, m in counts.values())
+
+            def rate(node: int, slow=slow, total=total, counts=counts) -> float:
+                k, m = counts.get(node, (0, 0))
+                return (slow - k + PSEUDO_PROBES * prior_rate) / (total - m + PSEUDO_PROBES)
+
+            rates[c] = rate
+        return rates
+
+    def _own(self, r: Result, node: int, proven: set[int]) -> bool:
+        """Whether a slow probe is this node's own: alone; a retest of which it is the suspect; a pair
+        whose other member proved fast. Gates and bisections are nobody's own."""
+        if len(r.probe.nodes) == 1:
+            return True
+        if r.probe.phase is Phase.RETEST:
+            return r.probe.nodes[0] == node
+        if r.probe.phase is Phase.PAIRS:
+            return all(n in proven for n in r.probe.nodes if n != node)
+        return False
+
+    def _decide(self, slow: list[Result], fast: int, slow_rate: float, nodes: int) -> Outcome | None:
+        """One class of a node's own probes: SLOW (never fast) or INTERMITTENT (fast too) where two
+        or more of them read slow and noise at this qualification's `slow_rate` would read that many
+        slow with chance below FAMILY_ALPHA over the nodes; PASS where nothing (or noise) is against
+        it; None where it needs another measurement."""
+        if not slow:
+            return Outcome.PASS
+        k, m = len(slow), len(slow) + fast
+        if k >= 2 and _tail(k, m, slow_rate) <= FAMILY_ALPHA / max(nodes, 1):
+            return Outcome.SLOW if fast == 0 else Outcome.INTERMITTENT
+        decisive = any(self.cut(r.probe.phase, self._span(r.probe)).decisive(r.busbw) for r in slow)
+        enough = DISAGREEING_PROBES_DECISIVE if decisive else DISAGREEING_PROBES
+        return None if m < enough else Outcome.PASS
+
+
+def _share(rs: list[Result]) -> float:
+    """The share of these probes that read slow (0 for none)."""
+    return sum(r.status is Outcome.SLOW for r in rs) / len(rs) if rs else 0.0
+
+
+def _tail(k: int, m: int, q: float) -> float:
+    """P(at least k of m probes read slow) where each does with chance q."""
+    return sum(math.comb(m, j) * q**j * (1 - q) ** (m - j) for j in range(k, m + 1))
+
+
+def circle_round(order: list[int], r: int) -> list[tuple[int, int]]:
+    """Round r of the circle method over `order` (every pair once in len-1 rounds, len when odd):
+    the first node fixed, the others rotated by r; an odd count gets a bye."""
+    ring = list(order) + ([None] if len(order) % 2 else [])
+    m = len(ring)
+    if m < 2 or r >= m - 1:
+        return []
+    rest = ring[1:]
+    shift = r % (m - 1)
+    rotated = [ring[0], *rest[len(rest) - shift:], *rest[:len(rest) - shift]]
+    pairs = [(rotated[i], rotated[m - 1 - i]) for i in range(m // 2)]
+    return [(a, b) for a, b in pairs if a is not None and b is not None]
 
 
 def circle_rounds(nodes: list[int]) -> list[list[Probe]]:
-    """Every pair of `nodes` once, in rounds of disjoint pairs (the circle method: one node fixed,
-    the others rotating; an odd count gets a bye): N-1 rounds, N when N is odd."""
-    ring = list(nodes) + ([None] if len(nodes) % 2 else [])
-    rounds = []
-    for _ in range(len(ring) - 1):
-        half = len(ring) // 2
-        pairs = [(ring[i], ring[-1 - i]) for i in range(half)]
-        rounds.append([Probe(Phase.PAIRS, (a, b)) for a, b in pairs if a is not None and b is not None])
-        ring = [ring[0], ring[-1], *ring[1:-1]]
-    return rounds
+    """Every pair of `nodes` once, in rounds of disjoint pairs (circle_round): N-1 rounds, N when N is odd."""
+    count = len(nodes) - 1 if len(nodes) % 2 == 0 else len(nodes)
+    return [[Probe(Phase.PAIRS, p) for p in circle_round(nodes, r)] for r in range(count)]

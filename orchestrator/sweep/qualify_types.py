@@ -13,7 +13,7 @@ class Phase(str, Enum):
     """The step of a qualification that proposed a probe (the rows' `phase` column)."""
 
     INTRA = "intra"  # every node alone (its ranks together)
-    PAIRS = "pairs"  # a random perfect matching, or (3-5 nodes without expected values) every pair
+    PAIRS = "pairs"  # rounds of fresh pairs (the circle method over a shuffled order)
     RETEST = "retest"  # a suspect with partners that passed
     GATE = "gate"  # every node still passing, in one group
     BISECT = "bisect"  # halves of a slow or hung gate
@@ -31,6 +31,7 @@ class Outcome(str, Enum):
 
     PASS = "pass"  # a probe: completed at full speed (or not judged: its reference is None)
     SLOW = "slow"  # below its reference (set by the qualifier, never by the caller)
+    INTERMITTENT = "intermittent"  # a verdict only: slow in some of a node's own probes, fast in others
     HANG = "hang"  # did not finish by its deadline
     FAILED = "failed"  # a rank raised, died, or returned wrong results
     LOST = "lost"  # a node left the cluster
