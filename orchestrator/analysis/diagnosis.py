@@ -5,13 +5,18 @@ Size: over 300 lines for the tables and one flag rule per pattern (pairs, GPU pa
 rails and groups, failures), each small and pure.
 
 Every group is compared with its peers of the same shape (collective, dtype, op, placement,
-pattern, world size, ranks per node) at the largest size the shape measured, through the one
-judge (judging/judge.py): with at least three groups, one is slow when its busbw is more than
-`threshold` below the median of the others AND lower than their spread, pooled with the
-platform's prior, lets a healthy group fall (a 3x drop always is); the slowness is named where it
-can be placed:
-- pairwise (and 2-rank inter) groups: the slow node pair, and a node whose pairs are slow;
-- intra-pairwise groups: the slow GPU pair of a node, and a GPU whose pairs are slow;
+pattern, world size, ranks per node) at the largest size the shape measured: with at least three
+groups, one is slow when its busbw is more than `threshold` below the shape's healthy level AND
+below the floor the one judge sets (judging/judge.py: the level's spread, pooled with the
+platform's prior; a 3x drop always is). The healthy level is what the fastest agreeing groups
+delivered (judging/capacity.py): a group runs as fast as its slowest member, so where most groups
+hold a slow member (half the nodes slow, or two slow nodes among five in every pair) the median is
+the slow level and would flag nothing. The slowness is named where it can be placed, each member
+by its best group (what it demonstrably delivers):
+- pairwise (and 2-rank inter) groups: a node whose best pair is slow (every pair of it is); a node
+  pair slower than both its nodes deliver with others (their path), and a node whose pairs are
+  slow that way with two partners or more while its other pairs are fast (`intermittent`);
+- intra-pairwise groups: the slow GPU pair of a node, and a GPU whose best pair is slow;
 - intra groups: their node;
 - inter groups (rail-aligned): a rail all of whose groups are slow, or a node all of whose
   groups are slow; otherwise the group and its nodes;
@@ -22,6 +27,7 @@ are analysis.stragglers'.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 
 import numpy as np
@@ -29,7 +35,9 @@ import pandas as pd
 
 from orchestrator.analysis import grouping
 from orchestrator.analysis.frame import Frame
-from orchestrator.judging.judge import MIN_VALUES, peer_arrays, prior_for
+from orchestrator.judging.capacity import healthy_level
+from orchestrator.judging.judge import MIN_VALUES, prior_for
+from orchestrator.judging.stats import FAMILY_ALPHA
 from orchestrator.sweep.sizes import format_bytes
 from workloads.messages import Status, Topology
 
@@ -49,9 +57,9 @@ MIN_PEERS = MIN_VALUES
 
 @dataclass(frozen=True)
 class Flag:
-    """One finding: `kind` (slow_pair, slow_node, slow_group, slow_rail, slow_gpu_pair, slow_gpu,
-    straggler, straggler_node, failed_group, below_expected), where (node IPs; ranks: local GPU indices for GPU
-    kinds and rails, global ranks for stragglers and failures), what and by how much."""
+    """One finding: `kind` (slow_pair, slow_node, intermittent, slow_group, slow_rail, slow_gpu_pair,
+    slow_gpu, straggler, straggler_node, failed_group, below_expected), where (node IPs; ranks: local GPU
+    indices for GPU kinds and rails, global ranks for stragglers and failures), what and by how much."""
 
     kind: str
     nodes: list[str]
@@ -59,7 +67,7 @@ class Flag:
     collective: str | None
     msg_bytes: int | None
     value: float | None  # the measurement (busbw GB/s, or time ratio for stragglers)
-    reference: float | None  # what it is compared with (peers' median, expected value)
+    reference: float | None  # what it is compared with (its shape's healthy level, expected value)
     message: str
     source: str | None = None  # where the reference comes from (expected values)
     extra: dict = field(default_factory=dict)
@@ -134,8 +142,9 @@ def precision(df: pd.DataFrame, collective: str) -> list[dict]:
 
 # -- flags ------------------------------------------------------------------------------------
 def shape_scores(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per group at its shape's largest size: busbw, the peers' median, their count and
-    the ratio to it (the frame's row index is kept, to look up the group's nodes)."""
+    """One row per group at its shape's largest size: busbw, the shape's healthy level (`peer_median`,
+    the name the flags' JSON has always had), the group count, the ratio to the level and the
+    judge's floor (the frame's row index is kept, to look up the group's nodes)."""
     d = ok_rows(df)
     if d.empty:
         return d.assign(peers=[], peer_median=[], ratio=[])
@@ -147,24 +156,53 @@ def shape_scores(df: pd.DataFrame) -> pd.DataFrame:
     top = where(d[[c for c in _SCORED if c in d]], at_top)
     shape = pd.factorize(shape[at_top])[0]  # numbered in the order the shapes first appear
     peers = np.bincount(shape, minlength=1)
-    busbw, reference, ratio, floor = top.busbw_gbps.to_numpy(), *np.zeros((3, len(top)))
+    busbw, reference, floor = top.busbw_gbps.to_numpy(), *np.zeros((2, len(top)))
     m = len(top)  # every group judged in this report: the family of the judge's error rate
     order = np.argsort(shape, kind="stable")
     for rows in np.split(order, np.cumsum(peers)[:-1]):
         if not len(rows):  # no shape: every ok row has a null key
             continue
         first = top.iloc[rows[0]]
-        prior = prior_for(first.get("backend"), first.topology != "intra")
-        # each group against the others' median (leave one out) and the floor of their spread
-        judged = peer_arrays(busbw[rows], prior, m)
-        reference[rows], ratio[rows], floor[rows] = judged.reference, judged.ratio, judged.floor
-    return top.assign(peers=peers[shape], peer_median=reference, ratio=ratio, floor=floor)
+        level = healthy_level(busbw[rows], prior_for(first.get("backend"), first.topology != "intra"), m)
+        if level is None:  # no positive busbw: nothing to judge
+            reference[rows], floor[rows] = np.nan, 0.0
+            continue
+        reference[rows], floor[rows] = level.reference, level.floor
+    return top.assign(peers=peers[shape], peer_median=reference, ratio=busbw / reference, floor=floor)
 
 
 def flags(frame: Frame, threshold: float) -> list[Flag]:
+    return judge(frame, threshold)[0]
+
+
+def judge(frame: Frame, threshold: float) -> tuple[list[Flag], str | None]:
+    """The peer flags, and where none names a slow member, what the run can say without an
+    expected value (`agreement`)."""
     df = frame.df
     scores = shape_scores(df)
     scores = scores[scores.peers >= MIN_PEERS]
+    found = _peer_flags(frame, scores, threshold)
+    return found + failures(frame), None if found else agreement(frame, scores)
+
+
+def agreement(frame: Frame, scores: pd.DataFrame) -> str | None:
+    """Nothing slow among peers: one line on the widest shape that spans nodes (pairwise where the run
+    has it; the most groups) and its level, and that only an expected value tells a healthy fabric
+    from one equally slow."""
+    across = scores[scores.pattern == "pairwise"]  # every node measured with every other
+    across = across if len(across) else scores[scores.topology != "intra"]
+    if across.empty:
+        return None
+    widest = across.groupby(SHAPE, observed=True).size().idxmax()
+    shape = across.set_index(SHAPE).loc[[widest]].reset_index() if len(SHAPE) > 1 else across
+    row = shape.iloc[0]
+    nodes = len(set(shape.node_first) | set(shape.node_last))
+    return (f"all {nodes} nodes agree: {row.collective} {format_bytes(int(row.msg_bytes))} {row.pattern} at "
+            f"{row.peer_median:.4g} GB/s, the fastest of {int(row.peers)} groups; a fabric equally slow "
+            "everywhere reads the same: where no expected value covers the platform, declare one (--expected FILE)")
+
+
+def _peer_flags(frame: Frame, scores: pd.DataFrame, threshold: float) -> list[Flag]:
     out: list[Flag] = []
     out += _pair_flags(frame, scores[scores.pattern == "pairwise"], threshold)
     out += _gpu_pair_flags(frame, scores[scores.pattern == "intra-pairwise"], threshold)
@@ -172,9 +210,7 @@ def flags(frame: Frame, threshold: float) -> list[Flag]:
     rest = scores[~scores.pattern.isin(["pairwise", "intra-pairwise", "intra"])]
     for _, shape in rest.groupby(SHAPE, observed=True):
         out += _group_flags(frame, shape, threshold)
-    out = _merge(out)
-    out += failures(frame)
-    return out
+    return _merge(out)
 
 
 def _merge(found: list[Flag]) -> list[Flag]:
@@ -199,13 +235,13 @@ def _severity(f: Flag) -> float:
 
 def _slow(scores: pd.DataFrame, threshold: float) -> pd.DataFrame:
     """Groups below both the threshold and the judge's floor of their shape."""
-    return scores[(scores.ratio < 1 - threshold) & (scores.ratio < scores.floor)].sort_values("ratio")
+    return scores[_low(scores.ratio, scores.floor, threshold)].sort_values("ratio")
 
 
 def _msg(row, what: str) -> str:
     return (f"{what}: {row.collective} {format_bytes(int(row.msg_bytes))} busbw {row.busbw_gbps:.4g} GB/s, "
-            f"{1 - row.ratio:.0%} below the median {row.peer_median:.4g} of its {int(row.peers) - 1} peer groups "
-            f"(noise floor {1 - row.floor:.0%})")
+            f"{1 - row.ratio:.0%} below what the fastest of its {int(row.peers)} peer groups deliver "
+            f"({row.peer_median:.4g}; noise floor {1 - row.floor:.0%})")
 
 
 def _flag(kind, frame: Frame, row, nodes, ranks, what: str) -> Flag:
@@ -213,34 +249,95 @@ def _flag(kind, frame: Frame, row, nodes, ranks, what: str) -> Flag:
                 float(row.peer_median), _msg(row, what))
 
 
-def _by_member(scores: pd.DataFrame, a: str, b: str, threshold: float) -> pd.Series:
-    """Median ratio of every member (node or GPU) over the groups it is in (columns a, b), where it
-    is below the threshold and the judge's floor (the shape's median floor)."""
+def _best_by_member(scores: pd.DataFrame, a: str, b: str) -> pd.Series:
+    """Every member's (node's or GPU's) best ratio over the groups it is in (columns a, b): what it
+    demonstrably delivers, since no group runs faster than its slowest member."""
     both = pd.concat([scores[[a, "ratio"]].rename(columns={a: "m"}), scores[[b, "ratio"]].rename(columns={b: "m"})])
-    per = both.groupby("m", observed=True).ratio.median()
-    floor = float(scores.floor.median()) if len(scores) else 0.0
-    return per[(per < 1 - threshold) & (per < floor)]
+    return both.groupby("m", observed=True).ratio.max()
+
+
+def _low(ratio, floor: float, threshold: float):
+    return (ratio < 1 - threshold) & (ratio < floor)
 
 
 def _pair_flags(frame: Frame, scores: pd.DataFrame, threshold: float) -> list[Flag]:
+    """Node pairs by the bottleneck rule. A node none of whose pairs reaches the level is slow (its
+    best pair says how slow). A pair below the level whose two nodes both proved fast in other
+    pairs is slow through its path or one of them now and then: it is blamed on the node whose pairs
+    are low more often (both, where as often); a node blamed for two low pairs or more, more than
+    the shape's noise would make (a binomial tail below FAMILY_ALPHA over the nodes), is
+    `intermittent`, those pairs its evidence; the other such pairs are slow pairs."""
     out = []
     for _, shape in scores.groupby(SHAPE, observed=True):
-        for row in _slow(shape, threshold).itertuples():
-            nodes = [row.node_first, row.node_last]
-            out.append(_flag("slow_pair", frame, row, nodes, [], "slow node pair "
-                             + " - ".join(frame.label(n) for n in nodes)))
-        per_node = _by_member(shape, "node_first", "node_last", threshold)
-        for node, ratio in per_node.sort_values().items():
-            row = shape.iloc[0]
-            out.append(Flag("slow_node", [frame.nodes[node]], [], row.collective, int(row.msg_bytes), None, None,
-                            f"slow node {frame.label(node)}: its {row.collective} pairs at a median "
-                            f"{ratio:.0%} of their peers'", extra={"ratio": float(ratio)}))
+        floor, row0 = float(shape.floor.iloc[0]), shape.iloc[0]
+        a, b = shape.node_first.to_numpy(), shape.node_last.to_numpy()
+        low = _low(shape.ratio, floor, threshold).to_numpy()
+        fast_nodes = set(a[~low]) | set(b[~low])
+        best = _best_by_member(shape, "node_first", "node_last")
+        slow_nodes = [n for n in best.index if n not in fast_nodes]
+        for node in sorted(slow_nodes, key=lambda n: best[n]):
+            ratio = float(best[node])
+            out.append(Flag("slow_node", [frame.nodes[node]], [], row0.collective, int(row0.msg_bytes),
+                            ratio * float(row0.peer_median), float(row0.peer_median),
+                            f"slow node {frame.label(node)}: no {row0.collective} pair of it reaches what the fastest "
+                            f"of {int(row0.peers)} pairs deliver ({row0.peer_median:.4g} GB/s); its best runs "
+                            f"{ratio:.0%} of it (noise floor {1 - floor:.0%})", extra={"ratio": ratio}))
+        proven = np.isin(a, list(fast_nodes)) & np.isin(b, list(fast_nodes))
+        blamed = _blame(a[proven], b[proven], low[proven])
+        flapping = {}
+        nodes = len(set(a) | set(b))
+        for node, (k, m, q) in blamed.items():
+            if k >= 2 and _tail(k, m, q) <= FAMILY_ALPHA / nodes:
+                flapping[node] = (k, m)
+        rows_low = shape[proven & low]
+        for node, (k, m) in sorted(flapping.items(), key=lambda item: -item[1][0]):
+            mine = rows_low[(rows_low.node_first == node) | (rows_low.node_last == node)]
+            partners = [r.node_last if r.node_first == node else r.node_first for r in mine.itertuples()]
+            out.append(Flag("intermittent", [frame.nodes[node]], [], row0.collective, int(row0.msg_bytes),
+                            float(mine.busbw_gbps.min()), float(row0.peer_median),
+                            f"intermittent node {frame.label(node)}: {row0.collective} slow in {k} of its {m} pairs "
+                            f"(with {', '.join(frame.label(p) for p in partners[:4])}{', ...' if len(partners) > 4 else ''}),"
+                            f" at the level of the fastest in the others ({row0.peer_median:.4g} GB/s)",
+                            extra={"slow_pairs": k, "pairs": m}))
+        for row in rows_low.itertuples():
+            if row.node_first in flapping or row.node_last in flapping:
+                continue  # the intermittent node's evidence
+            nodes_ = [row.node_first, row.node_last]
+            out.append(_flag("slow_pair", frame, row, nodes_, [], "slow node pair "
+                             + " - ".join(frame.label(n) for n in nodes_)))
     return out
+
+
+def _blame(a: np.ndarray, b: np.ndarray, low: np.ndarray) -> dict[int, tuple[int, int, float]]:
+    """Low pairs of nodes that both proved fast, blamed on the member whose pairs are low more often
+    (both where as often): per node (blamed low pairs, pairs, the share of low pairs among the
+    pairs of the other nodes: what noise and others' faults make)."""
+    nodes = np.concatenate([a, b])
+    lows = np.concatenate([low, low]).astype(int)
+    count = pd.Series(np.ones(len(nodes), int)).groupby(nodes).sum()
+    low_count = pd.Series(lows).groupby(nodes).sum()
+    share = (low_count / count).to_dict()
+    blamed: dict[int, int] = {}
+    for x, y in zip(a[low], b[low]):
+        sx, sy = share[x], share[y]
+        for node in ((x,) if sx > sy else (y,) if sy > sx else (x, y)):
+            blamed[node] = blamed.get(node, 0) + 1
+    total, total_low = len(a), int(low.sum())
+    out = {}
+    for node, k in blamed.items():
+        m, own_low = int(count[node]), int(low_count[node])
+        out[node] = (k, m, max(total_low - own_low, 0.5) / max(total - m, 1))
+    return out
+
+
+def _tail(k: int, m: int, q: float) -> float:
+    """P(at least k of m pairs low) where each is with chance q."""
+    return float(sum(math.comb(m, j) * q**j * (1 - q) ** (m - j) for j in range(k, m + 1)))
 
 
 def _gpu_pair_flags(frame: Frame, scores: pd.DataFrame, threshold: float) -> list[Flag]:
     """Pairs of GPUs inside each node: a node all of whose pairs are slow (its fabric), else each
-    slow pair, and a GPU all of whose pairs are slow."""
+    slow pair, and a GPU whose best pair is slow."""
     out = []
     for _, shape in scores.groupby(SHAPE, observed=True):
         slow = _slow(shape, threshold)
@@ -255,13 +352,13 @@ def _gpu_pair_flags(frame: Frame, scores: pd.DataFrame, threshold: float) -> lis
                 gpus = [int(pair.local_first), int(pair.local_last)]
                 out.append(_flag("slow_gpu_pair", frame, pair, [node], gpus,
                                  f"slow GPU pair {gpus[0]}-{gpus[1]} on {frame.label(node)}"))
-            per_gpu = _by_member(mine, "local_first", "local_last", threshold)
+            best = _best_by_member(mine, "local_first", "local_last")
             gpus_of_node = set(mine.local_first) | set(mine.local_last)
-            for gpu, ratio in per_gpu.items():
+            for gpu, ratio in best[_low(best, float(mine.floor.iloc[0]), threshold)].items():
                 if len(gpus_of_node) > 2:  # with two GPUs, the pair cannot say which
                     out.append(Flag("slow_gpu", [frame.nodes[node]], [int(gpu)], row.collective, int(row.msg_bytes),
-                                    None, None, f"slow GPU {gpu} on {frame.label(node)}: its pairs at a median "
-                                    f"{ratio:.0%} of their peers'", extra={"ratio": float(ratio)}))
+                                    None, None, f"slow GPU {gpu} on {frame.label(node)}: its best pair at "
+                                    f"{ratio:.0%} of what the fastest pairs deliver", extra={"ratio": float(ratio)}))
     return out
 
 

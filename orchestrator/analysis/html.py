@@ -68,7 +68,8 @@ def _verdicts(rep: Report) -> str:
     flags = [f.to_json() for f in rep.flags]
     if not flags:
         return '<h2>Verdicts and flags</h2><div class="verdict ok">Nothing flagged: every group is in line with ' \
-               "its peers and, where an expected value applies, with it.</div>"
+               "the fastest of its peers and, where an expected value applies, with it.</div>" + "".join(
+                   f'<p class="meta">{_e(w)}</p>' for w in rep.warnings if w.startswith("all "))
     head = f'<div class="verdict bad">{len(flags)} flag(s): ' + _e(", ".join(sorted({f["kind"] for f in flags}))) + \
         "</div>"
     rows = "".join(

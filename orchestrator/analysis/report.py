@@ -134,13 +134,14 @@ def build(frame: Frame, manifest: dict | None, threshold: float, unit: str, scal
     # The judges read the frame and write nothing: on threads they overlap, since numpy and pandas'
     # group-bys release the GIL (a million rows: 2.1 s one after another, 1.0 s on 2 cores).
     with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
-        peers = pool.submit(diagnosis.flags, frame, threshold)
+        peers = pool.submit(diagnosis.judge, frame, threshold)
         late = pool.submit(stragglers.flags, frame, threshold)
         judging = pool.submit(expected.evaluate, frame, known, min_fraction, facts)
         fitted = pool.submit(fits.fits, df)
         tables = _size_tables(df, collectives)
         tables["fits"] = [f for f in fitted.result() if f["collective"] in collectives]
-        found = peers.result() + late.result()
+        found, agreed = peers.result()
+        found = found + late.result()
         judged = judging.result()
     if collective:
         found = [f for f in found if f.collective in (collective, None)]
@@ -160,6 +161,8 @@ def build(frame: Frame, manifest: dict | None, threshold: float, unit: str, scal
     for platform in judged.uncovered:
         warnings.append(f"no expected value covers platform {platform or 'unknown'}: busbw is judged against "
                         "its peers only (add entries with --expected FILE)")
+    if agreed and judged.uncovered and not judged.flags:
+        warnings.append(agreed)  # never a bare "nothing flagged" where only peers could judge
     return Report(run, unit, tables, found, warnings)
 
 
