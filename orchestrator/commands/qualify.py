@@ -33,19 +33,23 @@ def add_parser(sub) -> None:
     p = sub.add_parser(
         "qualify",
         help="name the slow, hanging, failing and lost nodes in a few rounds (not one per node pair)",
-        description="Probe the cluster's nodes in rounds: every node alone, a random pairing, retests of "
-        "suspects with partners that passed, then all nodes at once, bisected when slow or hung. Each node "
-        "gets a verdict (pass, slow, hang, failed, lost) with its evidence; the probes' rows go to --output "
-        "with a `phase` column. A probe is slow below --min-fraction of the expected busbw where one applies "
-        "(README: Expected values), else --threshold below the median of its round. Exit 0 when every node "
-        "passes, 1 when one does not, 2 for bad input.",
+        description="Probe the cluster's nodes in rounds: every node alone, rounds of fresh pairs (every node "
+        "looked at six times), retests of suspects with partners that proved fast, then all nodes at once, "
+        "bisected when slow or hung. Each node gets a verdict (pass, slow, intermittent, hang, failed, lost) "
+        "with its evidence (`slow in k of m probes`); the probes' rows go to --output with a `phase` column. A "
+        "probe is slow below --min-fraction of the expected busbw where one applies (README: Expected values), "
+        "else below what the fastest agreeing probes delivered (a probe is as fast as its slowest node: never "
+        "the median, which is the slow level where most nodes are slow) by --threshold and the noise. Where "
+        "nothing is slow and no expected value applies, it says that the nodes agree, and that only an "
+        "expected value tells a healthy fabric from one equally slow. Exit 0 when every node passes, 1 when "
+        "one does not, 2 for bad input.",
     )
     add_spec_options(p, only=OPTIONS, defaults=DEFAULTS, helps={
         "collectives": "the one collective to probe with: " + ",".join(COLLECTIVES),
         "dtypes": "the one element type to probe with: " + ",".join(ELEMENT_BYTES) + " (not all)"})
     p.add_argument("--threshold", type=float, default=0.10,
-                   help="without an expected value, a probe this fraction below its round's median is slow "
-                   "(gates: twice it) (default: 0.1)")
+                   help="without an expected value, a probe this fraction below what the fastest agreeing probes "
+                   "delivered, and below the noise they show, is slow (gates: twice it) (default: 0.1)")
     add_expected_options(p, "with an expected value, a probe is slow")
     p.add_argument("--format", choices=("table", "json"), default="table",
                    help="verdicts as a table, or as JSON with fields node, verdict, evidence (default: table)")

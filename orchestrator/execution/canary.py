@@ -12,14 +12,16 @@ from dataclasses import dataclass, field
 from orchestrator.sweep.inventory import Inventory, Node
 
 BLIND_CYCLES = 3  # cycles in a row that measured nothing before a `blind` alert
+FLAP_WINDOW, FLAP_CYCLES = 6, 2  # a node doubted in this many of the last measured cycles, and cleared each time
 
 
 @dataclass(frozen=True)
 class Alert:
     node: str  # the node's IP
-    kind: str  # a qualify verdict (slow, hang, failed, lost); drift (a drop qualify could not judge); doctor
-    # (a quick check failed: unreachable, another software version, another MTU, ...); blind (cycles in a
-    # row that measured nothing: node "*", the whole watch)
+    kind: str  # a qualify verdict (slow, intermittent, hang, failed, lost); drift (a drop qualify could not
+    # judge); doctor (a quick check failed: unreachable, another software version, another MTU, ...); blind
+    # (cycles in a row that measured nothing: node "*", the whole watch); intermittent too where a node was
+    # doubted in several recent cycles and cleared by qualify each time (FLAP_CYCLES of FLAP_WINDOW)
     value: float | None  # what was measured (busbw GB/s), where a number says it
     reference: float | None  # what it was compared with
     message: str
@@ -38,12 +40,14 @@ class Cycle:
     note: str | None = None  # why nothing was measured, or what was cut short
     nodes_too_small: list[str] = field(default_factory=list)  # fewer CPUs (GPUs) in all than their ranks need
     ranks_per_node: int | None = None  # CPU ranks a node measured with (fitted to the nodes unless given)
+    doubted: list[str] = field(default_factory=list)  # nodes the canary doubted (a drift or a flag)
 
     def to_json(self) -> dict:
         return {"cycle": self.cycle, "started_at": self.started_at.isoformat(), "nodes_checked": self.nodes_checked,
                 "nodes_busy": self.nodes_busy, "alerts": [dataclasses.asdict(a) for a in self.alerts],
                 "run_id": self.run_id, "qualify_run_id": self.qualify_run_id, "wall_s": round(self.wall_s, 3),
-                "note": self.note, "nodes_too_small": self.nodes_too_small, "ranks_per_node": self.ranks_per_node}
+                "note": self.note, "nodes_too_small": self.nodes_too_small, "ranks_per_node": self.ranks_per_node,
+                "doubted": self.doubted}
 
     @property
     def measured(self) -> bool:
@@ -78,6 +82,27 @@ def blind_alert(cycles: list[Cycle], after: int) -> Alert | None:
         return None
     why = last[-1].note or "nothing measured"
     return Alert("*", "blind", None, None, f"watch measured nothing in the last {after} cycles ({why})")
+
+
+def flapping_alerts(cycles: list[Cycle], window: int = FLAP_WINDOW, at_least: int = FLAP_CYCLES) -> list[Alert]:
+    """An `intermittent` alert for each node the last cycle doubted that was doubted (a drift
+    beyond noise, or a flag) in at least `at_least` of the last `window` measured cycles and was
+    not named in any of them: slow now and then, cleared each time by the qualification that
+    followed (a flapping NIC passes a one-time check half the time). Said in the cycle that makes
+    it `at_least`, and in later ones that doubt it again."""
+    measured = [c for c in cycles if c.measured][-window:]
+    if not measured or measured[-1] is not cycles[-1]:
+        return []
+    out = []
+    for node in cycles[-1].doubted:
+        named = any(a.node == node for c in measured for a in c.alerts)
+        seen = [c.cycle for c in measured if node in c.doubted]
+        if len(seen) >= at_least and not named:
+            out.append(Alert(node, "intermittent", None, None,
+                             f"{node} intermittent: doubted in {len(seen)} of the last {len(measured)} measured cycles "
+                             f"(cycles {', '.join(map(str, seen))}: a drift beyond noise or a flag), and cleared by "
+                             "qualify each time"))
+    return out
 
 
 def busy_nodes(inv: Inventory, available: dict[str, dict[str, float]], cpus_per_rank: float) -> list[Node]:

@@ -11,7 +11,8 @@ metrics); what a cycle decides is execution/canary.py.
 3. compares every link with its own rolling baseline, the last clean cycles of the same sweep
    (noise-aware, as `compare`), and reads the report's flags (peers, expected values, failures);
 4. on a drift beyond noise, a flag or a failure, qualifies the suspects and a few good partners at
-   once (execution.qualifying), and raises an alert per node it names, with the evidence;
+   once (execution.qualifying), and raises an alert per node it names, with the evidence; a node
+   doubted in several of the recent cycles and cleared each time is alerted as intermittent;
 5. says the cycle (a line, or one JSON object with --format jsonl), exports metrics
    (`ray_collbench_alerts_total{node,kind}`, the last cycle's duration and time, nodes checked and
    busy) and drops partitions older than the retention.
@@ -38,10 +39,12 @@ from orchestrator.execution.canary import (
     Alert,
     Cycle,
     alerts_from,
+    FLAP_WINDOW,
     blind_alert,
     busy_nodes,
     expired,
     fit_cpu_ranks,
+    flapping_alerts,
     line,
     suspects,
     with_partners,
@@ -140,10 +143,11 @@ class Watch:
                 raise
             cycle.note = f"the Ray cluster stopped answering ({first_line(e)}); joined it again"
         self._wait_released([cycle.run_id, cycle.qualify_run_id])
-        self.recent = (self.recent + [cycle])[-BLIND_CYCLES:]
+        self.recent = (self.recent + [cycle])[-max(BLIND_CYCLES, FLAP_WINDOW):]
         blind = blind_alert(self.recent, BLIND_CYCLES)
         if blind:
             cycle.alerts.append(blind)
+        cycle.alerts += flapping_alerts(self.recent)
         cycle.wall_s = time.monotonic() - t0
         self._export(cycle)
         if self.retention_days is not None:
@@ -207,6 +211,7 @@ class Watch:
         drops, evidence = self._drift(result.run_id)
         flags = self._flags(result.run_id)
         doubted = suspects(drops, flags)
+        cycle.doubted = sorted(doubted)
         if doubted:
             cycle.qualify_run_id, cycle.alerts = self._qualify(idle, doubted, drops, evidence, partition)
         if not cycle.alerts and result.state is RunState.FINISHED:

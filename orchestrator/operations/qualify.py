@@ -22,7 +22,8 @@ class QualifyOptions:
     """How probes are judged, checked when made."""
 
     threshold: float = 0.10
-    """Without an expected value, a probe this fraction below its round's median is slow."""
+    """Without an expected value, a probe this fraction below what the fastest agreeing probes delivered (and
+    below their noise) is slow."""
     min_fraction: float = 0.8
     """With an expected value, a probe below this fraction of it is slow."""
     seed: int = 0

@@ -149,17 +149,17 @@ def _qualify_plain(lab, slow: int, tmp_path) -> tuple[dict, dict, str]:
 
 
 def test_six_plain_nodes_name_the_one_at_a_quarter_rate(plain6, tmp_path):
-    """The issue's case: 3 pairs, one slow; its members are retested against the pairs' median."""
+    """Issue 21's case: fresh pairs (every pair, here), the slow node slow in each of its own."""
+    from orchestrator.sweep.qualify import fresh_rounds
+
     verdicts, summary, _ = _qualify_plain(plain6, 4, tmp_path)
-    partner = next(ip for e in verdicts[plain6.node_ips[4]]["evidence"] if e["phase"] == "pairs"
-                   for ip in e["nodes"] if ip != plain6.node_ips[4])
-    assert [e["status"] for e in verdicts[partner]["evidence"] if e["phase"] == "retest"] == ["pass"]
-    assert summary["rounds"] <= 4
+    assert verdicts[plain6.node_ips[4]]["detail"].startswith("slow in ")
+    assert summary["rounds"] <= fresh_rounds(6) + 3
 
 
 def test_four_plain_nodes_name_the_one_at_a_quarter_rate(plain4, tmp_path):
     """Four nodes: every pair (3 rounds), the slow node slow with each of the others, then the gate."""
     verdicts, summary, stderr = _qualify_plain(plain4, 2, tmp_path)
-    pairs = [e for e in verdicts[plain4.node_ips[2]]["evidence"] if e["phase"] == "pairs"]
-    assert len(pairs) == 3 and all(e["status"] == "slow" for e in pairs)
-    assert summary["rounds"] == 4 and "every pair" in stderr
+    pairs = [e for e in verdicts[plain4.node_ips[2]]["evidence"] if e["phase"] in ("pairs", "retest")]
+    assert len(pairs) >= 2 and all(e["status"] == "slow" for e in pairs)
+    assert summary["rounds"] <= 6 and "the fastest agreeing probes" in stderr

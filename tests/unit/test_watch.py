@@ -124,3 +124,29 @@ def test_a_watch_blind_for_three_cycles_in_a_row_raises_an_alert():
     assert alert.message == ("watch measured nothing in the last 3 cycles (every node is busy: nothing measured this "
                              "cycle)")
     assert blind_alert(blind[:2], BLIND_CYCLES) is None  # too few cycles yet
+
+
+def test_a_node_doubted_in_several_cycles_and_cleared_each_time_is_intermittent():
+    """Issue 42: a flapping NIC drifts in one cycle, passes qualify, drifts again two cycles later:
+    each cycle alone clears it; the second doubt in FLAP_WINDOW measured cycles names it."""
+    from orchestrator.execution.canary import FLAP_CYCLES, FLAP_WINDOW, Alert, flapping_alerts
+
+    at = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.timezone.utc)
+
+    def cycle(n: int, doubted=(), alerts=()) -> watch.Cycle:
+        return watch.Cycle(n, at, ["10.0.0.1", "10.0.0.2"], run_id=f"r{n}", doubted=list(doubted),
+                           alerts=list(alerts))
+
+    assert (FLAP_CYCLES, FLAP_WINDOW) == (2, 6)
+    once = [cycle(1), cycle(2, ["10.0.0.2"])]
+    assert flapping_alerts(once) == []
+    twice = [*once, cycle(3), cycle(4, ["10.0.0.2"])]
+    (alert,) = flapping_alerts(twice)
+    assert (alert.node, alert.kind) == ("10.0.0.2", "intermittent")
+    assert alert.message == ("10.0.0.2 intermittent: doubted in 2 of the last 4 measured cycles (cycles 2, 4: a "
+                             "drift beyond noise or a flag), and cleared by qualify each time")
+    assert flapping_alerts([*twice, cycle(5)]) == []  # said in a cycle that doubts it, not every cycle after
+    named = [cycle(1), cycle(2, ["10.0.0.2"], [Alert("10.0.0.2", "slow", 1.0, 2.0, "slow")]), cycle(3, ["10.0.0.2"])]
+    assert flapping_alerts(named) == []  # already named: a slow node, not a flapping one
+    old = [cycle(1, ["10.0.0.2"]), *(cycle(n) for n in range(2, 8)), cycle(8, ["10.0.0.2"])]
+    assert flapping_alerts(old) == []  # the first doubt is out of the window
