@@ -9,12 +9,20 @@ iterations around it (the iteration noise). Noise profiles, from measurements:
   runs of the same sweep, healthy links moved -34% to +93% (issue 21); iterations' cv ~0.3 at
   4 MiB. Modelled as a Student-t(3) run effect of scale 0.2 in log time (heavy tails).
 - lab: links shaped by tc on that host (inter-node lab links): a few percent between runs.
-- gpu: GPU fleets, 1-3% run to run (issue 21's figure for NCCL on H100-class nodes).
+- gpu: GPU fleets, 1-3% run to run (issue 21's figure for NCCL on H100-class nodes); latency-bound
+  sizes 10% a run (issue 42: "by tens of percent on GPU fleets").
+- shared: this host as measured with its rows' contention recorded (run-level alarms only).
 Layouts: `links`, N links of one shape, one link slowed (a node's intra-node fabric); `pairs`, every
 pair of M nodes (N = M(M-1)/2 links), one node slowed, so its M-1 pairs are. Baselines: one run
 (noise from the shape's peers) or three runs of the same sweep (noise from the runs).
 
+Run-level false alarms (`--consumer alarms`): default sweeps (nine collectives, 16 B to 16 MiB;
+latency-bound sizes with the profile's latency spread) of an unchanged cluster compared whole: the
+fraction of compares that exit 1. Profile `shared` is this host as measured with its contention
+recorded (docs/PERFORMANCE.md section 7), quiet or with a core taken.
+
     python benchmarks/compare_errors.py [--healthy-links 600] [--slow-trials 60] [--seed 0]
+    python benchmarks/compare_errors.py --consumer alarms [--compares 100]
 """
 
 from __future__ import annotations
@@ -238,13 +246,18 @@ def main() -> None:
     ap.add_argument("--healthy-links", type=int, default=600, help="healthy links judged per cell (false positives)")
     ap.add_argument("--slow-trials", type=int, default=60, help="comparisons per cell with a planted drop")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--profiles", default=",".join(PROFILES), help="noise profiles, comma-separated")
-    ap.add_argument("--consumer", choices=("compare", "report"), default="compare",
-                    help="compare (a run against baseline runs; watch's drift is the same code) or the report's "
-                    "peer flags (each group against the others of its run)")
+    ap.add_argument("--profiles", default="host,lab,gpu", help="noise profiles of the per-link tables, comma-separated "
+                    "(alarms: every cell of ALARM_CELLS)")
+    ap.add_argument("--consumer", choices=("compare", "report", "alarms"), default="compare",
+                    help="compare (a run against baseline runs; watch's drift is the same code), the report's "
+                    "peer flags (each group against the others of its run), or alarms: compare's run-level false "
+                    "alarm rate (default sweeps of an unchanged cluster compared whole)")
+    ap.add_argument("--compares", type=int, default=100, help="alarms: compares per cell")
     args = ap.parse_args()
     if args.consumer == "report":
         return report_table(args)
+    if args.consumer == "alarms":
+        return alarms_table(args)
     print("| noise | links | baseline runs | false positives | " + " | ".join(
         f"missed {f:g}x (1 / 2 culprits)" for f in DROPS) + " |")
     print("|---|---|---|---|" + "---|" * len(DROPS))
@@ -263,6 +276,27 @@ def main() -> None:
                         misses.append(f"{fn:.0%}")
                     cells.append(" / ".join(misses))
                 print(f"| {profile} | {links} | {baselines} | {fp:.2%} | " + " | ".join(cells) + " |", flush=True)
+    print(f"\n{time.monotonic() - started:.0f} s")
+
+
+# (profile, contention of every run: None where the rows do not record it): this host quiet and
+# with a core taken (1.5x: a busy loop beside two ranks on two cores)
+ALARM_CELLS = (("host", None), ("shared", 1.0), ("shared", 1.5), ("lab", None), ("gpu", None))
+
+
+def alarms_table(args: argparse.Namespace) -> None:
+    """Run-level false alarms: compares of a default sweep with one or three earlier ones of an
+    unchanged cluster that exit 1 (flag anything), and that conclude inconclusive, per profile."""
+    print("| noise | contention | links | baseline runs | false alarms (exit 1) | inconclusive |")
+    print("|---|---|---|---|---|---|")
+    started = time.monotonic()
+    for profile, oversub in ALARM_CELLS:
+        for links in (1, 4):
+            for baselines in (1, 3):
+                alarms, inconclusive, n = false_alarms(profile, links, baselines, args.compares, args.seed, oversub)
+                said = "not recorded" if oversub is None else f"{oversub:g}x"
+                print(f"| {profile} | {said} | {links} | {baselines} | {alarms} of {n} | {inconclusive} of {n} |",
+                      flush=True)
     print(f"\n{time.monotonic() - started:.0f} s")
 
 
