@@ -21,7 +21,8 @@ between runs is read from several baseline runs of the family where they exist (
 the other keys' changes, the judged one left out (`peers`), each pooled with the prior of that
 platform and regime, or from the prior alone where the family has one or two keys (`prior`: only a
 drop beyond any plausible noise is flagged, and the comparison is inconclusive); each key's spread
-is widened by how contended its hosts were while it was measured (judging/contention.py); Student's
+is widened by how contended its hosts were while it was measured (judging/contention.py), and a
+key measured on a host too busy to judge is not judged (`contended`; inconclusive); Student's
 t at 1 - 0.05/m (m matched keys, Bonferroni), capped at a 3x drop where the family's spread makes
 3x at least 3 sigmas. A drop is flagged when busbw fell by more than `threshold` AND d exceeds that
 limit and the row's own iteration noise (z * se, se = sqrt(var_base / n_base + var_new / n_new);
@@ -38,7 +39,15 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from orchestrator.judging.contention import RunLoad, oversubscription, run_load, spread_factor, widening
+from orchestrator.judging.contention import (
+    MAX_OVERSUBSCRIPTION,
+    RunLoad,
+    oversubscription,
+    run_load,
+    spread_factor,
+    too_contended,
+    widening,
+)
 from orchestrator.judging.judge import EXACT_LEAVE_ONE_OUT, Source, limit, prior_for, robust_sigma
 from orchestrator.judging.regime import Regime, regimes
 from orchestrator.judging.stats import FAMILY_ALPHA, MAD_EFFICIENCY, quantile, run_sigma
@@ -170,17 +179,19 @@ def compare(base: pa.Table, new: pa.Table, threshold: float, by: str = "link"
                              np.exp(np.fmin(both.mean_base, both.mean_new)).to_numpy())
     both["family"] = both.backend.astype(str) + "|" + both.topology.astype(str) + "|" + both.regime
     both["widen"] = widening(both.oversub_base.to_numpy(), both.oversub_new.to_numpy(), both.runs_base.to_numpy())
+    busy = pd.Series(too_contended(both.oversub_base.to_numpy(), both.oversub_new.to_numpy()), index=both.index)
     iterations = quantile(p, None) * np.sqrt(both.var_base / both.n_base + both.var_new / both.n_new)
-    between = _between(both, base_rows, d, m)
-    noise = np.fmax(between.between, iterations)
+    between = _between(both[~busy], base_rows, d[~busy], m).reindex(both.index)
+    noise = np.fmax(between.between, iterations).where(~busy)
     judged = between.between.notna()
     source = between.between_source.where(~(iterations > between.between), "iterations")
+    source = source.where(judged, Source.UNJUDGED.value).where(~busy, Source.CONTENDED.value)
     both = both.assign(
         busbw_change=np.exp(-d) - 1,
         time_change=np.exp(d) - 1,
         log_change=d,
         noise_floor=1 - np.exp(-noise),
-        noise_source=source.where(judged, Source.UNJUDGED.value),
+        noise_source=source,
     )
     both["flag"] = judged & (both.busbw_change < -threshold) & (d > noise)
     both = both.drop(columns=["backend", "curve", "family"])
@@ -222,9 +233,9 @@ def run_loads(table: pa.Table) -> list[RunLoad]:
 
 def conclusion(matched: pd.DataFrame, base: pa.Table, new: pa.Table) -> Conclusion:
     """DROPPED where a row is flagged; else INCONCLUSIVE where rows had only their prior to judge them
-    (one baseline run, too few keys of their regime) or a run was measured on a host too contended
-    to say much about its links, saying why; else UNCHANGED. A run's contention is said in any case
-    where it was beyond CONTENDED (`loads`: every run's)."""
+    (one baseline run, too few keys of their regime) or were measured on a host too busy to judge
+    them, saying why; else UNCHANGED. A run's contention is said where it was beyond CONTENDED
+    (`loads`: every run's)."""
     loads = run_loads(base) + run_loads(new)
     contended = [r.describe() for r in loads if r.contended]
     flagged = int(matched.flag.sum())
@@ -232,17 +243,17 @@ def conclusion(matched: pd.DataFrame, base: pa.Table, new: pa.Table) -> Conclusi
         return Conclusion(Verdict.DROPPED, [f"{flagged} of {len(matched)} row(s) dropped beyond their noise",
                                             *contended], loads)
     reasons = []
-    prior_only = int((matched.noise_source == Source.PRIOR.value).sum())
-    if prior_only:
-        regimes_seen = sorted(set(matched.regime[matched.noise_source == Source.PRIOR.value]))
-        reasons.append(f"run the baseline again: {prior_only} of {len(matched)} row(s) had only their platform's "
-                       f"prior ({'/'.join(regimes_seen)}-bound) to judge them (one baseline run, fewer than 3 rows of "
+    prior_only = matched.noise_source == Source.PRIOR.value
+    if prior_only.any():
+        regimes_seen = "/".join(sorted(set(matched.regime[prior_only])))
+        reasons.append(f"run the baseline again: {int(prior_only.sum())} of {len(matched)} row(s) had only their "
+                       f"platform's prior ({regimes_seen}-bound) to judge them (one baseline run, fewer than 3 rows of "
                        "their backend, topology and regime), so only a drop beyond any plausible noise would show")
-    too = [r for r in loads if r.too_contended]
-    if too:
-        reasons.append("measured on a host too busy to judge its links: " + "; ".join(r.describe() for r in too)
-                       + "; compare runs measured on a quiet host")
-        contended = [r.describe() for r in loads if r.contended and not r.too_contended]
+    busy = int((matched.noise_source == Source.CONTENDED.value).sum())
+    if busy:
+        reasons.append(f"{busy} of {len(matched)} row(s) were measured with their ranks more than "
+                       f"{MAX_OVERSUBSCRIPTION:.1f}x oversubscribed (a host too busy to judge its links; not judged): "
+                       "compare runs measured on a quieter host")
     if reasons:
         return Conclusion(Verdict.INCONCLUSIVE, reasons + contended, loads)
     return Conclusion(Verdict.UNCHANGED, [f"no drop beyond the noise in {len(matched)} row(s)", *contended], loads)

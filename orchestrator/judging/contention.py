@@ -11,8 +11,8 @@ on a quiet host; a change between two measurements adds both sides' variances. T
 measured (docs/PERFORMANCE.md section 7): over 7 pairs of default sweeps (693 rows), the slope at
 which the changes' size no longer grows with their rows' contention (Spearman's rank correlation
 of |change| / widening with the widening: -0.01 for latency-bound sizes, -0.12 for bandwidth-bound).
-Beyond MAX_OVERSUBSCRIPTION a run says too little about its links: a comparison with it is
-inconclusive.
+A measurement beyond MAX_OVERSUBSCRIPTION says too little about its link (on this host rows measured
+~20x oversubscribed moved 20x): it is not judged, and a comparison with such rows is inconclusive.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ import numpy as np
 from orchestrator.judging.judge import GROSS_DROP, GROSS_SIGMAS, PRIORS
 
 WIDEN_PER_OVERSUBSCRIPTION = 0.25  # spread of one measurement at oversubscription o: (1 + this * (o - 1)) x
-# Beyond this a run's median leaves even its bandwidth-bound sizes (this host's prior, 0.30) too wide
-# for the 3x rule (judge.gross_applies, two sides as contended): a 3x drop could be its noise, and
-# a comparison with it says more about the host than the links (1.9x oversubscribed).
+# Beyond this a measurement leaves even bandwidth-bound sizes (this host's prior, 0.30) too wide for
+# the 3x rule (judge.gross_applies, two sides as contended): a 3x drop could be its noise, and it
+# says more about the host than the link (1.9x oversubscribed).
 MAX_OVERSUBSCRIPTION = 1 + (math.log(GROSS_DROP) / GROSS_SIGMAS / PRIORS[("gloo", False)].sigma_log - 1) \
     / WIDEN_PER_OVERSUBSCRIPTION
 CONTENDED = 1.25  # a run's median beyond this is said in compare's summary (the judge widens from 1 on)
@@ -48,6 +48,12 @@ def spread_factor(oversub: np.ndarray) -> np.ndarray:
     return 1.0 + WIDEN_PER_OVERSUBSCRIPTION * (np.maximum(o, 1.0) - 1.0)
 
 
+def too_contended(oversub_base: np.ndarray, oversub_new: np.ndarray) -> np.ndarray:
+    """Whether either side of a change was measured beyond MAX_OVERSUBSCRIPTION (unknown: no)."""
+    worst = np.fmax(np.asarray(oversub_base, dtype=float), np.asarray(oversub_new, dtype=float))
+    return np.nan_to_num(worst, nan=1.0) > MAX_OVERSUBSCRIPTION
+
+
 def widening(oversub_base: np.ndarray, oversub_new: np.ndarray, runs_base: np.ndarray | int = 1) -> np.ndarray:
     """How many times wider a change (the new measurement against the mean of `runs_base` baseline
     ones) spreads than between uncontended ones: both sides' variances added, against uncontended sides'."""
@@ -64,10 +70,6 @@ class RunLoad:
     cpu_wait_frac: float | None
     load_per_cpu: float | None
     steal_frac: float | None
-
-    @property
-    def too_contended(self) -> bool:
-        return self.oversubscription is not None and self.oversubscription > MAX_OVERSUBSCRIPTION
 
     @property
     def contended(self) -> bool:
