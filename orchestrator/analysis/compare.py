@@ -238,10 +238,12 @@ def conclusion(matched: pd.DataFrame, base: pa.Table, new: pa.Table) -> Conclusi
     (`loads`: every run's)."""
     loads = run_loads(base) + run_loads(new)
     contended = [r.describe() for r in loads if r.contended]
+    busy = int((matched.noise_source == Source.CONTENDED.value).sum())
     flagged = int(matched.flag.sum())
     if flagged:
+        unjudged = [f"{busy} row(s) measured on a host too busy were not judged"] if busy else []
         return Conclusion(Verdict.DROPPED, [f"{flagged} of {len(matched)} row(s) dropped beyond their noise",
-                                            *contended], loads)
+                                            *unjudged, *contended], loads)
     reasons = []
     prior_only = matched.noise_source == Source.PRIOR.value
     if prior_only.any():
@@ -249,7 +251,6 @@ def conclusion(matched: pd.DataFrame, base: pa.Table, new: pa.Table) -> Conclusi
         reasons.append(f"run the baseline again: {int(prior_only.sum())} of {len(matched)} row(s) had only their "
                        f"platform's prior ({regimes_seen}-bound) to judge them (one baseline run, fewer than 3 rows of "
                        "their backend, topology and regime), so only a drop beyond any plausible noise would show")
-    busy = int((matched.noise_source == Source.CONTENDED.value).sum())
     if busy:
         reasons.append(f"{busy} of {len(matched)} row(s) were measured with their ranks more than "
                        f"{MAX_OVERSUBSCRIPTION:.1f}x oversubscribed (a host too busy to judge its links; not judged): "
