@@ -21,8 +21,10 @@ between runs is read from several baseline runs of the family where they exist (
 the other keys' changes, the judged one left out (`peers`), each pooled with the prior of that
 platform and regime, or from the prior alone where the family has one or two keys (`prior`: only a
 drop beyond any plausible noise is flagged, and the comparison is inconclusive); each key's spread
-is widened by how contended its hosts were while it was measured (judging/contention.py), and a
-key measured on a host too busy to judge is not judged (`contended`; inconclusive); Student's
+is widened by how contended its hosts were while it was measured, relative to its family, and the
+prior by the family's contention where the CPU bounds the time (judging/contention.py; where
+contention leaves a 3x drop of a bandwidth-bound size inside the noise, the comparison is
+inconclusive); Student's
 t at 1 - 0.05/m (m matched keys, Bonferroni), capped at a 3x drop where the family's spread makes
 3x at least 3 sigmas. A drop is flagged when busbw fell by more than `threshold` AND d exceeds that
 limit and the row's own iteration noise (z * se, se = sqrt(var_base / n_base + var_new / n_new);
@@ -31,6 +33,7 @@ limit and the row's own iteration noise (z * se, se = sqrt(var_base / n_base + v
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass, field
 
@@ -40,15 +43,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from orchestrator.judging.contention import (
-    MAX_OVERSUBSCRIPTION,
+    CONTENDED,
     RunLoad,
+    cpu_bound,
     oversubscription,
     run_load,
     spread_factor,
-    too_contended,
     widening,
 )
-from orchestrator.judging.judge import EXACT_LEAVE_ONE_OUT, Source, limit, prior_for, robust_sigma
+from orchestrator.judging.judge import EXACT_LEAVE_ONE_OUT, GROSS_DROP, Source, limit, prior_for, robust_sigma
 from orchestrator.judging.regime import Regime, regimes
 from orchestrator.judging.stats import FAMILY_ALPHA, MAD_EFFICIENCY, quantile, run_sigma
 from workloads.messages import Status
@@ -129,7 +132,10 @@ def _side(df: pd.DataFrame) -> pd.DataFrame:
 
 def _between(both: pd.DataFrame, base_rows: pd.DataFrame, d: pd.Series, m: int) -> pd.DataFrame:
     """Per matched key: the judge's limit on d (its run-to-run noise) and where it was read, from
-    its family (backend, topology, regime), each change scaled by its contention's widening."""
+    its family (backend, topology, regime). Contention: each key's change is scaled by its widening
+    relative to the family's median (a row measured while the CPU was taken spreads wider than its
+    family), the level of the family's noise read from its rows, and the quiet host's prior widened
+    by the family's median where the CPU bounds its time (judging.contention)."""
     limit_log = pd.Series(np.nan, index=both.index)
     source = pd.Series(None, index=both.index, dtype=object)
     per_run = base_rows[base_rows.n > 0].groupby(["key", "run_id"]).agg(
@@ -140,11 +146,19 @@ def _between(both: pd.DataFrame, base_rows: pd.DataFrame, d: pd.Series, m: int) 
     run_groups = dict(iter(per_run.groupby("family")))
     for family, idx in both.groupby("family").groups.items():
         first = both.loc[idx[0]]
-        prior = prior_for(first.backend, first.topology != "intra", Regime(first.regime))
+        latency = first.regime == Regime.LATENCY.value
         widen = both.loc[idx, "widen"].to_numpy()
+        typical = float(np.median(widen))
+        widen = widen / typical
+        prior = prior_for(first.backend, first.topology != "intra", Regime(first.regime))
+        if cpu_bound(first.backend, first.topology, latency):
+            prior = dataclasses.replace(prior, sigma_log=prior.sigma_log * typical)
         runs = run_groups.get(family)
-        sigma, df = (run_sigma(runs["mean"].to_numpy(), runs.key.to_numpy(), spread_factor(runs.oversub.to_numpy()))
-                     if runs is not None else (None, 0))
+        if runs is not None:
+            scale = spread_factor(runs.oversub.to_numpy())
+            sigma, df = run_sigma(runs["mean"].to_numpy(), runs.key.to_numpy(), scale / np.median(scale))
+        else:
+            sigma, df = None, 0
         if sigma is not None:
             k = both.loc[idx, "runs_base"].to_numpy()
             for key, runs_k, w in zip(idx, k, widen):
@@ -179,13 +193,12 @@ def compare(base: pa.Table, new: pa.Table, threshold: float, by: str = "link"
                              np.exp(np.fmin(both.mean_base, both.mean_new)).to_numpy())
     both["family"] = both.backend.astype(str) + "|" + both.topology.astype(str) + "|" + both.regime
     both["widen"] = widening(both.oversub_base.to_numpy(), both.oversub_new.to_numpy(), both.runs_base.to_numpy())
-    busy = pd.Series(too_contended(both.oversub_base.to_numpy(), both.oversub_new.to_numpy()), index=both.index)
     iterations = quantile(p, None) * np.sqrt(both.var_base / both.n_base + both.var_new / both.n_new)
-    between = _between(both[~busy], base_rows, d[~busy], m).reindex(both.index)
-    noise = np.fmax(between.between, iterations).where(~busy)
+    between = _between(both, base_rows, d, m)
+    noise = np.fmax(between.between, iterations)
     judged = between.between.notna()
     source = between.between_source.where(~(iterations > between.between), "iterations")
-    source = source.where(judged, Source.UNJUDGED.value).where(~busy, Source.CONTENDED.value)
+    source = source.where(judged, Source.UNJUDGED.value)
     both = both.assign(
         busbw_change=np.exp(-d) - 1,
         time_change=np.exp(d) - 1,
@@ -233,17 +246,15 @@ def run_loads(table: pa.Table) -> list[RunLoad]:
 
 def conclusion(matched: pd.DataFrame, base: pa.Table, new: pa.Table) -> Conclusion:
     """DROPPED where a row is flagged; else INCONCLUSIVE where rows had only their prior to judge them
-    (one baseline run, too few keys of their regime) or were measured on a host too busy to judge
-    them, saying why; else UNCHANGED. A run's contention is said where it was beyond CONTENDED
-    (`loads`: every run's)."""
+    (one baseline run, too few keys of their regime) or where contention spread the bandwidth-bound
+    rows so wide that a GROSS_DROP could pass for noise, saying why; else UNCHANGED. A run's
+    contention is said where it was beyond CONTENDED (`loads`: every run's)."""
     loads = run_loads(base) + run_loads(new)
     contended = [r.describe() for r in loads if r.contended]
-    busy = int((matched.noise_source == Source.CONTENDED.value).sum())
     flagged = int(matched.flag.sum())
     if flagged:
-        unjudged = [f"{busy} row(s) measured on a host too busy were not judged"] if busy else []
         return Conclusion(Verdict.DROPPED, [f"{flagged} of {len(matched)} row(s) dropped beyond their noise",
-                                            *unjudged, *contended], loads)
+                                            *contended], loads)
     reasons = []
     prior_only = matched.noise_source == Source.PRIOR.value
     if prior_only.any():
@@ -251,10 +262,13 @@ def conclusion(matched: pd.DataFrame, base: pa.Table, new: pa.Table) -> Conclusi
         reasons.append(f"run the baseline again: {int(prior_only.sum())} of {len(matched)} row(s) had only their "
                        f"platform's prior ({regimes_seen}-bound) to judge them (one baseline run, fewer than 3 rows of "
                        "their backend, topology and regime), so only a drop beyond any plausible noise would show")
-    if busy:
-        reasons.append(f"{busy} of {len(matched)} row(s) were measured with their ranks more than "
-                       f"{MAX_OVERSUBSCRIPTION:.1f}x oversubscribed (a host too busy to judge its links; not judged): "
-                       "compare runs measured on a quieter host")
+    busy = ((matched.regime == Regime.BANDWIDTH.value) & (matched.noise_floor > 1 - 1 / GROSS_DROP)
+            & (np.fmax(matched.oversub_base, matched.oversub_new) > CONTENDED))
+    if busy.any():
+        reasons.append(f"a host too busy to judge: {int(busy.sum())} of {int((matched.regime == 'bandwidth').sum())} "
+                       f"bandwidth-bound row(s), measured with their ranks more than {CONTENDED:g}x oversubscribed, "
+                       f"moved so much that a {GROSS_DROP:g}x drop could pass for noise; compare runs measured on a "
+                       "quieter host")
     if reasons:
         return Conclusion(Verdict.INCONCLUSIVE, reasons + contended, loads)
     return Conclusion(Verdict.UNCHANGED, [f"no drop beyond the noise in {len(matched)} row(s)", *contended], loads)

@@ -106,7 +106,6 @@ class Source(enum.Enum):
     RUNS = "runs"  # several baseline runs of the same sweep
     PEERS = "peers"  # the other values of its shape, with the prior
     PRIOR = "prior"  # the prior alone (too few values to read a spread from)
-    CONTENDED = "contended"  # measured on a host too busy to judge (judging.contention): not judged
     UNJUDGED = "unjudged"
 
 

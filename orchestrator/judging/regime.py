@@ -5,13 +5,14 @@ a busy core, docs/PERFORMANCE.md section 7), bandwidth-bound ones by tens of per
 reads each regime's noise apart (judging/judge.py has a prior per regime). Pure numpy; no I/O.
 
 The rule, per curve (one link's one collective, dtype, op and placement, every size it measured):
-with t = latency + msg_bytes / rate, a size is latency-bound where its bytes at the curve's best
-rate take less time than the curve's smallest time, msg_bytes / max(msg_bytes / t) < min(t), i.e.
-where the bandwidth term is smaller than the latency term (its time is below twice the latency).
-Both ends are read at their best (the smallest time, the highest rate), because contention and
+with t = latency + msg_bytes / rate, the rate is the curve's best (max msg_bytes / t), the latency
+what its fastest size took beyond its own bytes at that rate, and a size is latency-bound where
+its bytes at that rate take less time than the latency (its time is below about twice the
+latency). Both are read at their best (the fastest size, the highest rate), because contention and
 faults only ever slow a measurement: a noisy small size cannot pass for a bandwidth-bound one, nor
-a slowed link's large sizes for latency-bound ones. A curve of one size is bandwidth-bound (nothing
-says otherwise: its own bytes and time are the best rate).
+a slowed link's large sizes for latency-bound ones. A sweep that starts where bytes already
+dominate (1-4 MiB over a shaped link: latency ~0) has no latency-bound size, and a curve of one
+size is bandwidth-bound (nothing says otherwise).
 """
 
 from __future__ import annotations
@@ -35,18 +36,21 @@ def latency_bound(curve: np.ndarray, msg_bytes: np.ndarray, time_us: np.ndarray)
     size = np.asarray(msg_bytes, dtype=float)
     t = np.asarray(time_us, dtype=float)
     valid = np.isfinite(t) & (t > 0) & (size > 0)
-    if not len(t):
-        return np.zeros(0, dtype=bool)
+    if not valid.any():
+        return np.zeros(len(t), dtype=bool)
     _, owner = np.unique(curve, return_inverse=True)
     k = owner.max() + 1
-    fastest = np.full(k, np.inf)
-    np.minimum.at(fastest, owner[valid], t[valid])
     best_rate = np.zeros(k)
     np.maximum.at(best_rate, owner[valid], size[valid] / t[valid])
+    # each curve's fastest measurement (the first of its own, ordered by time) and its size
+    fastest_i = np.flatnonzero(valid)[np.lexsort((t[valid], owner[valid]))]
+    firsts = fastest_i[np.r_[True, owner[fastest_i][1:] != owner[fastest_i][:-1]]]
+    latency = np.full(k, -np.inf)
+    latency[owner[firsts]] = t[firsts] - size[firsts] / best_rate[owner[firsts]]
     with np.errstate(divide="ignore", invalid="ignore"):
         bytes_us = size / best_rate[owner]
-    # strictly below, with room for rounding: the size that sets the best rate is never latency-bound
-    return valid & (bytes_us < fastest[owner] * (1 - 1e-9))
+    # strictly below, with room for rounding: a curve without latency has no latency-bound size
+    return valid & (bytes_us < latency[owner] * (1 - 1e-9))
 
 
 def regimes(curve: np.ndarray, msg_bytes: np.ndarray, time_us: np.ndarray) -> np.ndarray:

@@ -128,6 +128,10 @@ def test_the_regime_rule_on_rows_of_known_times():
     # two curves side by side, one of them 10x faster at every size: each read on its own
     both = latency_bound(np.repeat([0, 1], 11), np.tile(sizes, 2), np.r_[t, (20.0 + sizes / 8000.0)])
     assert both[:11].tolist() == expected.tolist() and both[11:].tolist() == (sizes < 160_000).tolist()
+    # a sweep that starts where bytes dominate (a shaped link at 1 and 4 MiB: 22 and 88 ms, 0.3 ms of
+    # latency) has no latency-bound size, though 1 MiB took less than twice the curve's smallest time
+    lab = latency_bound(np.zeros(2), np.array([1 << 20, 4 << 20]), np.array([22_300.0, 88_100.0]))
+    assert lab.tolist() == [False, False]
     # one size alone, and times that say nothing, are bandwidth-bound
     assert latency_bound(np.array(["a"]), np.array([16.0]), np.array([1000.0])).tolist() == [False]
     assert latency_bound(np.zeros(2), np.array([16.0, 64.0]), np.array([np.nan, 0.0])).tolist() == [False, False]
