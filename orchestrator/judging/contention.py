@@ -10,7 +10,7 @@ process at nice 0 takes their CPU first.
 
 A CPU-bound measurement given 1/o of the CPU it wanted spreads o times wider (spread_factor): the
 changes of 17 pairs of default sweeps (1,700 rows), each scaled so, no longer grow with their rows'
-contention (Spearman's rank correlation of |change| / widening with the widening -0.16 to +0.05;
+contention (Spearman's rank correlation of |change| / widening with the widening -0.23 to +0.05;
 docs/PERFORMANCE.md section 7). Not every measurement is CPU-bound: a lab's shaped links measured
 4x oversubscribed repeat within 2%, the link setting their time. So compare (analysis/compare.py)
 reads the level of a comparison's noise from its rows, scales each row by its contention relative
