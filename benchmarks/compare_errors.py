@@ -139,8 +139,9 @@ ROW_OVERSUB_SPREAD = 1.0
 def sweep_table(rng: np.random.Generator, run_id: str, links: int, profile: Profile,
                 oversub: float | None = None, slow: tuple[str, int] | None = None, factor: float = 1.0) -> pa.Table:
     """One simulated default sweep on `links` intra-node links: every collective at every size, a
-    run effect per row of the profile's latency or bandwidth scale (as the size is), widened by the
-    row's contention (judging.contention's measured slope), iterations around it; `slow` =
+    run effect per row of the profile's latency or bandwidth scale (as the size is), and a slowdown
+    as wide again times the row's contention beyond 1 (judging.contention's measured slope: it only
+    ever slows), iterations around it; `slow` =
     (collective, msg_bytes) made `factor` times slower on every link. `oversub`: the run's median
     contention, each row's own varying about it as measured (ROW_OVERSUB_SPREAD; None: not recorded)."""
     from orchestrator.judging.contention import spread_factor
@@ -152,9 +153,11 @@ def sweep_table(rng: np.random.Generator, run_id: str, links: int, profile: Prof
     latency = size / RATE_BYTES_US < LATENCY_US
     rows_oversub = None if oversub is None else \
         1 + (oversub - 1) * np.exp(ROW_OVERSUB_SPREAD * rng.standard_normal(n))
-    effect = np.where(latency, profile.latency_scale * _effect(rng, profile.latency_df, n),
-                      profile.run_scale * _effect(rng, profile.run_df, n))
-    effect = effect * (spread_factor(rows_oversub) if rows_oversub is not None else 1.0)
+    scale, df = np.where(latency, profile.latency_scale, profile.run_scale), (profile.latency_df, profile.run_df)
+    effect = scale * np.where(latency, _effect(rng, df[0], n), _effect(rng, df[1], n))
+    if rows_oversub is not None:  # contention only slows: a one-sided spread (spread_factor - 1) times as wide
+        slow_by = np.abs(np.where(latency, _effect(rng, df[0], n), _effect(rng, df[1], n)))
+        effect = effect + scale * (spread_factor(rows_oversub) - 1) * slow_by
     hit = np.array([slow is not None and (c, s) == slow for _, c, s in grid])
     level = np.log(LATENCY_US + size / RATE_BYTES_US) + effect + np.where(hit, np.log(factor), 0.0)
     times = np.exp(level[:, None] + profile.iter_sigma * rng.standard_normal((n, profile.iters)))

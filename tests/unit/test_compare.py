@@ -285,9 +285,9 @@ def test_with_only_a_prior_to_judge_the_comparison_is_inconclusive(tmp_path):
 def test_a_contended_run_is_judged_with_its_noise():
     """Simulated default sweeps of this host as measured (benchmarks/compare_errors.py, `shared`): a
     new run measured with its ranks 3x oversubscribed (each row more or less, as measured) moves its
-    rows as contention does. Judged with that noise nothing is flagged, and the comparison is
-    inconclusive, saying why (a 3x drop could pass for noise there); the same rows with their
-    contention unrecorded are alarms in half the compares."""
+    rows as contention does (slower only). Judged with that noise it is rarely an alarm, and the
+    comparison is inconclusive, saying why (a 3x drop could pass for noise there); the same rows with
+    their contention unrecorded are alarms in most compares."""
     prof = PROFILES["shared"]
     seen, blind = [], []
     for seed in range(10):
@@ -297,11 +297,12 @@ def test_a_contended_run_is_judged_with_its_noise():
         seen.append((int(matched.flag.sum()), conclusion(matched, base, new)))
         new = new.drop_columns(["cpu_busy_frac", "cpu_wait_frac"])
         blind.append(conclusion(compare(base, new, 0.05)[0], base, new).verdict)
-    assert all(flags == 0 and found.verdict is Verdict.INCONCLUSIVE for flags, found in seen), seen
+    verdicts = [found.verdict for _, found in seen]
+    assert verdicts.count(Verdict.DROPPED) <= 1 and verdicts.count(Verdict.INCONCLUSIVE) >= 8, seen
     line = seen[0][1].line
     assert "inconclusive: a host too busy to judge: " in line and "; run busy measured with its ranks " in line
     assert CONTENDED < seen[0][1].loads[-1].oversubscription < 4
-    assert blind.count(Verdict.DROPPED) >= 4, blind
+    assert blind.count(Verdict.DROPPED) >= 6, blind
 
 
 def test_two_runs_of_one_sweep_rarely_alarm():
