@@ -8,10 +8,12 @@ process took the CPU its ranks wanted. On this 2-core host it was 2.3-220 (run m
 while a busy loop and another engineer's tests ran: Ray starts its workers at nice 15, so any
 process at nice 0 takes their CPU first.
 
-A CPU-bound measurement given 1/o of the CPU it wanted spreads o times wider (spread_factor): the
-changes of 17 pairs of default sweeps (1,700 rows), each scaled so, no longer grow with their rows'
-contention (Spearman's rank correlation of |change| / widening with the widening -0.23 to +0.05;
-docs/PERFORMANCE.md section 7). Not every measurement is CPU-bound: a lab's shaped links measured
+A CPU-bound measurement given 1/o of the CPU it wanted spreads o times wider (spread_factor): over
+27 pairs of default sweeps (2,673 rows, 2.3-220x), the changes of latency-bound sizes each scaled
+so no longer grow with their rows' contention (Spearman's rank correlation of |change| / widening
+with the widening -0.13 and -0.07 in the two sets; +0.07 and +0.08 at o ** 0.75); bandwidth-bound
+ones would take o ** 0.5 (-0.28 at o ** 1): the one exponent errs toward fewer alarms for them
+(docs/PERFORMANCE.md section 7). Not every measurement is CPU-bound: a lab's shaped links measured
 4x oversubscribed repeat within 2%, the link setting their time. So compare (analysis/compare.py)
 reads the level of a comparison's noise from its rows, scales each row by its contention relative
 to its family's, and widens the quiet-host prior only where the CPU bounds the time (cpu_bound).
