@@ -146,8 +146,9 @@ def limit(prior: Prior, m: int, sigma_data: float | None = None, df_data: float 
     1 - FAMILY_ALPHA / m (with the prior alone, the prior's own tails at 1 - PLAUSIBLE_ALPHA / m:
     without data only a drop beyond any plausible noise of that platform and regime is one), times
     `inflation` (the reference's own uncertainty), capped at
-    log(GROSS_DROP) where `gross` (three values or more) and that spread makes a GROSS_DROP at least
-    GROSS_SIGMAS sigmas (never for sizes that move by factors, as latency-bound ones on a shared host)."""
+    log(GROSS_DROP) where `gross` (three values or more) and the regime's measured spread (the prior's,
+    widened as contended) makes a GROSS_DROP at least GROSS_SIGMAS sigmas (never for sizes that move
+    by factors, as latency-bound ones on a shared host; noisy peers do not lift it)."""
     if sigma_data is None or df_data <= 0:
         sigma_data, df_data, source = 0.0, 0.0, Source.PRIOR
     df = prior.df + df_data
@@ -157,7 +158,7 @@ def limit(prior: Prior, m: int, sigma_data: float | None = None, df_data: float 
     else:  # a spread read from few values: Student's t at the evidence's degrees of freedom
         shape = df if prior.tail_df is None else min(df, prior.tail_df)
         log_drop = quantile(1 - FAMILY_ALPHA / max(m, 1), shape) * sigma * inflation
-    if gross and gross_applies(sigma, prior.tail_df):
+    if gross and gross_applies(prior.sigma_log * widen, prior.tail_df):
         log_drop = min(log_drop, math.log(GROSS_DROP))
     return Limit(log_drop, sigma, df, source)
 
