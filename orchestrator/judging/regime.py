@@ -6,7 +6,8 @@ reads each regime's noise apart (judging/judge.py has a prior per regime). Pure 
 
 The rule, per curve (one link's one collective, dtype, op and placement, every size it measured):
 with t = latency + msg_bytes / rate, the rate is the curve's best (max msg_bytes / t), the latency
-what its fastest size took beyond its own bytes at that rate, and a size is latency-bound where
+what its fastest sizes took beyond their own bytes at that rate (the median of its FASTEST
+smallest such excesses), and a size is latency-bound where
 its bytes at that rate take less time than the latency (its time is below about twice the
 latency). Both are read at their best (the fastest size, the highest rate), because contention and
 faults only ever slow a measurement: a noisy small size cannot pass for a bandwidth-bound one, nor
@@ -20,6 +21,9 @@ from __future__ import annotations
 import enum
 
 import numpy as np
+
+
+FASTEST = 3  # a curve's latency is read from its fastest sizes, this many (all where it has fewer)
 
 
 class Regime(enum.Enum):
@@ -42,11 +46,17 @@ def latency_bound(curve: np.ndarray, msg_bytes: np.ndarray, time_us: np.ndarray)
     k = owner.max() + 1
     best_rate = np.zeros(k)
     np.maximum.at(best_rate, owner[valid], size[valid] / t[valid])
-    # each curve's fastest measurement (the first of its own, ordered by time) and its size
-    fastest_i = np.flatnonzero(valid)[np.lexsort((t[valid], owner[valid]))]
-    firsts = fastest_i[np.r_[True, owner[fastest_i][1:] != owner[fastest_i][:-1]]]
-    latency = np.full(k, -np.inf)
-    latency[owner[firsts]] = t[firsts] - size[firsts] / best_rate[owner[firsts]]
+    # the latency: what a curve's FASTEST fastest sizes took beyond their bytes at that rate, their
+    # median (one lucky measurement does not set it)
+    idx = np.flatnonzero(valid)
+    idx = idx[np.lexsort((t[idx], owner[idx]))]  # by curve, fastest first
+    first = np.r_[True, owner[idx][1:] != owner[idx][:-1]]
+    rank = np.arange(len(idx)) - np.maximum.accumulate(np.where(first, np.arange(len(idx)), 0))
+    fastest = np.full((k, FASTEST), np.nan)
+    kept = idx[rank < FASTEST]
+    fastest[owner[kept], rank[rank < FASTEST]] = t[kept] - size[kept] / best_rate[owner[kept]]
+    with np.errstate(all="ignore"):
+        latency = np.nan_to_num(np.nanmedian(fastest, axis=1), nan=-np.inf)
     with np.errstate(divide="ignore", invalid="ignore"):
         bytes_us = size / best_rate[owner]
     # strictly below, with room for rounding: a curve without latency has no latency-bound size
