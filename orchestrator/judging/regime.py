@@ -22,7 +22,6 @@ import enum
 
 import numpy as np
 
-
 FASTEST = 3  # a curve's latency is read from its fastest sizes, this many (all where it has fewer)
 
 
