@@ -25,6 +25,7 @@ the numbers; the next size goes on.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 
@@ -32,6 +33,7 @@ import torch
 import torch.distributed as dist
 
 from workloads import registry
+from workloads.contention import Meter
 from workloads.data import SENTINEL, TORCH_DTYPES, count_wrong, write
 from workloads.dtypes import ELEMENT_BYTES, NO_OP
 from workloads.memory import headroom_bytes_for, peak_bytes
@@ -68,14 +70,16 @@ def run_case(case: Case, rank: int, n: int, device: torch.device) -> list:
 
 def each_count(measure: Callable[[Case, Ctx, torch.device], Sample]) -> Callable[..., list[Sample]]:
     """The loop over a case's counts around `measure` of one count: this rank's sample per count,
-    a count some rank could not allocate recorded as skipped with its reason."""
+    with how contended its host was meanwhile (workloads.contention), a count some rank could not
+    allocate recorded as skipped with its reason."""
 
     def run(case: Case, rank: int, n: int, device: torch.device) -> list[Sample]:
         out = []
         for count in case.counts:
             c = Ctx(rank, n, count, case.dtype, case.op, case.root, case.in_place, str(device), case.traffic)
+            meter = Meter()
             try:
-                out.append(measure(case, c, device))
+                out.append(dataclasses.replace(measure(case, c, device), host=meter.read()))
             except CountSkipped as e:
                 out.append(Sample(count, (), 0, error=e.error))
             if device.type == "cuda":

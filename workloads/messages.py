@@ -196,6 +196,17 @@ class WorkerInfo:
 
 
 @dataclass(frozen=True)
+class HostLoad:
+    """How contended a rank's host was while it measured one size (workloads.contention): fractions of
+    the measurement's wall time; None where the platform does not say."""
+
+    cpu_busy_frac: float | None = None  # the rank's process CPU time (every thread) / wall time
+    cpu_wait_frac: float | None = None  # its threads' run-queue wait (ready, no CPU free) / wall time
+    load_per_cpu: float | None = None  # the node's 1-minute load average / its CPU count
+    steal_frac: float | None = None  # the node's CPU time stolen by the hypervisor / all its CPU time
+
+
+@dataclass(frozen=True)
 class Sample:
     """One rank's raw measurement of one element count of a case. A count the group could not
     measure (a rank ran out of memory) has no times; the rank that failed says why in `error`."""
@@ -213,3 +224,4 @@ class Sample:
     comp_us: tuple[float, ...] | None = None
     step_us: tuple[float, ...] | None = None
     compute_flops: float | None = None
+    host: HostLoad | None = None  # how contended the host was while this count was measured

@@ -1,10 +1,13 @@
 """`collbench compare BASELINE [NEW]`: busbw and time per matched link or shape, drops flagged
-only beyond the run-to-run noise: read from several baseline runs of the same sweep when there
-are, else from the spread of the changes of a shape's links (where larger, the rows' own
-iterations); a row with neither is not judged, and said so.
+only beyond the run-to-run noise of their regime (latency- or bandwidth-bound): read from several
+baseline runs of the same sweep when there are, else from the spread of the changes of the other
+rows of the regime (where larger, the rows' own iterations), widened for a contended host; a row
+with neither is not judged, and said so. The summary's verdict says dropped, unchanged or
+inconclusive (only a prior to judge, or a host too busy), and why, on stderr too.
 
-Exit 1 when a drop exceeds --threshold and its noise (a gate for driver or NCCL upgrades), 2 for
-unusable input, including two runs with no row in common. Never touches Ray or torch.
+Exit 1 when a drop exceeds --threshold and its noise (a gate for driver or NCCL upgrades), 0 when
+unchanged or inconclusive, 2 for unusable input, including two runs with no row in common. Never
+touches Ray or torch.
 """
 
 from __future__ import annotations
@@ -32,9 +35,11 @@ def add_parser(sub) -> None:
         description="Match rows of two runs by shape (collective, dtype, op, in_place, msg_bytes, topology, "
         "world_size, ranks_per_node, pattern) and by link (the group's node IPs and local ranks; --by shape pools "
         "a shape's groups); print the change of busbw and time and the noise floor, and exit 1 when a drop exceeds "
-        "--threshold and the noise between runs: read from several baseline runs (every run of the baseline's sweep "
-        "in BASELINE, or those named), else from how the shape's other links moved, else from the rows' "
-        "per-iteration times (the noise_source column says which). With one PATH (or the same PATH twice), runs of "
+        "--threshold and the noise between runs of its regime (latency- or bandwidth-bound sizes): read from several "
+        "baseline runs (every run of the baseline's sweep in BASELINE, or those named), else from how the regime's "
+        "other rows moved, else from the rows' per-iteration times (the noise_source column says which), widened "
+        "where a run's host was contended. With only a prior to judge, or a host too busy, the verdict is "
+        "inconclusive (exit 0). With one PATH (or the same PATH twice), runs of "
         "that folder are compared: --baseline-run A --new-run B, or without run ids its latest run with the runs "
         "before it.",
     )
@@ -68,12 +73,14 @@ def main(args: argparse.Namespace) -> int:
     rows = [
         {**{k: r[k] for k in key}, "busbw_base": r.busbw_gbps_base * scale, "busbw_new": r.busbw_gbps_new * scale,
          "busbw_change": r.busbw_change, "time_change": r.time_change, "noise_floor": r.noise_floor,
-         "noise_source": r.noise_source, "flag": "DROP" if r.flag else ""}
+         "noise_source": r.noise_source, "regime": r.regime, "flag": "DROP" if r.flag else ""}
         for _, r in matched.iterrows()
     ]
     flagged = int(matched.flag.sum())
     sources = matched.noise_source.value_counts()
+    concluded = found.conclusion
     summary = [{
+        "verdict": concluded.verdict.value, "why": "; ".join(concluded.reasons),
         "baseline_run": base_runs[-1], "new_run": new_run, "baseline_runs": base_runs, "by": args.by,
         "matched": len(matched), "flagged_drops": flagged, "unit": args.unit,
         "median_busbw_change": float(matched.busbw_change.median()),
@@ -83,12 +90,7 @@ def main(args: argparse.Namespace) -> int:
     }]
     tables = {"summary": summary, "matched": rows, "only_in_baseline": only_base.to_dict("records"),
               "only_in_new": only_new.to_dict("records")}
-    prior_only = int(sources.get(Source.PRIOR.value, 0))
-    if prior_only:
-        print(f"collbench: {prior_only} of {len(matched)} matched row(s) judged against the platform's prior alone "
-              "(noise_source prior): their shape has one or two links and there is one baseline run, so only a drop "
-              "beyond any healthy move of that platform is flagged; run the baseline sweep again and compare with "
-              "every run (--baseline-run A,B,C) to judge finer", file=sys.stderr)
+    print(f"collbench: compare: {concluded.line}", file=sys.stderr)
     if args.table:
         tables = {args.table: tables[args.table]}
     if args.format == "json":
@@ -100,4 +102,4 @@ def main(args: argparse.Namespace) -> int:
                   "and beyond the noise floor, read from noise_source)", "only_in_baseline": "rows only in the baseline",
                   "only_in_new": "rows only in the new run"}
         print(render_tables([(titles[n], t) for n, t in tables.items()], args.format))
-    return 1 if flagged else 0
+    return found.exit_code

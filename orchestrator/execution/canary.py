@@ -9,6 +9,7 @@ import dataclasses
 import datetime as dt
 from dataclasses import dataclass, field
 
+from orchestrator.analysis.compare import Verdict
 from orchestrator.sweep.inventory import Inventory, Node
 
 BLIND_CYCLES = 3  # cycles in a row that measured nothing before a `blind` alert
@@ -41,13 +42,14 @@ class Cycle:
     nodes_too_small: list[str] = field(default_factory=list)  # fewer CPUs (GPUs) in all than their ranks need
     ranks_per_node: int | None = None  # CPU ranks a node measured with (fitted to the nodes unless given)
     doubted: list[str] = field(default_factory=list)  # nodes the canary doubted (a drift or a flag)
+    drift: str | None = None  # the comparison with the rolling baseline: compare's verdict and why (None: no baseline)
 
     def to_json(self) -> dict:
         return {"cycle": self.cycle, "started_at": self.started_at.isoformat(), "nodes_checked": self.nodes_checked,
                 "nodes_busy": self.nodes_busy, "alerts": [dataclasses.asdict(a) for a in self.alerts],
                 "run_id": self.run_id, "qualify_run_id": self.qualify_run_id, "wall_s": round(self.wall_s, 3),
                 "note": self.note, "nodes_too_small": self.nodes_too_small, "ranks_per_node": self.ranks_per_node,
-                "doubted": self.doubted}
+                "doubted": self.doubted, "drift": self.drift}
 
     @property
     def measured(self) -> bool:
@@ -181,5 +183,7 @@ def line(cycle: Cycle) -> str:
     busy = f", busy: {','.join(cycle.nodes_busy)}" if cycle.nodes_busy else ""
     busy += f", too small: {','.join(cycle.nodes_too_small)}" if cycle.nodes_too_small else ""
     note = f" ({cycle.note})" if cycle.note else ""
+    # an unchanged drift goes without saying; an inconclusive one says why (a busy host, one baseline cycle)
+    drift = f"; drift {cycle.drift}" if cycle.drift and not cycle.drift.startswith(Verdict.UNCHANGED.value) else ""
     return (f"collbench: watch cycle {cycle.cycle} at {cycle.started_at:%Y-%m-%dT%H:%M:%SZ}: "
-            f"{len(cycle.nodes_checked)} node(s) checked{busy}; {alerts}; {cycle.wall_s:.1f}s{note}")
+            f"{len(cycle.nodes_checked)} node(s) checked{busy}; {alerts}{drift}; {cycle.wall_s:.1f}s{note}")

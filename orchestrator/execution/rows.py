@@ -18,7 +18,7 @@ from orchestrator.execution import stats
 from orchestrator.results.schema import check_columns
 from workloads import traffic
 from workloads.dtypes import ELEMENT_BYTES
-from workloads.messages import Case, ReplayOp, ReplayTiming, Sample, Status, WorkerInfo, topology_of
+from workloads.messages import Case, HostLoad, ReplayOp, ReplayTiming, Sample, Status, WorkerInfo, topology_of
 from workloads.registry import collective_of
 
 
@@ -133,16 +133,29 @@ def measured_rows(base: dict, case: Case, per_rank: Sequence[Sequence[Sample]]) 
                    busbw_gbps_batch=stats.busbw_gbps(stats.algbw_gbps(moved, batch_us), factor),
                    n_wrong=sum(s.n_wrong for s in samples), status=Status.OK.value,
                    mem_peak_bytes=_largest(s.mem_peak_bytes for s in samples),
-                   mem_estimate_bytes=_largest(s.mem_estimate_bytes for s in samples))
+                   mem_estimate_bytes=_largest(s.mem_estimate_bytes for s in samples),
+                   **host_fields([s.host for s in samples]))
         if samples[0].step_us is not None:
             row.update(overlap_fields(samples, timing["time_us"]))
         rows.append(check_keys(row))
     return rows
 
 
-def _largest(values) -> int | None:
+def _largest(values) -> float | None:
     known = [v for v in values if v is not None]
     return max(known) if known else None
+
+
+def host_fields(hosts: Sequence[HostLoad | None]) -> dict:
+    """The contention columns of a row from its ranks' HostLoad: the CPU they got, as a mean over
+    ranks; the waits, the load and the steal, the most of any rank (a collective waits for its
+    slowest member, and a node's load is its busiest's)."""
+    known = [h for h in hosts if h is not None]
+    busy = [h.cpu_busy_frac for h in known if h.cpu_busy_frac is not None]
+    return {"cpu_busy_frac": sum(busy) / len(busy) if busy else None,
+            "cpu_wait_frac": _largest(h.cpu_wait_frac for h in known),
+            "load_per_cpu": _largest(h.load_per_cpu for h in known),
+            "steal_frac": _largest(h.steal_frac for h in known)}
 
 
 def overlap_fields(samples: Sequence[Sample], comm_us: float) -> dict:

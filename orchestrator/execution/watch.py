@@ -208,7 +208,7 @@ class Watch:
             cycle.note = result.message.removeprefix("collbench: error: ")
             if not result.outcome.rows:
                 return
-        drops, evidence = self._drift(result.run_id)
+        drops, evidence, cycle.drift = self._drift(result.run_id)
         flags = self._flags(result.run_id)
         doubted = suspects(drops, flags)
         cycle.doubted = sorted(doubted)
@@ -217,18 +217,20 @@ class Watch:
         if not cycle.alerts and result.state is RunState.FINISHED:
             self.clean_runs = (self.clean_runs + [result.run_id])[-self.baseline_cycles:]
 
-    def _drift(self, run_id: str) -> tuple[list[str], dict]:
-        """Links that dropped beyond noise against the rolling baseline, and per node its worst drop."""
-        from orchestrator.analysis.compare import COLUMNS, compare
+    def _drift(self, run_id: str) -> tuple[list[str], dict, str | None]:
+        """Links that dropped beyond noise against the rolling baseline, per node its worst drop, and
+        what the comparison concluded (compare's verdict and why; None without a baseline yet)."""
+        from orchestrator.analysis.compare import COLUMNS, compare, conclusion
         from orchestrator.results import dataset
 
         if not self.clean_runs:
-            return [], {}
+            return [], {}, None
         import pyarrow as pa
 
         base = pa.concat_tables([dataset.load_table(self.spec.output, r, columns=COLUMNS) for r in self.clean_runs])
         new = dataset.load_table(self.spec.output, run_id, columns=COLUMNS)
         matched, _, _ = compare(base, new, self.threshold, "link")
+        concluded = conclusion(matched, base, new).line if len(matched) else None
         flagged = matched[matched.flag] if len(matched) else matched
         evidence: dict[str, tuple[float | None, float | None, str]] = {}
         for _, r in flagged.sort_values("busbw_change").iterrows():
@@ -236,7 +238,7 @@ class Watch:
                 evidence.setdefault(ip, (float(r.busbw_gbps_new), float(r.busbw_gbps_base),
                                          f"{r.collective} {int(r.msg_bytes)} B on {r.link}: {r.busbw_change:+.0%} "
                                          f"against its baseline (noise floor {r.noise_floor:.0%}, {r.noise_source})"))
-        return sorted(set(flagged.link)) if len(flagged) else [], evidence
+        return sorted(set(flagged.link)) if len(flagged) else [], evidence, concluded
 
     def _flags(self, run_id: str) -> list:
         """The report's flags of the cycle: its peers (slow pairs, nodes, rails), expected values,

@@ -10,10 +10,16 @@ as `df` degrees of freedom of evidence, the data's robust spread as MAD_EFFICIEN
 pooled (a normal-inverse-chi-square update), and the limit is Student's t at the pooled degrees
 of freedom, Bonferroni over the values judged at once (FAMILY_ALPHA). So 4 links flag a 10x drop
 and not a 30% wobble, and 256 links read their own noise. A drop of GROSS_DROP or more is never
-passed as noise where three values or more were measured (it is beyond any healthy spread seen on
-any platform: the widest, this shared 2-core host, moves healthy links -34% to +93%).
+passed as noise where three values or more were measured and the spread makes it safe (GROSS_DROP
+at least GROSS_SIGMAS normal sigmas out under the regime's own tails: this shared host's
+bandwidth-bound links, -34% to +93%, qualify; its latency-bound sizes, which move 7-30x, do not).
+With the prior alone (no data) only a drop beyond any plausible noise of the platform and regime
+is one: its tails at 1 - PLAUSIBLE_ALPHA / m. A contended measurement's spread is wider by a
+measured factor (`widen`, judging/contention.py).
 
-Priors (sigma of a healthy value's log about its reference, between runs or between peers):
+Each regime has its priors (judging/regime.py: latency-bound sizes, whose time is a call's fixed
+cost, move far more between runs than bandwidth-bound ones); LATENCY_PRIORS says where each comes from.
+Bandwidth priors (sigma of a healthy value's log about its reference, between runs or between peers):
 - gloo, inside a node (CPU memory copies on a shared host): 0.30. Measured: the same intra-node
   sweep run twice a minute apart moved healthy links -34% to +93% (docs/PERFORMANCE.md, issue
   21); benchmarks/compare_errors.py's host profile (Student-t(3) run effect of scale 0.2) has a
@@ -30,12 +36,16 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 
+from orchestrator.judging.regime import Regime
 from orchestrator.judging.stats import FAMILY_ALPHA, MAD_EFFICIENCY, MAD_SCALE, quantile
 
-GROSS_DROP = 3.0  # a value this many times below its reference is never noise (3 or more values measured)
+GROSS_DROP = 3.0  # a value this many times below its reference is never noise (3 or more values measured) ...
+GROSS_SIGMAS = 3.0  # ... where GROSS_DROP is at least this many sigmas of the spread it is judged with
+PLAUSIBLE_ALPHA = 1e-4  # a prior alone flags only a drop its noise explains once in 10,000 unchanged compares
 MIN_VALUES = 3  # values of one shape needed to judge one against the others (a median of one is not a reference)
 EXACT_LEAVE_ONE_OUT = 32  # above this many values, leaving one out moves a robust spread by little: one spread for all
 
@@ -49,6 +59,8 @@ class Prior:
     sigma_log: float
     df: float
     source: str
+    tail_df: float | None = None  # the Student-t shape of a healthy value's moves where heavier than its
+    # estimate's (None: the pooled degrees of freedom set the quantile)
 
 
 PRIOR_DF = 8.0  # each prior rests on many measured runs: worth the spread of 8 / 0.37 ~ 22 links' changes
@@ -62,9 +74,31 @@ PRIORS = {
 }
 
 
-def prior_for(backend: str | None, across_nodes: bool) -> Prior:
-    """The prior of a backend ("gloo", "nccl"; anything else: the widest) inside a node or across."""
-    return PRIORS.get((backend or "gloo", bool(across_nodes)), PRIORS[("gloo", False)])
+# latency-bound sizes (judging/regime.py): the fixed cost of a call, set by the host's scheduler on
+# CPUs and by launch and proxy-thread latency on GPUs, moves far more between runs than bytes do
+LATENCY_PRIORS = {
+    # measured: 29 default sweeps of this 2-core host beside a busy loop and another engineer's tests
+    # (benchmarks/compare_false_alarms.py; docs/PERFORMANCE.md section 7). Their changes, each scaled
+    # to a quiet host (judging.contention), spread 1.15x (8 runs) and 1.42x (21 runs) wider at
+    # 16 B-64 KiB than at 256 KiB-16 MiB, and reach 3.8-4.6 sigmas in 3 of 7 pairs of 65 sizes:
+    # Student-t(6) tails. The bandwidth prior measured on this host quiet (0.30) times ~1.33: 0.40,
+    # worth 3 df (an extrapolation).
+    ("gloo", False): Prior("cpu-intra-latency", 0.40, 3.0, "this shared host's latency-bound sizes: the "
+                           "quiet host's 0.30 x their 1.15-1.42x wider spread, t(6) tails", tail_df=6.0),
+    # not measured apart: a lab's namespaces share this host's scheduler, which sets a call's latency
+    ("gloo", True): Prior("cpu-network-latency", 0.40, 3.0, "as inside a node (the same host's "
+                          "scheduler sets it)", tail_df=6.0),
+    # not measured here (one GPU): issue 42's "by tens of percent on GPU fleets"
+    ("nccl", False): Prior("gpu-latency", 0.20, PRIOR_DF, "GPU fleets' small sizes: tens of percent run to run"),
+    ("nccl", True): Prior("gpu-latency", 0.20, PRIOR_DF, "GPU fleets' small sizes: tens of percent run to run"),
+}
+
+
+def prior_for(backend: str | None, across_nodes: bool, regime: Regime = Regime.BANDWIDTH) -> Prior:
+    """The prior of a backend ("gloo", "nccl"; anything else: the widest) inside a node or across,
+    for sizes of `regime` (the platform figures above are bandwidth-bound sizes')."""
+    table = LATENCY_PRIORS if regime is Regime.LATENCY else PRIORS
+    return table.get((backend or "gloo", bool(across_nodes)), table[("gloo", False)])
 
 
 class Source(enum.Enum):
@@ -106,18 +140,36 @@ def robust_sigma(deviations: np.ndarray) -> float | None:
 
 
 def limit(prior: Prior, m: int, sigma_data: float | None = None, df_data: float = 0.0,
-          source: Source = Source.PEERS, inflation: float = 1.0, gross: bool = True) -> Limit:
+          source: Source = Source.PEERS, inflation: float = 1.0, gross: bool = True, widen: float = 1.0) -> Limit:
     """The allowed log drop: the prior pooled with the data's sigma (df_data degrees of freedom),
-    Student's t at 1 - FAMILY_ALPHA / m, times `inflation` (the reference's own uncertainty),
-    capped at log(GROSS_DROP) where `gross` (three values or more)."""
+    times `widen` (a contended measurement's wider spread, judging.contention), Student's t at
+    1 - FAMILY_ALPHA / m (with the prior alone, the prior's own tails at 1 - PLAUSIBLE_ALPHA / m:
+    without data only a drop beyond any plausible noise of that platform and regime is one), times
+    `inflation` (the reference's own uncertainty), capped at
+    log(GROSS_DROP) where `gross` (three values or more) and the regime's measured spread (the prior's,
+    widened as contended) makes a GROSS_DROP at least GROSS_SIGMAS sigmas (never for sizes that move
+    by factors, as latency-bound ones on a shared host; noisy peers do not lift it)."""
     if sigma_data is None or df_data <= 0:
         sigma_data, df_data, source = 0.0, 0.0, Source.PRIOR
     df = prior.df + df_data
-    sigma = math.sqrt((prior.df * prior.sigma_log ** 2 + df_data * sigma_data ** 2) / df)
-    log_drop = quantile(1 - FAMILY_ALPHA / max(m, 1), df) * sigma * inflation
-    if gross:
+    sigma = widen * math.sqrt((prior.df * prior.sigma_log ** 2 + df_data * sigma_data ** 2) / df)
+    if source is Source.PRIOR:  # the platform's spread as measured, its tails as measured (normal: None)
+        log_drop = quantile(1 - PLAUSIBLE_ALPHA / max(m, 1), prior.tail_df) * sigma * inflation
+    else:  # a spread read from few values: Student's t at the evidence's degrees of freedom
+        shape = df if prior.tail_df is None else min(df, prior.tail_df)
+        log_drop = quantile(1 - FAMILY_ALPHA / max(m, 1), shape) * sigma * inflation
+    if gross and gross_applies(prior.sigma_log * widen, prior.tail_df):
         log_drop = min(log_drop, math.log(GROSS_DROP))
     return Limit(log_drop, sigma, df, source)
+
+
+def gross_applies(sigma_log: float, tail_df: float | None = None) -> bool:
+    """Whether a GROSS_DROP is never noise for values of this spread (log sigma) and tails (Student-t
+    degrees of freedom; None: normal): it lies at least as far out as GROSS_SIGMAS sigmas of a normal
+    value, in tail probability. The host's bandwidth-bound links (0.30) qualify; its latency-bound
+    sizes (0.40 with t(6) tails on a quiet host, 7-30x moves on a busy one) do not."""
+    far = quantile(NormalDist().cdf(GROSS_SIGMAS), tail_df)
+    return far * sigma_log <= math.log(GROSS_DROP)
 
 
 @dataclass(frozen=True)

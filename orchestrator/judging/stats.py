@@ -22,10 +22,11 @@ MIN_RUN_DF = 3  # independent residuals needed to read it from several baseline 
 MAD_EFFICIENCY = 0.37  # a MAD of n normal values is as precise as a standard deviation of 0.37 n
 
 
-def run_sigma(means: np.ndarray, owner: np.ndarray) -> tuple[float | None, float]:
+def run_sigma(means: np.ndarray, owner: np.ndarray, scale: np.ndarray | None = None) -> tuple[float | None, float]:
     """(Sigma of one run's mean log time about its link's level, degrees of freedom) from
-    `means[i]`, the mean log time of link `owner[i]` in one baseline run; (None, df) when fewer than
-    MIN_RUN_DF independent residuals (links x (runs - 1)) exist."""
+    `means[i]`, the mean log time of link `owner[i]` in one baseline run, each residual divided by
+    `scale[i]` where given (a contended measurement's wider spread: judging.contention); (None, df)
+    when fewer than MIN_RUN_DF independent residuals (links x (runs - 1)) exist."""
     means, owner = np.asarray(means, dtype=float), np.asarray(owner)
     _, inverse, k = np.unique(owner, return_inverse=True, return_counts=True)
     k_row = k[inverse]
@@ -37,6 +38,8 @@ def run_sigma(means: np.ndarray, owner: np.ndarray) -> tuple[float | None, float
     others = (sums[inverse] - means)[several] / (k_row[several] - 1)
     # x - mean(others) has variance sigma^2 * k / (k - 1): scale each residual back to sigma
     residual = (means[several] - others) * np.sqrt((k_row[several] - 1) / k_row[several])
+    if scale is not None:
+        residual = residual / np.asarray(scale, dtype=float)[several]
     return float(MAD_SCALE * np.median(np.abs(residual))), MAD_EFFICIENCY * df
 
 

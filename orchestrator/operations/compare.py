@@ -55,10 +55,16 @@ class Comparison:
     baseline_runs: list[str]
     new_run: str
     by: str
+    conclusion: comparing.Conclusion
 
     @property
     def flagged(self) -> pd.DataFrame:
         return self.matched[self.matched.flag]
+
+    @property
+    def exit_code(self) -> int:
+        """1 where a drop was found beyond its noise, else 0 (unchanged or inconclusive)."""
+        return 1 if self.conclusion.verdict is comparing.Verdict.DROPPED else 0
 
 
 def compare(options: CompareOptions) -> Comparison:
@@ -66,8 +72,8 @@ def compare(options: CompareOptions) -> Comparison:
     baseline, new, by = options.baseline, options.new or options.baseline, options.by
     base_runs, new_run = pick_runs(baseline, new, options.baseline_runs, options.new_run)
     base = pa.concat_tables([dataset.load_table(baseline, r, columns=comparing.COLUMNS) for r in base_runs])
-    matched, only_base, only_new = comparing.compare(
-        base, dataset.load_table(new, new_run, columns=comparing.COLUMNS), options.threshold, by)
+    new_table = dataset.load_table(new, new_run, columns=comparing.COLUMNS)
+    matched, only_base, only_new = comparing.compare(base, new_table, options.threshold, by)
     if matched.empty:
         if only_new.empty:
             why = f"run {new_run} has no ok row"
@@ -78,7 +84,8 @@ def compare(options: CompareOptions) -> Comparison:
         raise UsageError(f"{why}: nothing to compare" + (" (another cluster? --by shape)"
                                                          if by == "link" and not only_new.empty
                                                          and not only_base.empty else ""))
-    return Comparison(matched, only_base, only_new, base_runs, new_run, by)
+    return Comparison(matched, only_base, only_new, base_runs, new_run, by,
+                      comparing.conclusion(matched, base, new_table))
 
 
 def pick_runs(baseline: str, new: str, baseline_runs: tuple[str, ...] = (), new_run: str | None = None

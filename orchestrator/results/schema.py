@@ -99,6 +99,14 @@ ROW_SCHEMA = pa.schema(
         ("traffic_rank_bytes", pa.list_(pa.int64())),  # each group rank's: the larger of sent and received
         ("traffic_heaviest_pair", pa.list_(pa.int32())),  # (sender, receiver) group ranks
         ("traffic_heaviest_bytes", pa.int64()),
+        # how contended the ranks' hosts were while this size was measured (workloads.contention; null
+        # where the platform does not say, and in replays): the ranks' process CPU time / wall time (mean
+        # over ranks), their threads' run-queue wait / wall time, the node's 1-minute load average / its
+        # CPUs, and the hypervisor's steal / all CPU time (each the most of any rank's)
+        ("cpu_busy_frac", pa.float64()),
+        ("cpu_wait_frac", pa.float64()),
+        ("load_per_cpu", pa.float64()),
+        ("steal_frac", pa.float64()),
         ("iter_time_us", pa.list_(pa.float64())),  # slowest rank per iteration
         ("rank_time_us", pa.list_(pa.float64())),  # each rank's mean, by group rank
         # the build NCCL ran with, from its log (null where it did not say; README: Transport)

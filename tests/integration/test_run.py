@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 
 from orchestrator.results import dataset
@@ -68,6 +70,13 @@ def test_two_runs_make_one_dataset(ray_head, tmp_path):
     df = pd.read_parquet(out)
     assert df["run_id"].nunique() == 2
     assert len(df) == 2 * 2 * 2  # runs x collectives x sizes (1K, 4K)
+    # how contended the host was while each size was measured (Linux: /proc), read back by compare
+    assert (df.cpu_busy_frac > 0).all() and (df.cpu_wait_frac >= 0).all() and (df.load_per_cpu > 0).all()
+    assert df.steal_frac.isna().all() or (df.steal_frac.between(0, 1)).all()
+    found = run_cli(["compare", str(out), "--format", "json", "--table", "summary"], env=ray_head.env())
+    summary = json.loads(found.stdout)["tables"]["summary"][0]
+    assert found.returncode in (0, 1) and summary["verdict"] in ("unchanged", "inconclusive", "dropped")
+    assert f"collbench: compare: {summary['verdict']}" in found.stderr
 
 
 def test_one_rank_group_runs_end_to_end(ray_head, tmp_path):

@@ -1,14 +1,18 @@
 """Rows are built in one pure module: exact figures from known samples, every unmeasured case
-recorded, and no key outside the schema."""
+recorded, how contended the hosts were, and no key outside the schema."""
 
 import datetime as dt
+import time
 
+import pyarrow.parquet as pq
 import pytest
 
+from orchestrator.analysis.compare import CONTENTION
 from orchestrator.execution import rows
 from orchestrator.results.schema import rows_table
 from orchestrator.sweep.planner import Group
-from workloads.messages import Case, Sample, Status, Topology, WorkerInfo, topology_of
+from workloads.contention import Meter, steal_and_total
+from workloads.messages import Case, HostLoad, Sample, Status, Topology, WorkerInfo, topology_of
 
 RUN = rows.RunRef("run-r", dt.datetime(2026, 11, 30, tzinfo=dt.timezone.utc))
 
@@ -113,3 +117,35 @@ def test_all_to_allv_rows_record_their_matrix_and_count_the_busiest_ranks_bytes(
     assert row["algbw_gbps"] == pytest.approx(480 / 50.0 / 1e3)
     assert row["busbw_gbps"] == pytest.approx(480 / 50.0 / 1e3 * 2 / 3)
     rows_table([row])  # every field is in the schema
+
+
+def test_contention_columns_combine_ranks_and_read_back(tmp_path):
+    """How contended each rank's host was (workloads.contention): the CPU the ranks got as a mean,
+    the waits, load and steal as the most of any rank; written and read back as they were."""
+    case = Case("all_reduce", "float32", "sum", True, (256,), iters=2, warmup=1, check_iters=1)
+    loads = [HostLoad(0.5, 0.25, 1.5, 0.0), HostLoad(0.7, 0.75, 1.6, None), None]
+    per_rank = [[Sample(256, (10.0, 10.0), 0, 10.0, host=h)] for h in loads]
+    (row,) = rows.measured_rows(_base(), case, per_rank)
+    assert row["cpu_busy_frac"] == pytest.approx(0.6) and row["cpu_wait_frac"] == 0.75
+    assert row["load_per_cpu"] == 1.6 and row["steal_frac"] == 0.0
+    path = tmp_path / "rows.parquet"
+    pq.write_table(rows_table([row]), path)
+    back = pq.read_table(path).to_pylist()[0]
+    assert {k: back[k] for k in CONTENTION} == {k: row[k] for k in CONTENTION}
+    (unknown,) = rows.measured_rows(_base(), case, [[Sample(256, (10.0, 10.0), 0, 10.0)]] * 3)
+    assert all(unknown[k] is None for k in CONTENTION)  # a worker that did not say (an older one)
+
+
+def test_a_rank_reads_its_own_contention():
+    """The meter around a busy second's worth of work: the CPU it got and waited for, the load."""
+    meter = Meter()
+    deadline = time.perf_counter() + 0.2
+    while time.perf_counter() < deadline:
+        pass
+    load = meter.read()
+    assert 0.0 < load.cpu_busy_frac <= 1.5  # one thread spinning (and what else the process ran)
+    assert load.cpu_wait_frac is None or load.cpu_wait_frac >= 0.0
+    assert load.load_per_cpu is None or load.load_per_cpu >= 0.0
+    # /proc/stat's aggregate line: user nice system idle iowait irq softirq steal guest guest_nice
+    assert steal_and_total("cpu  100 0 50 800 10 0 5 35 0 0\ncpu0 1 2 3 4 5 6 7 8\n") == (35, 1000)
+    assert steal_and_total("cpu  100 0 50 800\n") is None  # a kernel that does not count steal

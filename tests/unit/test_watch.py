@@ -1,6 +1,7 @@
 """What a watch cycle decides, without Ray: busy nodes from what Ray has free, the suspects of a
 cycle and the partners that tell them apart, alerts from a qualification, the partitions a
-retention drops, durations, the JSON line of a cycle, and the Prometheus rules' series."""
+retention drops, durations, the JSON line of a cycle, its drift as compare concludes it, and the
+Prometheus rules' series."""
 
 import datetime as dt
 import re
@@ -13,6 +14,8 @@ from orchestrator.analysis.diagnosis import Flag
 from orchestrator.errors import UsageError
 from orchestrator.execution import watch
 from orchestrator.sweep.inventory import from_ray_nodes
+from orchestrator.sweep.spec import SweepSpec
+from tests.synthetic import write_cluster_run
 
 RULES = Path(__file__).resolve().parents[2] / "docs" / "prometheus" / "collbench-alerts.yml"
 
@@ -150,3 +153,25 @@ def test_a_node_doubted_in_several_cycles_and_cleared_each_time_is_intermittent(
     assert flapping_alerts(named) == []  # already named: a slow node, not a flapping one
     old = [cycle(1, ["10.0.0.2"]), *(cycle(n) for n in range(2, 8)), cycle(8, ["10.0.0.2"])]
     assert flapping_alerts(old) == []  # the first doubt is out of the window
+
+
+def test_drift_says_what_compare_concludes(tmp_path):
+    """Watch's drift is compare's judgement of the cycle against its rolling baseline: one baseline
+    cycle of two nodes measuring one size leaves only the prior to judge, so a 2x drop is no
+    suspect and the cycle says "drift inconclusive: run the baseline again"; a 10x drop is beyond
+    any plausible noise (a suspect, and "dropped")."""
+    out = str(tmp_path / "results")
+    for run_id, factor in (("c1", 1.0), ("c2", 0.5), ("c3", 0.1)):
+        write_cluster_run(out, run_id, nodes=2, ranks_per_node=2, patterns=("intra",), noise=0.01,
+                          sizes=[16 << 20], faults=(("node_intra", 1, factor),), backend="gloo")
+    w = watch.Watch(SweepSpec(output=out), every_s=1.0, cycles=1, threshold=0.05, min_fraction=0.5, user_entries=[],
+                    baseline_cycles=3, retention_days=None, reconnect_s=1.0, emit=print, say=print)
+    w.clean_runs = ["c1"]
+    drops, evidence, drift = w._drift("c2")
+    assert drops == [] and evidence == {} and drift.startswith("inconclusive: run the baseline again")
+    cycle = watch.Cycle(2, dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.timezone.utc), ["10.0.0.10"], drift=drift)
+    assert "; drift inconclusive: run the baseline again" in watch.line(cycle)
+    assert cycle.to_json()["drift"] == drift
+    drops, evidence, drift = w._drift("c3")
+    assert drops == ["10.0.0.11:0,10.0.0.11:1"] and drift.startswith("dropped: 1 of 2 row(s)")
+    assert "10.0.0.11" in evidence

@@ -1,0 +1,86 @@
+"""How contended a rank's host was while it measured one size: what `compare` needs to tell a
+slower link from a busier host. Torch-free; reads /proc where it exists (Linux), nothing elsewhere.
+
+Over the measurement of one size (warm-up, timed and check iterations), a rank reads:
+- its process's CPU time (every thread) against the wall time: `cpu_busy_frac`;
+- the time its threads were ready to run but waited for a CPU (the scheduler's run delay,
+  /proc/self/task/*/schedstat), against the wall time: `cpu_wait_frac`, the direct measure of
+  another process taking the CPU a rank wanted (a busy loop on one of two cores: ~0.4);
+- the node's 1-minute load average against its CPU count, at the end: `load_per_cpu`
+  (above 1: more runnable work than CPUs);
+- the share of the node's CPU time the hypervisor gave to other guests (/proc/stat's steal):
+  `steal_frac`, None where the kernel does not count it.
+The driver combines ranks (orchestrator.execution.rows) and compare reads them (judging.contention).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import time
+
+from workloads.messages import HostLoad
+
+SCHEDSTAT = "/proc/self/task/*/schedstat"
+PROC_STAT = "/proc/stat"
+
+
+def run_delay_ns() -> int | None:
+    """Nanoseconds this process's threads have waited on a run queue, summed; None without schedstat."""
+    total, seen = 0, False
+    for path in glob.glob(SCHEDSTAT):
+        try:
+            with open(path) as f:
+                total += int(f.read().split()[1])
+            seen = True
+        except (OSError, IndexError, ValueError):  # a thread that ended while we read
+            continue
+    return total if seen else None
+
+
+def steal_and_total(text: str) -> tuple[int, int] | None:
+    """(Steal jiffies, all jiffies) from /proc/stat's aggregate `cpu` line; None where it has no
+    steal field (kernels before 2.6.11, or no /proc)."""
+    for line in text.splitlines():
+        fields = line.split()
+        if fields and fields[0] == "cpu":
+            values = [int(v) for v in fields[1:]]
+            if len(values) < 8:
+                return None
+            # user nice system idle iowait irq softirq steal [guest guest_nice]: guests are in user already
+            return values[7], sum(values[:8])
+    return None
+
+
+def _stat() -> tuple[int, int] | None:
+    try:
+        with open(PROC_STAT) as f:
+            return steal_and_total(f.read())
+    except OSError:
+        return None
+
+
+class Meter:
+    """Started before a size is measured, read after it: the HostLoad of that window."""
+
+    def __init__(self) -> None:
+        self.wall_s = time.perf_counter()
+        self.cpu_s = time.process_time()
+        self.delay_ns = run_delay_ns()
+        self.stat = _stat()
+
+    def read(self) -> HostLoad:
+        wall_s = max(time.perf_counter() - self.wall_s, 1e-9)
+        busy = (time.process_time() - self.cpu_s) / wall_s
+        delay = run_delay_ns()
+        wait = (delay - self.delay_ns) / 1e9 / wall_s if delay is not None and self.delay_ns is not None else None
+        stat = _stat()
+        steal = None
+        if stat is not None and self.stat is not None and stat[1] > self.stat[1]:
+            steal = (stat[0] - self.stat[0]) / (stat[1] - self.stat[1])
+        try:
+            load = os.getloadavg()[0] / (os.cpu_count() or 1)
+        except OSError:
+            load = None
+        return HostLoad(cpu_busy_frac=busy, cpu_wait_frac=max(wait, 0.0) if wait is not None else None,
+                        load_per_cpu=load, steal_frac=steal)
