@@ -609,6 +609,7 @@ def main(argv: list[str] | None = None) -> int:
     # the GPU machine's memory starts small and grows with use; Ray's monitor would kill the newest
     # worker past 95% of the current total
     check.env["RAY_memory_monitor_refresh_ms"] = "0"
+    check.env.update(raynodes.MEASURING_NICENESS)  # the ranks at nice 0, not Ray's 15
     check.say(f"{'rehearsal (no GPU)' if args.rehearse else 'GPU check'} of {REPO}, budget {budget_s} s, "
               f"evidence -> {evidence}")
     ray_session, ray_temp, results = None, None, scratch / "results"

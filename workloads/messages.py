@@ -193,6 +193,7 @@ class WorkerInfo:
     # the harness' batch loop dispatching nothing, per call: on the host clock, and with its GPU's events
     batch_floor_us: float | None = None
     gpu_batch_floor_us: float | None = None
+    niceness: int | None = None  # the process's nice value (Ray starts workers at 15 unless told otherwise)
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,7 @@ class BenchWorker:
             device_index=self._gpu.index if self._gpu is not None else None,
             batch_floor_us=self._floor_us,
             gpu_batch_floor_us=self._gpu_floor_us,
+            niceness=os.nice(0),
         )
 
     def use_gpu(self, visible_devices: str, local_index: int) -> WorkerInfo:

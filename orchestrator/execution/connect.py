@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import ray
 
 from orchestrator.errors import ConnectTimeout, UsageError, first_line
+from orchestrator.lab.raynodes import MEASURING_NICENESS
 from orchestrator.timeouts import connect_timeout_s
 
 _GCS_HINT = "collbench joins the cluster's GCS address (HOST:6379)"
@@ -59,7 +60,9 @@ def _join_or_start(address: str | None) -> str:
             wait_for_gcs(*host_port, deadline, where, timeout_s)
             _join(address, deadline, where, timeout_s)
         return f"Ray cluster at {address}"
-    # "local" always starts a new instance: never attach to another user's cluster by accident.
+    # "local" always starts a new instance: never attach to another user's cluster by accident. Its
+    # workers measure at nice 0, not Ray's 15 (lab.raynodes.MEASURING_NICENESS)
+    os.environ.update({k: v for k, v in MEASURING_NICENESS.items() if k not in os.environ})
     ray.init(address="local", include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
     return "embedded Ray instance"
 

@@ -187,6 +187,11 @@ class Session:
                              started_at=self.started, command=command, groups_done=skipped,
                              doctor=json.dumps(self.diagnosis.facts_json()) if self.diagnosis else None)
         self.store.write_manifest(self.manifest)
+        if (self.manifest.get("worker_niceness") or 0) > 0:
+            self.voice.warn(f"collbench: warning: the ranks run at nice {self.manifest['worker_niceness']} (Ray's default "
+                            "for its workers): any other process on a node takes their CPU first, and times read "
+                            "the host's load; start Ray with RAY_worker_niceness=0 in its environment (collbench "
+                            "does where it starts Ray itself)")
         outcome = Tally()
         # the manifest counts a group before anyone is told of it: a progress line it printed is
         # then never ahead of the manifest an interrupt leaves

@@ -16,8 +16,15 @@ import sys
 import time
 
 
+# Ray runs its workers at nice 15 unless told otherwise: any other process of the node then takes
+# the CPU a measuring rank wants first (a busy loop on one core of two left the ranks 3.6-26x
+# oversubscribed: docs/PERFORMANCE.md section 7.1). Wherever collbench starts Ray, its workers run at 0.
+MEASURING_NICENESS = {"RAY_worker_niceness": "0"}
+
+
 def ray_start(args: list[str], log_path: str, netns: str | None = None, env: dict | None = None) -> int:
-    """Start `ray start --block ARGS` in a new session; return its PID (= session id)."""
+    """Start `ray start --block ARGS` in a new session (its workers at nice 0: MEASURING_NICENESS);
+    return its PID (= session id)."""
     ray_bin = os.path.join(os.path.dirname(sys.executable), "ray")
     cmd = [ray_bin, "start", "--block", "--disable-usage-stats", *args]
     if netns:
@@ -25,7 +32,7 @@ def ray_start(args: list[str], log_path: str, netns: str | None = None, env: dic
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
             cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, env={**os.environ, **(env or {})},
+            start_new_session=True, env={**os.environ, **MEASURING_NICENESS, **(env or {})},
         )
     return proc.pid
 

@@ -153,6 +153,7 @@ MANIFEST_SCHEMA = pa.schema(
         ("nccl_version", pa.string()),  # loaded by the workers (NCCL's log), else the one torch was built with
         ("gpu_driver", pa.string()),  # NVIDIA driver versions of the GPU nodes
         ("batch_floor_us", pa.float64()),  # the batch loop dispatching nothing, per call: the largest of any worker
+        ("worker_niceness", pa.int32()),  # the ranks' nice value, the highest (Ray's default 15: any process comes first)
         ("python_version", pa.string()),
         ("backend", pa.string()),
         ("hostnames", _str_list),

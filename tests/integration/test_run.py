@@ -59,6 +59,8 @@ def test_full_sweep_every_collective_dtype_and_op(ray_head, tmp_path):
     assert manifest["torch_version"].startswith("2.") and manifest["groups_done"] == 2
     # the empty-call floor (the same batch loop dispatching nothing): far below any gloo collective's batch
     assert 0 < manifest["batch_floor_us"] < df["time_us_batch"].min()
+    # the ranks measured at nice 0 (collbench starts Ray's workers so: Ray's default is 15)
+    assert manifest["worker_niceness"] == 0 and "nice" not in proc.stderr
 
 
 def test_two_runs_make_one_dataset(ray_head, tmp_path):
@@ -90,3 +92,18 @@ def test_one_rank_group_runs_end_to_end(ray_head, tmp_path):
     assert set(df.collective) == set(DEFAULT_COLLECTIVES) - {"send_recv"}  # send_recv needs a peer
     assert (df[df.collective == "all_reduce"].busbw_gbps == 0).all()  # factor 2(n-1)/n is 0 for one rank
     assert (df.time_us > 0).all() and (df.time_us_batch > 0).all()
+
+
+def test_ranks_niced_by_ray_are_said(tmp_path):
+    """An embedded instance where the user set Ray's own default, nice 15: measured, and said."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["RAY_worker_niceness"] = "15"
+    out = tmp_path / "results"
+    proc = run_cli(["run", "--output", str(out), "--collectives", "all_reduce", "-b", "1K", "-e", "1K", "-n", "2"],
+                   env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    df = pd.read_parquet(out)
+    assert dataset.manifest(str(out), df.run_id.iloc[0])["worker_niceness"] == 15
+    assert "collbench: warning: the ranks run at nice 15 (Ray's default for its workers)" in proc.stderr
