@@ -5,6 +5,8 @@ noise profile, and with or without expected values. Prints, per cell, the false-
 healthy node not passed) and the false-negative rate (a culprit passed), and the most rounds.
 
     python benchmarks/qualify_errors.py [--profiles lab,gpu,shared] [--scale 1.0] [--seed 0]
+    python benchmarks/qualify_errors.py --faults common --sizes 5,6,8,16,64,256,1024 --profiles lab,gpu
+        (common faults: a share of the nodes slow, a node slow in a share of its probes)
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.qualify_rates import FAULTS, NOISE, measure
+from benchmarks.qualify_rates import COMMON, FAULTS, NOISE, measure
 
 SIZES = (2, 3, 4, 5, 6, 7, 8, 16, 64, 256, 1024, 4096)
 CLUSTERS = {2: 1000, 3: 1000, 4: 1000, 5: 1000, 6: 1000, 7: 1000, 8: 1000, 16: 1000, 64: 500, 256: 200, 1024: 60,
@@ -32,21 +34,31 @@ def main() -> None:
     p.add_argument("--profiles", default=",".join(NOISE), help=f"noise profiles (default: {','.join(NOISE)})")
     p.add_argument("--scale", type=float, default=1.0, help="multiply the clusters per cell (default: 1)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--faults", choices=("standard", "common"), default="standard",
+                   help="standard: none, one or two culprits, a hang, an intermittent node; common: 10-90%% of the "
+                   "nodes' NICs or nodes at a quarter speed, a node slow in 25-75%% of its probes")
+    p.add_argument("--sizes", default=",".join(map(str, SIZES)), help=f"cluster sizes N, among {SIZES} (default: all)")
+    p.add_argument("--expected", choices=("both", "without", "with"), default="both",
+                   help="judge with expected values, without, or both (default)")
     a = p.parse_args()
+    sizes = [int(n) for n in a.sizes.split(",")]
+    if set(sizes) - set(CLUSTERS):
+        p.error(f"--sizes {a.sizes}: each N one of {', '.join(map(str, CLUSTERS))}")
+    faults = FAULTS if a.faults == "standard" else COMMON
     t0 = time.monotonic()
     total = 0
-    print("clusters per N: " + ", ".join(f"{n}: {max(1, round(c * a.scale))}" for n, c in CLUSTERS.items()))
+    print("clusters per N: " + ", ".join(f"{n}: {max(1, round(CLUSTERS[n] * a.scale))}" for n in sizes))
     for name in a.profiles.split(","):
         profile = NOISE[name]
-        for expected in (False, True):
+        for expected in {"both": (False, True), "without": (False,), "with": (True,)}[a.expected]:
             print(f"\n### noise `{name}` ({profile.noise.shape}, width {profile.noise.width}), "
                   f"{'with' if expected else 'without'} expected values\n")
             print("FP % / FN % (most rounds); source of the noise: " + profile.source + "\n")
-            print("| fault | " + " | ".join(f"N={n}" for n in SIZES) + " |")
-            print("|---|" + "---:|" * len(SIZES))
-            for fault in FAULTS:
+            print("| fault | " + " | ".join(f"N={n}" for n in sizes) + " |")
+            print("|---|" + "---:|" * len(sizes))
+            for fault in faults:
                 cells = []
-                for n in SIZES:
+                for n in sizes:
                     clusters = max(1, round(CLUSTERS[n] * a.scale))
                     r = measure(fault, n, profile.noise, clusters, expected, a.seed, prior=profile.prior)
                     total += clusters

@@ -41,7 +41,8 @@ class Cycle:
     note: str | None = None  # why nothing was measured, or what was cut short
     nodes_too_small: list[str] = field(default_factory=list)  # fewer CPUs (GPUs) in all than their ranks need
     ranks_per_node: int | None = None  # CPU ranks a node measured with (fitted to the nodes unless given)
-    doubted: list[str] = field(default_factory=list)  # nodes the canary doubted (a drift or a flag)
+    doubted: list[str] = field(default_factory=list)  # nodes the canary doubted (a drift or a flag), less the
+    # partners of a node the cycle named (suspects(..., named))
     drift: str | None = None  # the comparison with the rolling baseline: compare's verdict and why (None: no baseline)
 
     def to_json(self) -> dict:
@@ -122,15 +123,17 @@ def busy_nodes(inv: Inventory, available: dict[str, dict[str, float]], cpus_per_
     return out
 
 
-def suspects(drops, flags) -> set[str]:
+def suspects(drops, flags, named: set[str] = frozenset()) -> set[str]:
     """Node IPs a cycle has reason to doubt: every node of a link that dropped beyond noise, and of
     a report flag (a slow pair, node or rail among its peers, below an expected value, a failed
-    group)."""
-    found: set[str] = set()
-    for link in drops:
-        found.update(part.split(":")[0] for part in link.split(","))
-    for flag in flags:
-        found.update(flag.nodes)
+    group). With `named` (the nodes the cycle's qualification named), a link or flag that holds a
+    named node explains itself and casts no doubt on its other nodes: the partners of a slow node
+    are not doubted again and again (and so not alerted as intermittent); the named stay doubted."""
+    groups = [{part.split(":")[0] for part in link.split(",")} for link in drops] + [set(f.nodes) for f in flags]
+    found: set[str] = set(named)
+    for nodes in groups:
+        if not nodes & named:
+            found |= nodes
     return found
 
 

@@ -214,6 +214,7 @@ class Watch:
         cycle.doubted = sorted(doubted)
         if doubted:
             cycle.qualify_run_id, cycle.alerts = self._qualify(idle, doubted, drops, evidence, partition)
+            cycle.doubted = sorted(suspects(drops, flags, {a.node for a in cycle.alerts}))
         if not cycle.alerts and result.state is RunState.FINISHED:
             self.clean_runs = (self.clean_runs + [result.run_id])[-self.baseline_cycles:]
 

@@ -128,7 +128,8 @@ def test_a_gcs_bucket_that_never_answers(tmp_path, silent_port):
 @pytest.mark.parametrize("args, code", [(["report", "{out}"], 0), (["report", "{out}", "--format", "csv", "--table", "busbw"], 0),
                                         (["compare", "{out}", "{out}"], 1)])
 def test_a_reader_that_leaves_early(tmp_path, args, code):
-    """`collbench report R | head -1`: quiet, with the command's own exit code."""
+    """`collbench report R | head -1`: nothing on stderr beyond what the whole run says there (compare's
+    verdict line), with the command's own exit code."""
     out = str(tmp_path / "res")
     write_run(out, "base", nodes=12, minute=0)
     write_run(out, "new", nodes=12, minute=5, drop={"msg_bytes": 1 << 20, "pattern": "intra", "factor": 0.5})
@@ -145,4 +146,4 @@ def test_a_reader_that_leaves_early(tmp_path, args, code):
             assert proc.stdout.readline()
         proc.stdout.close()
         assert proc.wait(timeout=120) == code
-        assert proc.stderr.read() == ""
+        assert proc.stderr.read() == whole.stderr

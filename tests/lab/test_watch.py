@@ -57,7 +57,7 @@ def test_a_link_slowed_between_cycles_is_named_within_two_cycles(plain4, tmp_pat
     slow_ip = plain4.node_ips[SLOW_NODE]
     named = [c["cycle"] for c in cycles if any(a["node"] == slow_ip and a["kind"] == "slow" for a in c["alerts"])]
     assert named and named[0] <= 3, cycles  # cycle 2 or 3: within two cycles of the change
-    assert all(a["node"] == slow_ip for c in cycles for a in c["alerts"]), cycles  # no other node alerted
+    assert all(a["node"] == slow_ip for c in cycles for a in c["alerts"]), [c["alerts"] for c in cycles]  # no other node alerted
     alert = next(a for c in cycles for a in c["alerts"])
     assert alert["value"] < 0.5 * alert["reference"] and slow_ip in alert["message"]
     # every cycle's rows under its date partition, read by the same readers as runs

@@ -42,6 +42,12 @@ def test_suspects_and_the_partners_that_tell_them_apart():
     assert watch.with_partners(checked, {"10.0.0.3"}) == ["10.0.0.1", "10.0.0.2", "10.0.0.3"]  # three to judge
     assert watch.with_partners(checked, {"10.0.0.2", "10.0.0.7"}) == ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.7"]
     assert watch.with_partners(checked[:3], set(checked[:3])) == checked[:3]  # nobody left to partner: all
+    # once qualify named 10.0.0.2, its link explains the drop: 10.0.0.1 is no longer doubted for it
+    # (the partners of a slow node, doubted every cycle, would otherwise be alerted as intermittent)
+    assert watch.suspects(["10.0.0.1:0,10.0.0.2:0"], [flag], {"10.0.0.2"}) == {"10.0.0.2", "10.0.0.5", "10.0.0.6"}
+    pair_of_named = Flag("slow_pair", ["10.0.0.2", "10.0.0.3"], [], "all_reduce", 1 << 20, 0.1, 0.4, "slow")
+    assert watch.suspects(["10.0.0.1:0,10.0.0.4:0"], [pair_of_named], {"10.0.0.2"}) == {"10.0.0.1", "10.0.0.2",
+                                                                                        "10.0.0.4"}
 
 
 def test_alerts_name_what_qualify_did_not_pass_with_the_evidence():
