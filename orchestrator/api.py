@@ -35,6 +35,7 @@ from orchestrator.errors import UsageError
 from orchestrator.execution.jobs import RunResult
 from orchestrator.execution.qualifying import Qualification
 from orchestrator.execution.voice import COMMAND_LINE, QUIET
+from orchestrator.judging.defaults import DROP_THRESHOLD, MIN_FRACTION, PEER_THRESHOLD
 from orchestrator.operations import compare as comparing
 from orchestrator.operations import import_ as importing
 from orchestrator.operations import qualify as qualifying
@@ -44,7 +45,7 @@ from orchestrator.operations.compare import By, Comparison
 from orchestrator.operations.import_ import Imported, Topology
 from orchestrator.results.location import check_writable, resolve_output
 from orchestrator.results.schema import RunState
-from orchestrator.sweep.spec import SweepSpec, field_of, from_mapping
+from orchestrator.sweep.spec import SweepSpec, from_mapping
 
 __all__ = ["Comparison", "Preflight", "Qualification", "Report", "RunResult", "UsageError", "compare", "preflight",
            "qualify", "replay", "report", "run", "spec"]
@@ -93,16 +94,16 @@ def replay(dumps: str | Sequence[str], /, *, repeat: int = 3, gaps: bool = False
 
 
 def qualify(sweep: SweepSpec | None = None, /, *, nodes: Sequence[str] | None = None, placement_group=None,
-            threshold: float = 0.10, min_fraction: float = 0.8, seed: int = 0, expected: str | None = None,
+            threshold: float = PEER_THRESHOLD, min_fraction: float = MIN_FRACTION, seed: int = 0, expected: str | None = None,
             doctor: bool = True, verbose: bool = False, **options: Any) -> Qualification:
     """Name the slow, hanging, failing and lost nodes: a Qualification with a verdict and its
-    evidence per node (`.failing`: those that did not pass). Options as `collbench qualify`'s."""
+    evidence per node (`.failing`: those that did not pass). Options as `collbench qualify`'s (any
+    other is refused); without `sweep`, qualify's defaults under them (all_reduce 1M-16M, 5
+    iterations), with it, that sweep as given."""
     from orchestrator.execution.qualifying import qualification
 
     judged = qualifying.QualifyOptions(threshold=threshold, min_fraction=min_fraction, seed=seed, expected=expected)
-    given = {f.name for f in map(field_of, options) if f is not None}  # a bad key is refused by _spec
-    base = dataclasses.replace(sweep or SweepSpec(), **{k: v for k, v in qualifying.DEFAULTS.items() if k not in given})
-    chosen = qualifying.check_spec(_spec(base, nodes, options))
+    chosen = qualifying.qualify_spec(sweep, _with_nodes(nodes, options))
     check_writable(chosen.output)
     entries = user_expected(judged.expected)
     return qualification(chosen, threshold=judged.threshold, min_fraction=judged.min_fraction, seed=judged.seed,
@@ -138,8 +139,8 @@ def preflight(target=None, /, *, timeout_s: float = 60.0, verbose: bool = False,
     return Preflight(found)
 
 
-def report(source: str | RunResult, *, run_id: str | None = None, threshold: float = 0.10, unit: Unit = "GBps",
-           collective: str | None = None, expected: str | None = None, min_fraction: float = 0.8) -> Report:
+def report(source: str | RunResult, *, run_id: str | None = None, threshold: float = PEER_THRESHOLD, unit: Unit = "GBps",
+           collective: str | None = None, expected: str | None = None, min_fraction: float = MIN_FRACTION) -> Report:
     """The report of a run: `source` is a RunResult or a results dataset (its latest run, or
     `run_id`). Tables as `.tables` (lists of dicts) or `.frame(name)` (DataFrames); flags as `.flags`."""
     if isinstance(source, RunResult):
@@ -150,7 +151,7 @@ def report(source: str | RunResult, *, run_id: str | None = None, threshold: flo
 
 
 def compare(baseline: str, new: str | None = None, *, baseline_runs: Sequence[str] | None = None,
-            new_run: str | None = None, threshold: float = 0.05, by: By = "link") -> Comparison:
+            new_run: str | None = None, threshold: float = DROP_THRESHOLD, by: By = "link") -> Comparison:
     """Compare a new run with baseline runs of the same sweep, as `collbench compare` does; the
     flagged drops are `.flagged` (a DataFrame: empty when nothing regressed)."""
     return comparing.compare(comparing.CompareOptions(
@@ -169,9 +170,13 @@ def import_nccl_tests(paths: str | Sequence[str], output: str, *, hosts: Sequenc
 
 
 def _spec(sweep: SweepSpec | None, nodes: Sequence[str] | None, options: dict) -> SweepSpec:
-    if nodes is not None:
-        if isinstance(nodes, str):
-            raise UsageError(f"nodes {nodes!r}: a list of nodes, not one string")
-        options = {**options, "nodes": list(nodes)}
-    return spec(sweep, **options)
+    return spec(sweep, **_with_nodes(nodes, options))
+
+
+def _with_nodes(nodes: Sequence[str] | None, options: dict) -> dict:
+    if nodes is None:
+        return options
+    if isinstance(nodes, str):
+        raise UsageError(f"nodes {nodes!r}: a list of nodes, not one string")
+    return {**options, "nodes": list(nodes)}
 

@@ -23,6 +23,7 @@ from orchestrator.analysis.diagnosis import Flag
 from orchestrator.analysis.explain import COLUMNS as explain_columns
 from orchestrator.analysis.explain import Evidence, Rows, reasons
 from orchestrator.analysis.frame import Frame
+from orchestrator.judging.defaults import MIN_FRACTION
 from orchestrator.results.schema import RunState
 
 # name -> (title, columns scaled by the bandwidth unit)
@@ -126,7 +127,7 @@ def entries(manifest: dict | None, user: list[expected.Entry]) -> list[expected.
 
 def build(frame: Frame, manifest: dict | None, threshold: float, unit: str, scale: float,
           collective: str | None = None, user_entries: list[expected.Entry] = (),
-          min_fraction: float = 0.8, manifest_problem: str | None = None) -> Report:
+          min_fraction: float = MIN_FRACTION, manifest_problem: str | None = None) -> Report:
     df = frame.df
     collectives = [collective] if collective else [c for c in df.collective.unique() if isinstance(c, str)]
     facts = _doctor_facts(manifest)

@@ -20,6 +20,7 @@ from orchestrator.analysis.compare import SHAPE_KEY
 from orchestrator.commands.options import add_analysis_options
 from orchestrator.commands.render import render_csv, render_tables
 from orchestrator.errors import UsageError
+from orchestrator.judging.defaults import DROP_THRESHOLD
 from orchestrator.judging.judge import Source
 from orchestrator.operations.checks import UNITS
 from orchestrator.operations.compare import CompareOptions, compare
@@ -55,7 +56,7 @@ def add_parser(sub) -> None:
                    "(shape: two different clusters)")
     p.add_argument("--table", choices=TABLE_NAMES, metavar="NAME",
                    help="print only this table: " + ", ".join(TABLE_NAMES) + " (with --format csv: plain CSV)")
-    add_analysis_options(p, threshold=0.05)
+    add_analysis_options(p, threshold=DROP_THRESHOLD)
     p.set_defaults(handler=main)
 
 

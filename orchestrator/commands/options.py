@@ -7,6 +7,7 @@ import argparse
 
 from orchestrator import yamlfile
 from orchestrator.errors import UsageError
+from orchestrator.judging.defaults import MIN_FRACTION
 from orchestrator.operations.checks import UNITS, check_min_fraction, user_expected
 from orchestrator.sweep.sizes import format_bytes
 from orchestrator.sweep.spec import SweepSpec, convert, from_mapping, key_of, spec_fields
@@ -88,8 +89,8 @@ def add_expected_options(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--expected", metavar="FILE",
                    help="YAML entries of expected busbw (collective, topology, min_bytes, busbw_gbps, optional "
                    "platform, source) that add to and override the shipped table (README: Expected values)")
-    p.add_argument("--min-fraction", type=float, default=0.8,
-                   help=f"{what} below this fraction of the expected value (default: 0.8)")
+    p.add_argument("--min-fraction", type=float, default=MIN_FRACTION,
+                   help=f"{what} below this fraction of the expected value (default: {MIN_FRACTION:g})")
 
 
 def expected_from_args(args: argparse.Namespace) -> list:

@@ -15,18 +15,15 @@ import sys
 
 from orchestrator.commands.options import add_doctor_option, add_expected_options, add_spec_options, spec_from_args
 from orchestrator.commands.render import render_tables
+from orchestrator.judging.defaults import PEER_THRESHOLD
 from orchestrator.operations.checks import user_expected
-from orchestrator.operations.qualify import DEFAULTS, QualifyOptions, check_spec
+from orchestrator.operations.qualify import DEFAULTS, SWEEP_FIELDS, QualifyOptions, check_spec
 from orchestrator.results.location import check_writable, resolve_output
 from orchestrator.results.schema import RunState
 from orchestrator.sweep.qualify import Outcome
 from orchestrator.sweep.spec import SweepSpec
 from workloads.dtypes import ELEMENT_BYTES
 from workloads.registry import COLLECTIVES
-
-OPTIONS = ("collectives", "dtypes", "min_bytes", "max_bytes", "step_factor", "iters", "warmup", "check_iters",
-           "backend", "ranks_per_node", "group_timeout_s", "deadline_rate_gbps", "output", "address", "env",
-           "expect_net", "nodes", "exclude")
 
 
 def add_parser(sub) -> None:
@@ -44,12 +41,12 @@ def add_parser(sub) -> None:
         "expected value tells a healthy fabric from one equally slow. Exit 0 when every node passes, 1 when "
         "one does not, 2 for bad input.",
     )
-    add_spec_options(p, only=OPTIONS, defaults=DEFAULTS, helps={
+    add_spec_options(p, only=SWEEP_FIELDS, defaults=DEFAULTS, helps={
         "collectives": "the one collective to probe with: " + ",".join(COLLECTIVES),
         "dtypes": "the one element type to probe with: " + ",".join(ELEMENT_BYTES) + " (not all)"})
-    p.add_argument("--threshold", type=float, default=0.10,
+    p.add_argument("--threshold", type=float, default=PEER_THRESHOLD,
                    help="without an expected value, a probe this fraction below what the fastest agreeing probes "
-                   "delivered, and below the noise they show, is slow (gates: twice it) (default: 0.1)")
+                   f"delivered, and below the noise they show, is slow (gates: twice it) (default: {PEER_THRESHOLD:g})")
     add_expected_options(p, "with an expected value, a probe is slow")
     p.add_argument("--format", choices=("table", "json"), default="table",
                    help="verdicts as a table, or as JSON with fields node, verdict, evidence (default: table)")

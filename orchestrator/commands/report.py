@@ -15,6 +15,7 @@ from orchestrator.analysis import report
 from orchestrator.commands.options import add_analysis_options, add_expected_options
 from orchestrator.commands.render import render_csv, render_nccl_tests, render_tables
 from orchestrator.errors import UsageError
+from orchestrator.judging.defaults import PEER_THRESHOLD
 from orchestrator.operations import report as reporting
 from orchestrator.operations.checks import UNITS
 from orchestrator.results import nccl_tests
@@ -43,7 +44,7 @@ def add_parser(sub) -> None:
                    help="write PNG plots to DIR (default: PATH/_plots/RUN_ID, which readers of PATH skip); "
                    "needs the plot extra: pip install 'collbench[plot]'")
     add_expected_options(p, "flag measurements")
-    add_analysis_options(p, threshold=0.10, formats=("html", "nccl-tests"),
+    add_analysis_options(p, threshold=PEER_THRESHOLD, formats=("html", "nccl-tests"),
                          formats_help="; html: one self-contained page to send (flags with their reasons first, "
                          "intra vs inter, expected, plots inline; needs the plot extra), on stdout; nccl-tests: the "
                          "run's ok rows in nccl-tests' own table layout, a block per collective, dtype, op and group "

@@ -9,6 +9,7 @@ import dataclasses
 
 from orchestrator.commands.options import add_doctor_option, add_expected_options, add_spec_options, expected_from_args
 from orchestrator.errors import UsageError
+from orchestrator.judging.defaults import PEER_THRESHOLD
 from orchestrator.operations.checks import check_threshold
 from orchestrator.results.location import check_writable, resolve_output
 from orchestrator.sweep.units import parse_duration
@@ -46,8 +47,8 @@ def add_parser(sub) -> None:
     p.add_argument("--reconnect-timeout", default="5m",
                    help="how long to try joining the cluster again when its head stops answering: 30s, 5m, 1h; a "
                    "bare number is seconds (default: 5m)")
-    p.add_argument("--threshold", type=float, default=0.10,
-                   help="a drop this fraction below its baseline, beyond the noise, is a drift (default: 0.1)")
+    p.add_argument("--threshold", type=float, default=PEER_THRESHOLD,
+                   help=f"a drop this fraction below its baseline, beyond the noise, is a drift (default: {PEER_THRESHOLD:g})")
     add_expected_options(p, "with an expected value, a node is slow")
     add_doctor_option(p)
     p.add_argument("--format", choices=("table", "jsonl"), default="table",

@@ -17,9 +17,10 @@ from orchestrator.errors import UsageError
 from orchestrator.execution.events import GroupEnded, GroupFailure, GroupStarted, RunObserver
 from orchestrator.execution.jobs import new_run_id, say_warnings
 from orchestrator.execution.voice import COMMAND_LINE, Voice
+from orchestrator.judging.defaults import MIN_FRACTION, PEER_THRESHOLD
+from orchestrator.judging.judge import prior_for
 from orchestrator.results.schema import RunState
 from orchestrator.sweep.inventory import Inventory
-from orchestrator.judging.judge import prior_for
 from orchestrator.sweep.qualify import Deadlines, Outcome, Probe, Qualifier, Reference, Result
 from orchestrator.sweep.sizes import format_bytes
 from orchestrator.sweep.spec import SweepSpec
@@ -50,7 +51,7 @@ class Qualification:
         return [v for v in self.nodes if v["verdict"] != Outcome.PASS.value]
 
 
-def qualification(spec: SweepSpec, *, threshold: float = 0.10, min_fraction: float = 0.8, seed: int = 0,
+def qualification(spec: SweepSpec, *, threshold: float = PEER_THRESHOLD, min_fraction: float = MIN_FRACTION, seed: int = 0,
                   user_entries: list | None = None, voice: Voice = COMMAND_LINE, log=None,
                   placement_group=None, cpus_per_rank: float = 0.0, partition: str | None = None,
                   doctor: bool = True) -> Qualification:

@@ -36,10 +36,10 @@ from collections.abc import Callable
 from orchestrator.errors import ConnectTimeout, UsageError, first_line
 from orchestrator.execution.canary import (
     BLIND_CYCLES,
+    FLAP_WINDOW,
     Alert,
     Cycle,
     alerts_from,
-    FLAP_WINDOW,
     blind_alert,
     busy_nodes,
     expired,

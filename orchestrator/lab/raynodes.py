@@ -15,7 +15,6 @@ import subprocess
 import sys
 import time
 
-
 # Ray runs its workers at nice 15 unless told otherwise: any other process of the node then takes
 # the CPU a measuring rank wants first (a busy loop on one core of two left the ranks 3.6-26x
 # oversubscribed: docs/PERFORMANCE.md section 7.1). Wherever collbench starts Ray, its workers run at 0.

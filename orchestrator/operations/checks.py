@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Literal
 
 from orchestrator.errors import UsageError
+from orchestrator.judging.defaults import MIN_FRACTION
 
 Unit = Literal["GBps", "Gbps"]
 UNITS: dict[str, float] = {"GBps": 1.0, "Gbps": 8.0}  # from GB/s (1e9 bytes/s)
@@ -23,7 +24,8 @@ def check_threshold(threshold: float) -> None:
 def check_min_fraction(min_fraction: float) -> None:
     """A fraction of an expected value: above 0, at most 1 (NaN refused by the comparison)."""
     if not 0 < min_fraction <= 1:
-        raise UsageError(f"--min-fraction {min_fraction:g}: must be above 0 and at most 1 (0.8: 80% of expected)")
+        raise UsageError(f"--min-fraction {min_fraction:g}: must be above 0 and at most 1 ({MIN_FRACTION:g}: "
+                         f"{MIN_FRACTION:.0%} of expected)")
 
 
 def check_unit(unit: str) -> None:

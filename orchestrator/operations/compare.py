@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from orchestrator.analysis import compare as comparing
 from orchestrator.errors import UsageError
+from orchestrator.judging.defaults import DROP_THRESHOLD
 from orchestrator.operations.checks import check_threshold
 from orchestrator.results import dataset
 
@@ -34,7 +35,7 @@ class CompareOptions:
     """Baseline run ids; empty: the baseline's latest run, with every other run of its sweep."""
     new_run: str | None = None
     """The new run; None: the new dataset's latest, not a baseline run."""
-    threshold: float = 0.05
+    threshold: float = DROP_THRESHOLD
     """Flag a busbw drop beyond this fraction (and beyond the noise between runs)."""
     by: By = "link"
     """Match groups by their devices as well as their shape (link), or by shape only (two clusters)."""

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from orchestrator.analysis import report as reports
 from orchestrator.analysis.frame import COLUMNS, DICTIONARY, Frame
 from orchestrator.errors import UsageError
+from orchestrator.judging.defaults import MIN_FRACTION, PEER_THRESHOLD
 from orchestrator.operations.checks import UNITS, Unit, check_min_fraction, check_threshold, check_unit, user_expected
 from orchestrator.results import dataset
 
@@ -22,13 +23,13 @@ class ReportOptions:
     """The run to report; None: the dataset's latest."""
     collective: str | None = None
     """Report only this collective (it must be in the run); None: every one measured."""
-    threshold: float = 0.10
+    threshold: float = PEER_THRESHOLD
     """Flag values this fraction worse than their peers."""
     unit: Unit = "GBps"
     """Bandwidth unit of the tables: GBps (1e9 bytes/s) or Gbps (1e9 bits/s)."""
     expected: str | None = None
     """A YAML file of the user's expected values, over the shipped table."""
-    min_fraction: float = 0.8
+    min_fraction: float = MIN_FRACTION
     """Flag a measurement below this fraction of its expected value."""
 
     def __post_init__(self) -> None:
@@ -67,8 +68,8 @@ def run_frame(path: str, run_id: str | None = None, collective: str | None = Non
     return frame
 
 
-def read_report(path: str, frame: Frame, threshold: float = 0.10, unit: str = "GBps", collective: str | None = None,
-                user: list | None = None, min_fraction: float = 0.8) -> reports.Report:
+def read_report(path: str, frame: Frame, threshold: float = PEER_THRESHOLD, unit: str = "GBps", collective: str | None = None,
+                user: list | None = None, min_fraction: float = MIN_FRACTION) -> reports.Report:
     """The report of `frame`'s run of the dataset at `path` (its manifest read there; a corrupt one
     is a warning of the report, the rows are still worth one)."""
     try:

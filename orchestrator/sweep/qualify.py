@@ -53,6 +53,7 @@ import random
 from dataclasses import dataclass, field
 from enum import Enum
 
+from orchestrator.judging.defaults import MIN_FRACTION, PEER_THRESHOLD
 from orchestrator.judging.judge import PRIORS, Prior
 from orchestrator.sweep.qualify_judging import (
     DISAGREEING_PROBES,
@@ -100,10 +101,10 @@ class QualifyStep(Enum):
 class Qualifier:
     n_nodes: int
     ranks_per_node: int
-    threshold: float = 0.10
+    threshold: float = PEER_THRESHOLD
     reference: Reference = field(default_factory=Reference)
     seed: int = 0
-    min_fraction: float = 0.8  # of an expected value
+    min_fraction: float = MIN_FRACTION  # of an expected value
     domains: tuple[str | None, ...] = ()  # each node's NVLink domain (None: none known); () without domain facts
     prior: Prior = PRIORS[("gloo", True)]  # how far apart healthy probes can be (judging/judge.py)
     rounds: int = 0

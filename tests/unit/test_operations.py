@@ -8,7 +8,7 @@ import pytest
 from orchestrator import api
 from orchestrator.errors import UsageError
 from orchestrator.operations.compare import CompareOptions
-from orchestrator.operations.qualify import DEFAULTS, QualifyOptions, check_spec
+from orchestrator.operations.qualify import DEFAULTS, QualifyOptions, check_spec, qualify_spec
 from orchestrator.operations.report import ReportOptions
 from orchestrator.sweep.spec import SweepSpec
 from tests.helpers import run_main
@@ -51,6 +51,32 @@ def test_qualify_measures_one_collective_and_one_dtype_from_either_face():
         check_spec(SweepSpec(collectives=("all_reduce", "broadcast")))
     with pytest.raises(UsageError, match=r"^--dtypes all: qualify measures one"):
         api.qualify(dtypes=["all"])
+
+
+def test_qualify_measures_the_callers_sweep_and_refuses_what_the_command_line_refuses(monkeypatch):
+    """Issue 43: api.qualify laid qualify's defaults over a caller's own sweep (all_reduce up to
+    16 MiB with 5 iterations for an all_gather 1-4 MiB sweep of 7), and took `patterns`, which
+    `collbench qualify --patterns pairwise` refuses (exit 2). Both before any Ray is touched."""
+    mib = 1 << 20
+    own = SweepSpec(collectives=("all_gather",), min_bytes=mib, max_bytes=4 * mib, iters=7)
+    chosen = qualify_spec(own, {"ranks_per_node": 2})
+    assert (chosen.collectives, chosen.min_bytes, chosen.max_bytes, chosen.iters, chosen.ranks_per_node) == \
+        (("all_gather",), mib, 4 * mib, 7, 2)
+    bare = qualify_spec(None, {"max_bytes": "4M"})  # without a sweep: qualify's defaults under the options
+    assert (bare.collectives, bare.min_bytes, bare.max_bytes, bare.iters, bare.group_timeout_s) == \
+        (("all_reduce",), mib, 4 * mib, DEFAULTS["iters"], DEFAULTS["group_timeout_s"])
+    seen = []
+    monkeypatch.setattr("orchestrator.execution.qualifying.qualification", lambda spec, **kw: seen.append(spec))
+    api.qualify(own, ranks_per_node=2)
+    assert seen == [qualify_spec(own, {"ranks_per_node": 2})]
+    with pytest.raises(UsageError, match=r"^collbench.api: key 'patterns' is not an option of collbench qualify"):
+        api.qualify(patterns=["pairwise"])
+    with pytest.raises(UsageError, match=r"^collbench.api: patterns pairwise in the sweep given: not an "
+                       r"option of collbench qualify"):
+        api.qualify(SweepSpec(collectives=("all_reduce",), patterns=("pairwise",)))
+    assert len(seen) == 1
+    refused = run_main(["qualify", "--patterns", "pairwise"])
+    assert refused.returncode == 2 and "--patterns" in refused.stderr
 
 
 def test_compare_takes_one_path_for_two_runs_of_one_folder(tmp_path):
