@@ -33,3 +33,33 @@ def s3_server():
                  aws_access_key_id="test", aws_secret_access_key="test").create_bucket(Bucket="cbresults")
     yield f"?endpoint_override=127.0.0.1:{port}&scheme=http&region=us-east-1", creds
     srv.stop()
+
+
+# -- tiers ----------------------------------------------------------------------------------
+# Plain `pytest` is what a developer runs while changing code: the unit and integration tiers.
+# The lab tier (network namespaces, shaped links, `ray up` over SSH, the GPU rehearsal: the
+# tests marked `lab`) runs with --lab, or where COLLBENCH_REQUIRE_LAB is set (CI: .ci/run), or
+# when a `-m` expression names the marker itself.
+def pytest_addoption(parser):
+    parser.addoption("--lab", action="store_true",
+                     help="also run the lab tier (tests marked `lab`: root, iproute2; about 15 minutes here)")
+
+
+def _lab_tier(config) -> bool:
+    return bool(config.getoption("--lab") or os.environ.get("COLLBENCH_REQUIRE_LAB")
+                or "lab" in (config.getoption("markexpr") or ""))
+
+
+def pytest_collection_modifyitems(config, items):
+    if _lab_tier(config):
+        return
+    lab = [item for item in items if item.get_closest_marker("lab")]
+    if lab:
+        items[:] = [item for item in items if not item.get_closest_marker("lab")]
+        config.hook.pytest_deselected(items=lab)
+
+
+def pytest_report_header(config):
+    if not _lab_tier(config):
+        return "lab tier not selected (tests marked `lab`): --lab or COLLBENCH_REQUIRE_LAB=1 runs it"
+    return None
