@@ -12,6 +12,8 @@ line, for Ray users' own drivers and notebooks (README: "Python API").
     bad = api.preflight(my_placement_group).exclude  # nodes to leave out before trainer.fit()
     api.replay("/dumps/", repeat=3).rows()           # a job's collectives, from its Flight Recorder dumps
     api.import_nccl_tests(["all_reduce.log"], "results").run_id   # nccl-tests' output as a run
+    api.plan(inventory="64x8", patterns=["ring"]).measurements      # what a run would do, no actor
+    api.doctor().status                              # every node checked for what makes collectives fail
 
 Options are the sweep options' long names with underscores, as in a `--config` YAML file (`max_bytes`
 for --max-bytes, `group_timeout="5m"` for --group-timeout), with the same values and the same checks: a bad value raises `UsageError` with
@@ -37,18 +39,21 @@ from orchestrator.execution.qualifying import Qualification
 from orchestrator.execution.voice import COMMAND_LINE, QUIET
 from orchestrator.judging.defaults import DROP_THRESHOLD, MIN_FRACTION, PEER_THRESHOLD
 from orchestrator.operations import compare as comparing
+from orchestrator.operations import doctor as doctoring
 from orchestrator.operations import import_ as importing
+from orchestrator.operations import plan as planning
 from orchestrator.operations import qualify as qualifying
 from orchestrator.operations import report as reporting
 from orchestrator.operations.checks import Unit, user_expected
 from orchestrator.operations.compare import By, Comparison
 from orchestrator.operations.import_ import Imported, Topology
+from orchestrator.operations.plan import Planned
 from orchestrator.results.location import check_writable, resolve_output
 from orchestrator.results.schema import RunState
 from orchestrator.sweep.spec import SweepSpec, from_mapping
 
-__all__ = ["Comparison", "Preflight", "Qualification", "Report", "RunResult", "UsageError", "compare", "preflight",
-           "qualify", "replay", "report", "run", "spec"]
+__all__ = ["Comparison", "Planned", "Preflight", "Qualification", "Report", "RunResult", "UsageError", "compare",
+           "doctor", "import_nccl_tests", "plan", "preflight", "qualify", "replay", "report", "run", "spec"]
 
 
 def spec(base: SweepSpec | None = None, **options: Any) -> SweepSpec:
@@ -94,7 +99,8 @@ def replay(dumps: str | Sequence[str], /, *, repeat: int = 3, gaps: bool = False
 
 
 def qualify(sweep: SweepSpec | None = None, /, *, nodes: Sequence[str] | None = None, placement_group=None,
-            threshold: float = PEER_THRESHOLD, min_fraction: float = MIN_FRACTION, seed: int = 0, expected: str | None = None,
+            threshold: float = PEER_THRESHOLD, min_fraction: float = MIN_FRACTION, seed: int = 0,
+            expected: str | None = None,
             doctor: bool = True, verbose: bool = False, **options: Any) -> Qualification:
     """Name the slow, hanging, failing and lost nodes: a Qualification with a verdict and its
     evidence per node (`.failing`: those that did not pass). Options as `collbench qualify`'s (any
@@ -139,7 +145,8 @@ def preflight(target=None, /, *, timeout_s: float = 60.0, verbose: bool = False,
     return Preflight(found)
 
 
-def report(source: str | RunResult, *, run_id: str | None = None, threshold: float = PEER_THRESHOLD, unit: Unit = "GBps",
+def report(source: str | RunResult, *, run_id: str | None = None, threshold: float = PEER_THRESHOLD,
+           unit: Unit = "GBps",
            collective: str | None = None, expected: str | None = None, min_fraction: float = MIN_FRACTION) -> Report:
     """The report of a run: `source` is a RunResult or a results dataset (its latest run, or
     `run_id`). Tables as `.tables` (lists of dicts) or `.frame(name)` (DataFrames); flags as `.flags`."""
@@ -167,6 +174,21 @@ def import_nccl_tests(paths: str | Sequence[str], output: str, *, hosts: Sequenc
     return importing.import_run(importing.ImportOptions(
         paths=(paths,) if isinstance(paths, str) else tuple(paths), output=output, hosts=tuple(hosts),
         topology=topology, run_id=run_id, collective=collective))
+
+
+def plan(sweep: SweepSpec | None = None, /, *, inventory: str | None = None, **options: Any) -> Planned:
+    """The rounds and groups a run with these options would form (`.plan`), on which nodes
+    (`.inventory`) and how many measurements (`.measurements`), as `collbench plan` prints them;
+    against the live cluster, or `inventory` ("64x8", "4x2cpu", "36x4/18"). Options as the
+    command's (any other is refused); creates no actor."""
+    return planning.plan(planning.PlanOptions(sweep=planning.SWEEPS.spec(sweep, options), inventory=inventory))
+
+
+def doctor(*, nodes: Sequence[str] | None = None, **options: Any):
+    """Every node checked at once, as `collbench doctor` does: a Diagnosis (`.status`: ok, warn or
+    fail; `.cluster` and `.nodes`: the checks; `.to_json()`: the command's JSON). Options: address,
+    ranks_per_node, exclude."""
+    return doctoring.doctor(doctoring.SWEEPS.spec(None, _with_nodes(nodes, options)))
 
 
 def _spec(sweep: SweepSpec | None, nodes: Sequence[str] | None, options: dict) -> SweepSpec:

@@ -11,8 +11,7 @@ import sys
 from orchestrator.commands.options import add_spec_options, spec_from_args
 from orchestrator.commands.render import render_tables
 from orchestrator.doctor.checks import CheckStatus
-
-OPTIONS = ("address", "ranks_per_node", "nodes", "exclude")
+from orchestrator.operations.doctor import SWEEPS, doctor
 
 
 def add_parser(sub) -> None:
@@ -27,7 +26,7 @@ def add_parser(sub) -> None:
         "clocks held down, NVLink links, PCIe width and speed), the RDMA NICs (port state, rate, PCIe link), "
         "GPU-NIC affinity and GPUDirect RDMA. Exit 0 when nothing fails, 1 when something does, 2 for bad input.",
     )
-    add_spec_options(p, only=OPTIONS)
+    add_spec_options(p, only=SWEEPS.fields)
     p.add_argument("--format", choices=("table", "json"), default="table",
                    help='checks as tables, or JSON: {"cluster": [checks], "nodes": [{"node", "host", "checks": '
                    '[{"name", "status", "detail", "hint"}]}]} (default: table)')
@@ -37,19 +36,7 @@ def add_parser(sub) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    spec = spec_from_args(args)
-    import ray
-
-    from orchestrator.execution import connect
-    from orchestrator.execution.doctor import diagnose
-    from orchestrator.sweep import inventory
-
-    joined = connect.connect(spec.address)
-    try:
-        inv = inventory.select(inventory.from_ray_nodes(ray.nodes(), spec.ranks_per_node), spec.nodes, spec.exclude)
-        found = diagnose(inv)
-    finally:
-        connect.disconnect(joined)
+    found = doctor(spec_from_args(args))
     if args.format == "json":
         print(json.dumps(found.to_json(), indent=1))
     else:

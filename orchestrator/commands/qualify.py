@@ -17,7 +17,7 @@ from orchestrator.commands.options import add_doctor_option, add_expected_option
 from orchestrator.commands.render import render_tables
 from orchestrator.judging.defaults import PEER_THRESHOLD
 from orchestrator.operations.checks import user_expected
-from orchestrator.operations.qualify import DEFAULTS, SWEEP_FIELDS, QualifyOptions, check_spec
+from orchestrator.operations.qualify import SWEEPS, QualifyOptions, check_spec
 from orchestrator.results.location import check_writable, resolve_output
 from orchestrator.results.schema import RunState
 from orchestrator.sweep.qualify import Outcome
@@ -41,7 +41,7 @@ def add_parser(sub) -> None:
         "expected value tells a healthy fabric from one equally slow. Exit 0 when every node passes, 1 when "
         "one does not, 2 for bad input.",
     )
-    add_spec_options(p, only=SWEEP_FIELDS, defaults=DEFAULTS, helps={
+    add_spec_options(p, only=SWEEPS.fields, defaults=SWEEPS.defaults, helps={
         "collectives": "the one collective to probe with: " + ",".join(COLLECTIVES),
         "dtypes": "the one element type to probe with: " + ",".join(ELEMENT_BYTES) + " (not all)"})
     p.add_argument("--threshold", type=float, default=PEER_THRESHOLD,

@@ -1,4 +1,4 @@
-"""`collbench watch`: keep a fleet qualified between jobs (execution.watch). Runs until --cycles
+"""`collbench watch`: keep a fleet qualified between jobs (operations.watch). Runs until --cycles
 have run (default: forever), SIGTERM or Ctrl-C (exit 0 after writing what it has); exit 1 when the
 cluster is lost for longer than --reconnect-timeout, 2 for bad input."""
 
@@ -59,7 +59,7 @@ def add_parser(sub) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from orchestrator.commands.options import spec_from_args
-    from orchestrator.execution import watch
+    from orchestrator.operations import watch
 
     check_threshold(args.threshold)
     user = expected_from_args(args)

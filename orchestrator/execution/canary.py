@@ -1,6 +1,6 @@
 """What a watch cycle is and decides, pure (no Ray): its record and alerts, which nodes it can
 measure (idle, and big enough for its ranks), whom it doubts and with which partners, when it has
-been blind too long, which partitions have expired, and its line. execution/watch.py is the loop
+been blind too long, which partitions have expired, and its line. operations/watch.py is the loop
 that acts on them."""
 
 from __future__ import annotations

@@ -72,6 +72,25 @@ def disconnect(connection: Connection | None) -> None:
         ray.shutdown()
 
 
+@contextlib.contextmanager
+def joined_inventory(spec, domains: bool = False):
+    """The cluster's nodes as `spec` selects them (address, ranks_per_node, nodes, exclude), while
+    joined (for the block; a cluster collbench started is stopped after it, a caller's session kept).
+    `domains`: with the NVLink domains of GPU nodes (nvidia-smi -q on every node)."""
+    from orchestrator.sweep import inventory
+
+    joined = connect(spec.address)
+    try:
+        inv = inventory.select(inventory.from_ray_nodes(ray.nodes(), spec.ranks_per_node), spec.nodes, spec.exclude)
+        if domains and inv.use_gpus:
+            from orchestrator.execution import probe
+
+            inv = inventory.with_domains(inv, probe.read_domains(inv))
+        yield inv
+    finally:
+        disconnect(joined)
+
+
 def gcs_host_port(address: str, where: str) -> tuple[str, int] | None:
     """(host, port) to check before joining; None for what Ray resolves itself (auto, local)."""
     if address.startswith(("http://", "https://")):

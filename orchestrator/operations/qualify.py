@@ -4,7 +4,6 @@ qualify's own defaults and its one collective and one element type (`collbench q
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -13,19 +12,20 @@ from typing import Any
 from orchestrator.errors import UsageError
 from orchestrator.judging.defaults import MIN_FRACTION, PEER_THRESHOLD
 from orchestrator.operations.checks import check_min_fraction, check_threshold
-from orchestrator.results.location import resolve_output
-from orchestrator.sweep.spec import ALL, SweepSpec, brief_repr, from_mapping, key_of, spec_fields
+from orchestrator.operations.sweeps import NONE, Sweeps
+from orchestrator.sweep.spec import ALL, SweepSpec
 
-# The sweep fields qualify takes (its command line's sweep options, its --config keys, the API's
-# keyword options); any other is refused, from every face.
-SWEEP_FIELDS = ("collectives", "dtypes", "min_bytes", "max_bytes", "step_factor", "iters", "warmup", "check_iters",
-                "backend", "ranks_per_node", "group_timeout_s", "deadline_rate_gbps", "output", "address", "env",
-                "expect_net", "nodes", "exclude")
-
-# Where qualify's sweep differs from a run's: one collective at a few large sizes, few iterations,
-# and a short deadline, since a probe is a health check, not a measurement to keep.
-DEFAULTS = MappingProxyType({"collectives": ("all_reduce",), "min_bytes": 1 << 20, "max_bytes": 16 << 20,
-                             "iters": 5, "warmup": 1, "group_timeout_s": 60.0})
+# The sweep qualify takes (its command line's sweep options, its --config keys, the API's keyword
+# options; any other is refused, from every face) and where its defaults differ from a run's: one
+# collective at a few large sizes, few iterations, and a short deadline, since a probe is a health
+# check, not a measurement to keep.
+SWEEPS = Sweeps("collbench qualify",
+                fields=("collectives", "dtypes", "min_bytes", "max_bytes", "step_factor", "iters", "warmup",
+                        "check_iters", "backend", "ranks_per_node", "group_timeout_s", "deadline_rate_gbps", "output",
+                        "address", "env", "expect_net", "nodes", "exclude"),
+                defaults=MappingProxyType({"collectives": ("all_reduce",), "min_bytes": 1 << 20,
+                                           "max_bytes": 16 << 20, "iters": 5, "warmup": 1, "group_timeout_s": 60.0}))
+DEFAULTS = SWEEPS.defaults
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,26 +47,11 @@ class QualifyOptions:
         check_min_fraction(self.min_fraction)
 
 
-def qualify_spec(base: SweepSpec | None = None, options: Mapping[str, Any] = MappingProxyType({}),
+def qualify_spec(base: SweepSpec | None = None, options: Mapping[str, Any] = NONE,
                  source: str = "collbench.api") -> SweepSpec:
-    """The sweep a qualification measures, checked: qualify's DEFAULTS with the `options` (keys as
-    in a --config file) over them; or, given a caller's own spec `base`, that spec as it is with the
-    options over it (qualify's defaults never replace what the caller set). A key or a field of
-    `base` that qualify does not take is refused, naming it, as its flag is on the command line."""
-    values = from_mapping(dict(options), source=source, only=SWEEP_FIELDS, command="collbench qualify")
-    if base is None:
-        made = SweepSpec(**{**DEFAULTS, **values})
-    else:
-        plain = SweepSpec()
-        for f in spec_fields():
-            value = getattr(base, f.name)
-            if f.name not in SWEEP_FIELDS and value != getattr(plain, f.name):
-                shown = ",".join(map(str, value)) if isinstance(value, tuple) else brief_repr(value)
-                raise UsageError(f"{source}: {key_of(f)} {shown} in the sweep given: not "
-                                 f"an option of collbench qualify (its keys: "
-                                 f"{', '.join(key_of(g) for g in spec_fields() if g.name in SWEEP_FIELDS)})")
-        made = dataclasses.replace(base, **values)
-    return check_spec(dataclasses.replace(made, output=resolve_output(made.output)))
+    """The sweep a qualification measures (SWEEPS.spec: qualify's defaults without the caller's own
+    sweep, never over it), checked for its one collective and element type."""
+    return check_spec(SWEEPS.spec(base, options, source))
 
 
 def check_spec(spec: SweepSpec) -> SweepSpec:

@@ -68,8 +68,9 @@ def run_frame(path: str, run_id: str | None = None, collective: str | None = Non
     return frame
 
 
-def read_report(path: str, frame: Frame, threshold: float = PEER_THRESHOLD, unit: str = "GBps", collective: str | None = None,
-                user: list | None = None, min_fraction: float = MIN_FRACTION) -> reports.Report:
+def read_report(path: str, frame: Frame, threshold: float = PEER_THRESHOLD, unit: str = "GBps",
+                collective: str | None = None, user: list | None = None,
+                min_fraction: float = MIN_FRACTION) -> reports.Report:
     """The report of `frame`'s run of the dataset at `path` (its manifest read there; a corrupt one
     is a warning of the report, the rows are still worth one)."""
     try:

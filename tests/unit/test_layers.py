@@ -80,10 +80,19 @@ def test_the_api_imports_no_command():
     assert sorted(t for t in GRAPH["orchestrator.api"] if _is_face(t) or t == "orchestrator.cli") == []
 
 
-def test_operations_sit_under_the_run_bodies():
-    """execution/ (watch) reuses report and compare: operations/ importing execution back would
-    make the two layers one."""
-    above = ("orchestrator.execution", "orchestrator.api", "orchestrator.cli", FACES)
+def test_nothing_under_the_use_cases_imports_them():
+    """Issue 43: operations/ is the one layer of use cases, over the Ray port (execution/), the
+    results store, the planner and the judges; none of those imports an operation (watch, a
+    composite of operations, is one itself)."""
+    below = ("orchestrator.execution", "orchestrator.results", "orchestrator.sweep", "orchestrator.analysis",
+             "orchestrator.judging", "orchestrator.doctor", "orchestrator.lab", "workloads")
+    upward = sorted(f"{m} imports {t}" for m, targets in GRAPH.items() if m.startswith(below)
+                    for t in targets if t == "orchestrator.operations" or t.startswith("orchestrator.operations."))
+    assert upward == []
+
+
+def test_the_use_cases_import_no_face():
+    above = ("orchestrator.api", "orchestrator.cli", FACES)
     upward = sorted(f"{m} imports {t}" for m, targets in GRAPH.items() if m.startswith("orchestrator.operations")
                     for t in targets if any(t == a or t.startswith(a + ".") for a in above))
     assert upward == []

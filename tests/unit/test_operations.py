@@ -3,6 +3,8 @@ same values with the same line (api.report took any min_fraction before; the CLI
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from orchestrator import api
@@ -77,6 +79,32 @@ def test_qualify_measures_the_callers_sweep_and_refuses_what_the_command_line_re
     assert len(seen) == 1
     refused = run_main(["qualify", "--patterns", "pairwise"])
     assert refused.returncode == 2 and "--patterns" in refused.stderr
+
+
+@pytest.mark.parametrize("argv, options", [
+    (["--inventory", "64x8"], {"inventory": "64x8"}),
+    (["--inventory", "4x2cpu", "--patterns", "pairwise", "--collectives", "all_reduce,broadcast", "-e", "1M"],
+     {"inventory": "4x2cpu", "patterns": ["pairwise"], "collectives": ["all_reduce", "broadcast"], "max_bytes": "1M"}),
+    (["--inventory", "36x4/18", "--patterns", "domain"], {"inventory": "36x4/18", "patterns": ["domain"]}),
+])
+def test_plan_is_one_operation_under_both_faces(argv, options):
+    """Issue 43: api.plan gives what `collbench plan` prints, from one operation."""
+    done = run_main(["plan", *argv])
+    planned = api.plan(**options)
+    assert done.returncode == 0
+    assert done.stdout.splitlines()[-1] == (f"total: {len(planned.plan)} groups in {len(planned.plan.rounds)} rounds, "
+                                           f"{planned.measurements} measurements")
+
+
+@pytest.mark.parametrize("call, said", [
+    (lambda: api.plan(inventory="64x8", iters=5), "collbench.api: key 'iters' is not an option of collbench plan"),
+    (lambda: api.plan(inventory="64y8"), "--inventory '64y8': expected NODESxRANKS"),
+    (lambda: api.doctor(patterns=["ring"]), "collbench.api: key 'patterns' is not an option of collbench doctor"),
+    (lambda: api.doctor(nodes="10.0.0.1"), "nodes '10.0.0.1': a list of nodes, not one string"),
+])
+def test_plan_and_doctor_refuse_what_their_commands_do_not_take(call, said):
+    with pytest.raises(UsageError, match="^" + re.escape(said)):
+        call()
 
 
 def test_compare_takes_one_path_for_two_runs_of_one_folder(tmp_path):

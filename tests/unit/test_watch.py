@@ -12,7 +12,7 @@ import yaml
 
 from orchestrator.analysis.diagnosis import Flag
 from orchestrator.errors import UsageError
-from orchestrator.execution import watch
+from orchestrator.operations import watch
 from orchestrator.sweep.inventory import from_ray_nodes
 from orchestrator.sweep.spec import SweepSpec
 from tests.synthetic import write_cluster_run

@@ -1,0 +1,49 @@
+"""The one merge of a command's sweep: which SweepSpec fields a command takes, its own defaults,
+and the caller's options, the same for the command line, a --config file and the Python API."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+from orchestrator.errors import UsageError
+from orchestrator.results.location import resolve_output
+from orchestrator.sweep.spec import SweepSpec, brief_repr, from_mapping, key_of, spec_fields
+
+NONE: Mapping[str, Any] = MappingProxyType({})
+
+
+@dataclasses.dataclass(frozen=True)
+class Sweeps:
+    """What one command takes of a sweep: `fields` (SweepSpec field names; its command line's
+    sweep options and its --config keys) and `defaults` (its own, where they differ from a run's)."""
+
+    command: str
+    fields: tuple[str, ...]
+    defaults: Mapping[str, Any] = dataclasses.field(default_factory=lambda: NONE)
+
+    def spec(self, base: SweepSpec | None = None, options: Mapping[str, Any] = NONE,
+             source: str = "collbench.api") -> SweepSpec:
+        """The command's defaults with the `options` (keys as in a --config file) over them; or,
+        given a caller's own spec `base`, that spec as it is with the options over it (the
+        command's defaults never replace what the caller set). A key, or a field `base` sets, that
+        the command does not take is refused, naming it, as its flag is on the command line."""
+        values = from_mapping(dict(options), source=source, only=self.fields, command=self.command)
+        if base is None:
+            made = SweepSpec(**{**self.defaults, **values})
+        else:
+            plain = SweepSpec()
+            for f in spec_fields():
+                value = getattr(base, f.name)
+                if f.name not in self.fields and value != getattr(plain, f.name):
+                    shown = ",".join(map(str, value)) if isinstance(value, tuple) else brief_repr(value)
+                    raise UsageError(f"{source}: {key_of(f)} {shown} in the sweep given: not an option of "
+                                     f"{self.command} (its keys: {self.keys})")
+            made = dataclasses.replace(base, **values)
+        return dataclasses.replace(made, output=resolve_output(made.output))
+
+    @property
+    def keys(self) -> str:
+        return ", ".join(key_of(f) for f in spec_fields() if f.name in self.fields)
