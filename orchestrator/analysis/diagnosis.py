@@ -52,7 +52,6 @@ SHAPE = ["collective", "dtype", "op", "in_place", "pattern", "world_size", "rank
 # the columns the flags read of a group's row
 _SCORED = list(dict.fromkeys([*SHAPE, "msg_bytes", "topology", "backend", "busbw_gbps", "group", "node_first",
                               "node_last", "local_first", "local_last"]))
-MIN_PEERS = MIN_VALUES
 
 
 @dataclass(frozen=True)
@@ -180,7 +179,7 @@ def judge(frame: Frame, threshold: float) -> tuple[list[Flag], str | None]:
     expected value (`agreement`)."""
     df = frame.df
     scores = shape_scores(df)
-    scores = scores[scores.peers >= MIN_PEERS]
+    scores = scores[scores.peers >= MIN_VALUES]
     found = _peer_flags(frame, scores, threshold)
     return found + failures(frame), None if found else agreement(frame, scores)
 

@@ -93,7 +93,7 @@ def spec_from_qualify_args(args: argparse.Namespace) -> SweepSpec:
 def _table_row(v: dict) -> dict:
     """The verdict with the evidence that decided it: a failing node's last probe of its verdict's
     kind, a passing node's last probe that passed."""
-    want = {Outcome.PASS.value} if v["verdict"] == Outcome.PASS.value else {o.value for o in Outcome} - {"pass"}
+    want = {Outcome.PASS.value} if v["verdict"] == Outcome.PASS.value else {o.value for o in Outcome} - {Outcome.PASS.value}
     e = next((e for e in reversed(v["evidence"]) if e["status"] in want), v["evidence"][-1] if v["evidence"] else {})
     partners = [ip for ip in e.get("nodes", []) if ip != v["node"]]
     return {"node": v["node"], "host": v["host"], "verdict": v["verdict"], "phase": e.get("phase"),

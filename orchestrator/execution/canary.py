@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from orchestrator.analysis.compare import Verdict
 from orchestrator.sweep.inventory import Inventory, Node
+from orchestrator.sweep.qualify import Outcome
 
 BLIND_CYCLES = 3  # cycles in a row that measured nothing before a `blind` alert
 FLAP_WINDOW, FLAP_CYCLES = 6, 2  # a node doubted in this many of the last measured cycles, and cleared each time
@@ -152,7 +153,7 @@ def alerts_from(nodes: list[dict], evidence: dict[str, tuple[float | None, float
     is some (`evidence[ip]`: value, reference, what the canary saw)."""
     out = []
     for v in nodes:
-        if v["verdict"] == "pass":
+        if v["verdict"] == Outcome.PASS.value:
             continue
         value, reference, seen = evidence.get(v["node"], (None, None, ""))
         last = next((e for e in reversed(v["evidence"]) if e["status"] == v["verdict"]), {})
