@@ -16,13 +16,10 @@ import argparse
 import json
 import sys
 
-from orchestrator.analysis.compare import SHAPE_KEY
 from orchestrator.commands.options import add_analysis_options
 from orchestrator.commands.render import render_csv, render_tables
 from orchestrator.errors import UsageError
 from orchestrator.judging.defaults import DROP_THRESHOLD
-from orchestrator.judging.judge import Source
-from orchestrator.operations.checks import UNITS
 from orchestrator.operations.compare import CompareOptions, compare
 
 TABLE_NAMES = ("summary", "matched", "only_in_baseline", "only_in_new")
@@ -67,30 +64,10 @@ def main(args: argparse.Namespace) -> int:
     if args.format == "csv" and not args.table:
         raise UsageError("--format csv: name one table with --table NAME")
     found = compare(options)
-    matched, only_base, only_new = found.matched, found.only_in_baseline, found.only_in_new
-    base_runs, new_run = found.baseline_runs, found.new_run
-    scale = UNITS[args.unit]
-    key = SHAPE_KEY + (["link"] if args.by == "link" else [])
-    rows = [
-        {**{k: r[k] for k in key}, "busbw_base": r.busbw_gbps_base * scale, "busbw_new": r.busbw_gbps_new * scale,
-         "busbw_change": r.busbw_change, "time_change": r.time_change, "noise_floor": r.noise_floor,
-         "noise_source": r.noise_source, "regime": r.regime, "flag": "DROP" if r.flag else ""}
-        for _, r in matched.iterrows()
-    ]
-    flagged = int(matched.flag.sum())
-    sources = matched.noise_source.value_counts()
     concluded = found.conclusion
-    summary = [{
-        "verdict": concluded.verdict.value, "why": "; ".join(concluded.reasons),
-        "baseline_run": base_runs[-1], "new_run": new_run, "baseline_runs": base_runs, "by": args.by,
-        "matched": len(matched), "flagged_drops": flagged, "unit": args.unit,
-        "median_busbw_change": float(matched.busbw_change.median()),
-        "worst_busbw_change": float(matched.busbw_change.min()),
-        **{f"noise_{s}": int(sources.get(s, 0)) for s in [*(s.value for s in Source), "iterations"]},
-        "only_in_baseline": len(only_base), "only_in_new": len(only_new),
-    }]
-    tables = {"summary": summary, "matched": rows, "only_in_baseline": only_base.to_dict("records"),
-              "only_in_new": only_new.to_dict("records")}
+    tables = {"summary": [found.summary(args.unit)], "matched": found.rows(args.unit),
+              "only_in_baseline": found.only_in_baseline.to_dict("records"),
+              "only_in_new": found.only_in_new.to_dict("records")}
     print(f"collbench: compare: {concluded.line}", file=sys.stderr)
     if args.table:
         tables = {args.table: tables[args.table]}

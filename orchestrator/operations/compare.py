@@ -14,7 +14,8 @@ import pyarrow as pa
 from orchestrator.analysis import compare as comparing
 from orchestrator.errors import UsageError
 from orchestrator.judging.defaults import DROP_THRESHOLD
-from orchestrator.operations.checks import check_threshold
+from orchestrator.judging.judge import Source
+from orchestrator.operations.checks import UNITS, Unit, check_threshold
 from orchestrator.results import dataset
 
 By = Literal["link", "shape"]
@@ -66,6 +67,32 @@ class Comparison:
     def exit_code(self) -> int:
         """1 where a drop was found beyond its noise, else 0 (unchanged or inconclusive)."""
         return 1 if self.conclusion.verdict is comparing.Verdict.DROPPED else 0
+
+    def rows(self, unit: Unit = "GBps") -> list[dict]:
+        """The matched keys as the command prints them: the key (its link with --by link), busbw
+        before and after in `unit`, the changes, the noise floor and where it was read, the regime
+        and the flag ("DROP" or "")."""
+        scale = UNITS[unit]
+        key = comparing.SHAPE_KEY + (["link"] if self.by == "link" else [])
+        return [{**{k: r[k] for k in key}, "busbw_base": r.busbw_gbps_base * scale,
+                 "busbw_new": r.busbw_gbps_new * scale, "busbw_change": r.busbw_change, "time_change": r.time_change,
+                 "noise_floor": r.noise_floor, "noise_source": r.noise_source, "regime": r.regime,
+                 "flag": "DROP" if r.flag else ""} for _, r in self.matched.iterrows()]
+
+    def summary(self, unit: Unit = "GBps") -> dict:
+        """One record of the comparison: its verdict and why, which runs, how many keys matched and
+        were flagged, the median and worst change, where the noise was read, and what matched on
+        one side only."""
+        sources = self.matched.noise_source.value_counts()
+        return {
+            "verdict": self.conclusion.verdict.value, "why": "; ".join(self.conclusion.reasons),
+            "baseline_run": self.baseline_runs[-1], "new_run": self.new_run, "baseline_runs": self.baseline_runs,
+            "by": self.by, "matched": len(self.matched), "flagged_drops": int(self.matched.flag.sum()), "unit": unit,
+            "median_busbw_change": float(self.matched.busbw_change.median()),
+            "worst_busbw_change": float(self.matched.busbw_change.min()),
+            **{f"noise_{s}": int(sources.get(s, 0)) for s in [*(s.value for s in Source), "iterations"]},
+            "only_in_baseline": len(self.only_in_baseline), "only_in_new": len(self.only_in_new),
+        }
 
 
 def compare(options: CompareOptions) -> Comparison:

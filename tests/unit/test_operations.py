@@ -3,6 +3,7 @@ same values with the same line (api.report took any min_fraction before; the CLI
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -118,7 +119,12 @@ def test_compare_takes_one_path_for_two_runs_of_one_folder(tmp_path):
     one = run_main(["compare", out, "--baseline-run", "a", "--new-run", "b", "--format", "json"])
     two = run_main(["compare", out, out, "--baseline-run", "a", "--new-run", "b", "--format", "json"])
     assert one.returncode == two.returncode == 1 and one.stdout == two.stdout and '"new_run": "b"' in one.stdout
-    assert api.compare(out, baseline_runs=["a"], new_run="b").new_run == "b"
+    found = api.compare(out, baseline_runs=["a"], new_run="b")
+    assert found.new_run == "b"
+    # what the command prints is the operation's own summary and rows (issue 43: api.compare gives it)
+    tables = json.loads(one.stdout)["tables"]
+    assert json.loads(json.dumps({"summary": [found.summary()], "matched": found.rows()}, default=str)) == \
+        {"summary": tables["summary"], "matched": tables["matched"]}
     latest = run_main(["compare", out, "--format", "json"])  # no run ids: its latest against those before
     assert latest.stdout == run_main(["compare", out, out, "--format", "json"]).stdout and '"new_run": "c"' in \
         latest.stdout
