@@ -18,9 +18,7 @@ from orchestrator.errors import UsageError
 from orchestrator.judging.defaults import PEER_THRESHOLD
 from orchestrator.operations import report as reporting
 from orchestrator.operations.checks import UNITS
-from orchestrator.results import nccl_tests
 from orchestrator.results.location import check_writable, is_uri
-from workloads.messages import Status
 
 TABLE_NAMES = (*report.TABLES, "flags")
 
@@ -69,10 +67,7 @@ def main(args: argparse.Namespace) -> int:
     if args.format == "nccl-tests":
         if args.table or args.csv_dir is not None or args.plots is not None:
             raise UsageError("--format nccl-tests: the run's rows in nccl-tests' layout; drop --table/--csv-dir/--plots")
-        frame = reporting.run_frame(args.path, args.run, args.collective)
-        if args.collective:  # checked by run_frame: the run has it
-            frame.df = frame.df[frame.df.collective == args.collective]
-        print(render_nccl_tests(nccl_blocks(frame)), end="")
+        print(render_nccl_tests(reporting.nccl_tests_blocks(options)), end="")
         return 0
     if args.plots is not None or args.format == "html":
         _require_matplotlib()
@@ -113,39 +108,6 @@ def _print(rep: report.Report, args: argparse.Namespace) -> None:
             titles.append(("flags", [{"kind": f["kind"], "nodes": f["nodes"], "ranks": f["ranks"],
                                       "message": f["message"], "reasons": f.get("reasons")} for f in flags]))
         print(_header(rep) + render_tables(titles, args.format))
-
-
-_BLOCK = ["collective", "dtype", "op", "topology", "world_size", "n_nodes"]
-
-
-def nccl_blocks(frame) -> list[dict]:
-    """The ok rows of a run as render_nccl_tests' blocks: one per collective, dtype, op and group
-    shape, in the run's order; a size's figures the median over the shape's groups (#wrong: the sum)."""
-    df = frame.df[frame.df.status == Status.OK]
-    if df.empty:
-        raise UsageError(f"run {frame.df.run_id.iloc[0]}: no ok row to print in nccl-tests' layout")
-    figures = df.groupby(_BLOCK + ["msg_bytes", "in_place"], sort=False, dropna=False, observed=True).agg(
-        time_us=("time_us", "median"), algbw_gbps=("algbw_gbps", "median"), busbw_gbps=("busbw_gbps", "median"),
-        n_wrong=("n_wrong", lambda s: None if s.isna().all() else int(s.sum())), count=("count", "first"),
-        groups=("group", "nunique")).reset_index()
-    blocks = []
-    for key, rows in figures.groupby(_BLOCK, sort=False, dropna=False, observed=True):
-        collective, dtype, op, topology, world_size, n_nodes = key
-        b = {"collective": collective, "binary": nccl_tests.BINARIES.get(collective, collective),
-             "dtype": nccl_tests.TYPE_NAMES.get(dtype, dtype), "op": op, "world_size": int(world_size),
-             "title": f"collbench run {frame.df.run_id.iloc[0]}: {collective} {dtype} {op}, topology {topology}, "
-                      f"{world_size} rank(s) on {n_nodes} node(s), median of {int(rows.groups.max())} group(s)",
-             "rows": {}}
-        for r in rows.sort_values("msg_bytes", kind="stable").itertuples():
-            placed = b["rows"].setdefault(int(r.msg_bytes), {"count": int(r.count)})
-            placed[bool(r.in_place)] = {"time_us": _number(r.time_us), "algbw_gbps": _number(r.algbw_gbps),
-                                        "busbw_gbps": _number(r.busbw_gbps), "n_wrong": r.n_wrong}
-        blocks.append(b)
-    return blocks
-
-
-def _number(value) -> float | None:
-    return None if value is None or value != value else float(value)
 
 
 def _write_csv_dir(folder: str, named: dict[str, list[dict]]) -> None:

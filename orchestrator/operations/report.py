@@ -10,7 +10,8 @@ from orchestrator.analysis.frame import COLUMNS, DICTIONARY, Frame
 from orchestrator.errors import UsageError
 from orchestrator.judging.defaults import MIN_FRACTION, PEER_THRESHOLD
 from orchestrator.operations.checks import UNITS, Unit, check_min_fraction, check_threshold, check_unit, user_expected
-from orchestrator.results import dataset
+from orchestrator.results import dataset, nccl_tests
+from workloads.messages import Status
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,3 +80,45 @@ def read_report(path: str, frame: Frame, threshold: float = PEER_THRESHOLD, unit
         manifest, problem = None, str(e)
     return reports.build(frame, manifest, threshold, unit, UNITS[unit], collective, user or [], min_fraction,
                          manifest_problem=problem)
+
+
+def nccl_tests_blocks(options: ReportOptions) -> list[dict]:
+    """The run's rows in nccl-tests' layout (`collbench report --format nccl-tests`): one block per
+    collective, dtype, op and group shape (only `options.collective`'s where one is named)."""
+    frame = run_frame(options.path, options.run_id, options.collective)
+    if options.collective:  # checked by run_frame: the run has it
+        frame.df = frame.df[frame.df.collective == options.collective]
+    return _blocks(frame)
+
+
+_BLOCK = ["collective", "dtype", "op", "topology", "world_size", "n_nodes"]
+
+
+def _blocks(frame: Frame) -> list[dict]:
+    """The ok rows of a run as render_nccl_tests' blocks: one per collective, dtype, op and group
+    shape, in the run's order; a size's figures the median over the shape's groups (#wrong: the sum)."""
+    df = frame.df[frame.df.status == Status.OK]
+    if df.empty:
+        raise UsageError(f"run {frame.df.run_id.iloc[0]}: no ok row to print in nccl-tests' layout")
+    figures = df.groupby(_BLOCK + ["msg_bytes", "in_place"], sort=False, dropna=False, observed=True).agg(
+        time_us=("time_us", "median"), algbw_gbps=("algbw_gbps", "median"), busbw_gbps=("busbw_gbps", "median"),
+        n_wrong=("n_wrong", lambda s: None if s.isna().all() else int(s.sum())), count=("count", "first"),
+        groups=("group", "nunique")).reset_index()
+    blocks = []
+    for key, rows in figures.groupby(_BLOCK, sort=False, dropna=False, observed=True):
+        collective, dtype, op, topology, world_size, n_nodes = key
+        b = {"collective": collective, "binary": nccl_tests.BINARIES.get(collective, collective),
+             "dtype": nccl_tests.TYPE_NAMES.get(dtype, dtype), "op": op, "world_size": int(world_size),
+             "title": f"collbench run {frame.df.run_id.iloc[0]}: {collective} {dtype} {op}, topology {topology}, "
+                      f"{world_size} rank(s) on {n_nodes} node(s), median of {int(rows.groups.max())} group(s)",
+             "rows": {}}
+        for r in rows.sort_values("msg_bytes", kind="stable").itertuples():
+            placed = b["rows"].setdefault(int(r.msg_bytes), {"count": int(r.count)})
+            placed[bool(r.in_place)] = {"time_us": _number(r.time_us), "algbw_gbps": _number(r.algbw_gbps),
+                                        "busbw_gbps": _number(r.busbw_gbps), "n_wrong": r.n_wrong}
+        blocks.append(b)
+    return blocks
+
+
+def _number(value) -> float | None:
+    return None if value is None or value != value else float(value)
