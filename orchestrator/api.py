@@ -50,7 +50,7 @@ from orchestrator.operations.import_ import Imported, Topology
 from orchestrator.operations.plan import Planned
 from orchestrator.results.location import check_writable, resolve_output
 from orchestrator.results.schema import RunState
-from orchestrator.sweep.spec import SweepSpec, from_mapping
+from orchestrator.sweep.spec import SweepSpec, field_of, from_mapping
 
 __all__ = ["Comparison", "Planned", "Preflight", "Qualification", "Report", "RunResult", "UsageError", "compare",
            "doctor", "import_nccl_tests", "plan", "preflight", "qualify", "replay", "report", "run", "spec"]
@@ -65,17 +65,23 @@ def spec(base: SweepSpec | None = None, **options: Any) -> SweepSpec:
 
 
 def run(sweep: SweepSpec | None = None, /, *, nodes: Sequence[str] | None = None, placement_group=None,
-        doctor: bool = True, verbose: bool = False, **options: Any) -> RunResult:
+        resume: str | None = None, retry_failed: bool = False, doctor: bool = True, verbose: bool = False,
+        **options: Any) -> RunResult:
     """Measure a sweep; returns its RunResult (rows, manifest, how it ended). `nodes`: only these
     (IP, host name or Ray node id); `placement_group`: a placement group the caller holds, one rank
-    per bundle, on its bundles' nodes; `doctor`: the quick checks before the first group (a failed
-    one raises UsageError naming the node)."""
-    from orchestrator.execution import console, jobs
+    per bundle, on its bundles' nodes; `resume`: finish that run of `output` (only the groups it
+    lacks, with its own sweep; an option given here that would change what it measures is refused),
+    `retry_failed` measuring its failed groups again; `doctor`: the quick checks before the first
+    group (a failed one raises UsageError naming the node)."""
+    from orchestrator.execution import console
+    from orchestrator.operations.run import RunOptions
+    from orchestrator.operations.run import run as measure
 
-    chosen = _spec(sweep, nodes, options)
-    check_writable(chosen.output)
-    return jobs.sweep(chosen, voice=COMMAND_LINE if verbose else QUIET, placement_group=placement_group,
-                      console_for=(lambda groups: console.Console(groups)) if verbose else None, doctor=doctor)
+    given = _with_nodes(nodes, options)
+    chosen = RunOptions(sweep=spec(sweep, **given), resume=resume, retry_failed=retry_failed, doctor=doctor,
+                        given=frozenset(f.name for f in map(field_of, given) if f is not None))
+    return measure(chosen, voice=COMMAND_LINE if verbose else QUIET, placement_group=placement_group,
+                   console_for=(lambda groups: console.Console(groups)) if verbose else None)
 
 
 def replay(dumps: str | Sequence[str], /, *, repeat: int = 3, gaps: bool = False, ops_per_step: int | None = None,

@@ -120,3 +120,27 @@ def test_the_resume_command_carries_the_address(monkeypatch):
     assert resume.resume_command(RUN, "/r", "10.0.0.1:6379").endswith("--output /r --address 10.0.0.1:6379")
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.2:6379")
     assert resume.resume_command(RUN, "/r", None).endswith("--output /r --address 10.0.0.2:6379")
+
+
+def test_the_api_resumes_as_the_command_line_does(tmp_path, monkeypatch):
+    """Issue 43: resume lived in the command alone. Both faces now build RunOptions and call one
+    operation: the same resumed sweep reaches the body, and the same refusal comes back."""
+    out = _saved(tmp_path)
+    from orchestrator import api
+    from orchestrator.execution import jobs
+
+    reached = []
+    monkeypatch.setattr(jobs, "sweep", lambda spec, **kw: reached.append((spec, kw["run_id"], kw["retry_failed"]))
+                        or (_ for _ in ()).throw(UsageError("stop here")))
+    cli = run_main(["run", "--resume", RUN, "--output", out, "--retry-failed", "--group-timeout", "900"])
+    assert cli.returncode == 2 and cli.stderr == "collbench: error: stop here\n"
+    with pytest.raises(UsageError, match="^stop here$"):
+        api.run(resume=RUN, output=out, retry_failed=True, group_timeout="900")
+    assert len(reached) == 2 and reached[0] == reached[1]
+    spec, run_id, retry = reached[0]
+    assert (run_id, retry, spec.min_bytes, spec.ranks_per_node, spec.group_timeout_s) == (RUN, True, 1024, 4, 900.0)
+    with pytest.raises(UsageError, match=rf"^--resume {RUN}: --min-bytes 8 \(the run's: 1K\): a resumed run measures"):
+        api.run(resume=RUN, output=out, min_bytes=8)
+    with pytest.raises(UsageError, match=r"^--retry-failed: only with --resume RUN_ID"):
+        api.run(retry_failed=True, output=out)
+    assert len(reached) == 2

@@ -1,0 +1,65 @@
+"""`collbench run` and `api.run`: measure a sweep, or finish a run that was cut short (resume).
+The body that measures is execution.jobs.sweep (the Ray port); what is decided before it, the
+resumed run's own sweep and what today's options may change of it, is decided here, once."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from orchestrator.errors import UsageError
+from orchestrator.execution.voice import COMMAND_LINE, Voice
+from orchestrator.results.location import check_writable, resolve_output
+from orchestrator.sweep import resume
+from orchestrator.sweep.spec import SweepSpec
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunOptions:
+    """A run's sweep and how it starts, checked when made."""
+
+    sweep: SweepSpec
+    resume: str | None = None
+    """Finish this run of the sweep's output: measure only the groups it lacks, with its own sweep."""
+    retry_failed: bool = False
+    """With `resume`: also measure again the groups that failed, timed out or were skipped."""
+    given: frozenset[str] = frozenset()
+    """The sweep fields the caller set (a resumed run keeps its own for the others, and refuses a
+    given one that would change what it measures)."""
+    doctor: bool = True
+    """The quick checks before the first group (a failed one refuses the run naming the node)."""
+
+    def __post_init__(self) -> None:
+        if self.resume is not None:
+            resume.check_run_id(self.resume)  # before anything reads or writes a path made from it
+        if self.retry_failed and self.resume is None:
+            raise UsageError("--retry-failed: only with --resume RUN_ID")
+
+
+def run(options: RunOptions, *, voice: Voice = COMMAND_LINE, console_for: Callable | None = None,
+        placement_group=None):
+    """Measure the sweep (or the rest of the resumed run); its RunResult."""
+    spec = dataclasses.replace(options.sweep, output=resolve_output(options.sweep.output))
+    saved = None
+    if options.resume is not None:
+        saved = _resumed_run(spec.output, options.resume)
+        spec = resume.resumed_spec(saved, spec, set(options.given), options.resume)
+    check_writable(spec.output)
+    from orchestrator.execution import jobs  # Ray and all it needs, after the cheap checks
+
+    return jobs.sweep(spec, run_id=options.resume, saved=saved, retry_failed=options.retry_failed, voice=voice,
+                      console_for=console_for, placement_group=placement_group, doctor=options.doctor)
+
+
+def _resumed_run(output: str, run_id: str) -> resume.SavedRun:
+    """The run's own sweep and nodes, from its manifest."""
+    from orchestrator.results import dataset
+
+    record = dataset.manifest(output, run_id)
+    if record is None:
+        raise UsageError(f"--resume {run_id}: no such run in {output}")
+    if record.get("command") == "replay":
+        raise UsageError(f"--resume {run_id}: a replay (one group of every traced rank) is not resumed; "
+                         "run `collbench replay` again")
+    return resume.saved_run(record, run_id)
