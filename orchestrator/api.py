@@ -88,20 +88,17 @@ def replay(dumps: str | Sequence[str], /, *, repeat: int = 3, gaps: bool = False
            trace_ranks_per_node: int | None = None, nodes: Sequence[str] | None = None, doctor: bool = True,
            verbose: bool = False, **options: Any) -> RunResult:
     """Run a training job's collectives again from its Flight Recorder dumps (files or folders),
-    as `collbench replay`; returns the RunResult (rows: pattern "replay"). Options: backend,
-    ranks_per_node, output, address, env, group_timeout_s, ..."""
-    from orchestrator.execution import console, jobs
-    from orchestrator.execution.replaying import from_dumps
+    as `collbench replay`; returns the RunResult (rows: pattern "replay"). Options as the command's
+    (backend, ranks_per_node, output, address, env, group_timeout, ...; any other is refused)."""
+    from orchestrator.execution import console
+    from orchestrator.operations import replay as replaying
 
-    planner, said = from_dumps([dumps] if isinstance(dumps, str) else dumps, repeat=repeat, gaps=gaps,
-                               ops_per_step=ops_per_step, trace_ranks_per_node=trace_ranks_per_node)
-    chosen = _spec(None, nodes, options)
-    check_writable(chosen.output)
-    voice = COMMAND_LINE if verbose else QUIET
-    for line in said:
-        voice.say(f"collbench: {line}")
-    return jobs.sweep(chosen, voice=voice, console_for=(lambda groups: console.Console(groups)) if verbose else None,
-                      doctor=doctor, command="replay", planner=planner)
+    chosen = replaying.ReplayOptions(
+        dumps=(dumps,) if isinstance(dumps, str) else tuple(dumps), sweep=replaying.SWEEPS.spec(
+            None, _with_nodes(nodes, options)), repeat=repeat, gaps=gaps, ops_per_step=ops_per_step,
+        trace_ranks_per_node=trace_ranks_per_node, doctor=doctor)
+    return replaying.replay(chosen, voice=COMMAND_LINE if verbose else QUIET,
+                            console_for=(lambda groups: console.Console(groups)) if verbose else None)
 
 
 def qualify(sweep: SweepSpec | None = None, /, *, nodes: Sequence[str] | None = None, placement_group=None,
@@ -195,10 +192,6 @@ def doctor(*, nodes: Sequence[str] | None = None, **options: Any):
     fail; `.cluster` and `.nodes`: the checks; `.to_json()`: the command's JSON). Options: address,
     ranks_per_node, exclude."""
     return doctoring.doctor(doctoring.SWEEPS.spec(None, _with_nodes(nodes, options)))
-
-
-def _spec(sweep: SweepSpec | None, nodes: Sequence[str] | None, options: dict) -> SweepSpec:
-    return spec(sweep, **_with_nodes(nodes, options))
 
 
 def _with_nodes(nodes: Sequence[str] | None, options: dict) -> dict:

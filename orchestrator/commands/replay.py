@@ -4,16 +4,12 @@ again on the cluster (orchestrator.sweep.trace, execution.replaying); rows with 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import time
 
 from orchestrator.commands.options import add_doctor_option, add_spec_options, spec_from_args
 from orchestrator.execution.replaying import MAX_REPEAT
-from orchestrator.results.location import check_writable, resolve_output
+from orchestrator.operations.replay import SWEEPS, ReplayOptions, replay
 from orchestrator.results.schema import RunState
-
-OPTIONS = ("backend", "ranks_per_node", "nodes", "exclude", "group_timeout_s", "deadline_rate_gbps", "output",
-           "address", "env", "allow_failures")
 
 
 def add_parser(sub) -> None:
@@ -41,26 +37,19 @@ def add_parser(sub) -> None:
                    help="the traced job's layout, not this cluster's: how many ranks per node the job that wrote "
                    "the dumps ran, so trace ranks 0..N-1 were on its first node, N..2N-1 on its second, and so on; "
                    "they are placed so here (default: the ranks this cluster's nodes hold, the fewest of any node)")
-    add_spec_options(p, only=OPTIONS)
+    add_spec_options(p, only=SWEEPS.fields)
     add_doctor_option(p)
     p.set_defaults(handler=main)
 
 
 def main(args: argparse.Namespace) -> int:
     t_start = time.monotonic()
-    from orchestrator.execution.replaying import from_dumps
-
-    planner, said = from_dumps(args.dumps, repeat=args.repeat, gaps=args.gaps, ops_per_step=args.ops_per_step,
-                               trace_ranks_per_node=args.trace_ranks_per_node)
-    spec = spec_from_args(args)
-    spec = dataclasses.replace(spec, output=resolve_output(spec.output))
-    check_writable(spec.output)
-    for line in said:
-        print(f"collbench: {line}", flush=True)
+    options = ReplayOptions(dumps=tuple(args.dumps), sweep=spec_from_args(args), repeat=args.repeat, gaps=args.gaps,
+                            ops_per_step=args.ops_per_step, trace_ranks_per_node=args.trace_ranks_per_node,
+                            doctor=not args.no_doctor)
     from orchestrator.execution import console, jobs
 
-    result = jobs.sweep(spec, console_for=lambda groups: console.Console(groups), doctor=not args.no_doctor,
-                        command="replay", planner=planner)
+    result = replay(options, console_for=lambda groups: console.Console(groups))
     if result.state == RunState.FINISHED:
         for line in jobs.closing_lines(result, t_start):
             print(line, flush=True)

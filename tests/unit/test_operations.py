@@ -102,8 +102,11 @@ def test_plan_is_one_operation_under_both_faces(argv, options):
     (lambda: api.plan(inventory="64y8"), "--inventory '64y8': expected NODESxRANKS"),
     (lambda: api.doctor(patterns=["ring"]), "collbench.api: key 'patterns' is not an option of collbench doctor"),
     (lambda: api.doctor(nodes="10.0.0.1"), "nodes '10.0.0.1': a list of nodes, not one string"),
+    (lambda: api.replay("dumps/", collectives=["all_gather"]),
+     "collbench.api: key 'collectives' is not an option of collbench replay"),
+    (lambda: api.replay("no such dumps/", repeat=0), "--repeat 0: must be between 1 and 1000"),
 ])
-def test_plan_and_doctor_refuse_what_their_commands_do_not_take(call, said):
+def test_plan_doctor_and_replay_refuse_what_their_commands_do_not_take(call, said):
     with pytest.raises(UsageError, match="^" + re.escape(said)):
         call()
 
