@@ -14,6 +14,7 @@ line, for Ray users' own drivers and notebooks (README: "Python API").
     api.import_nccl_tests(["all_reduce.log"], "results").run_id   # nccl-tests' output as a run
     api.plan(inventory="64x8", patterns=["ring"]).measurements      # what a run would do, no actor
     api.doctor().status                              # every node checked for what makes collectives fail
+    api.watch(cycles=1).cycles[0].alerts             # one canary cycle: alerts, with their evidence
 
 Options are the sweep options' long names with underscores, as in a `--config` YAML file (`max_bytes`
 for --max-bytes, `group_timeout="5m"` for --group-timeout), with the same values and the same checks: a bad value raises `UsageError` with
@@ -52,8 +53,9 @@ from orchestrator.results.location import check_writable, resolve_output
 from orchestrator.results.schema import RunState
 from orchestrator.sweep.spec import SweepSpec, field_of, from_mapping
 
-__all__ = ["Comparison", "Planned", "Preflight", "Qualification", "Report", "RunResult", "UsageError", "compare",
-           "doctor", "import_nccl_tests", "plan", "preflight", "qualify", "replay", "report", "run", "spec"]
+__all__ = ["Comparison", "Planned", "Preflight", "Qualification", "Report", "RunResult", "UsageError", "Watched",
+           "compare", "doctor", "import_nccl_tests", "plan", "preflight", "qualify", "replay", "report", "run", "spec",
+           "watch"]
 
 
 def spec(base: SweepSpec | None = None, **options: Any) -> SweepSpec:
@@ -177,6 +179,46 @@ def import_nccl_tests(paths: str | Sequence[str], output: str, *, hosts: Sequenc
     return importing.import_run(importing.ImportOptions(
         paths=(paths,) if isinstance(paths, str) else tuple(paths), output=output, hosts=tuple(hosts),
         topology=topology, run_id=run_id, collective=collective))
+
+
+@dataclass
+class Watched:
+    """The cycles a watch ran (each with its alerts, what it checked, its run ids) and how it ended:
+    exit 0 after its cycles or a signal, 1 when the cluster was lost past the reconnect timeout."""
+
+    cycles: list
+    exit_code: int
+
+
+def watch(sweep: SweepSpec | None = None, /, *, cycles: int = 1, every: str | float = "5m", baseline_cycles: int = 5,
+          retention: str | float | None = None, reconnect_timeout: str | float = "5m",
+          threshold: float = PEER_THRESHOLD, expected: str | None = None, min_fraction: float = MIN_FRACTION,
+          nodes: Sequence[str] | None = None, doctor: bool = True, on_cycle=None, verbose: bool = False,
+          **options: Any) -> Watched:
+    """`collbench watch` from Python: `cycles` canary cycles (default one: call again for the next;
+    the rolling baseline is read back from `output`; 0: until SIGTERM), each given to `on_cycle` as it
+    ends. Options as the command's (its canary's defaults: all_reduce 1M and 16M, every pair and
+    every node's own group); `verbose` prints the command's lines."""
+    from orchestrator.operations import watch as watching
+
+    given = _with_nodes(nodes, options)
+    ranks_given = "ranks_per_node" in given or (sweep is not None
+                                                and sweep.ranks_per_node != SweepSpec().ranks_per_node)
+    chosen = watching.WatchOptions(
+        sweep=watching.SWEEPS.spec(sweep, given), every=every, cycles=cycles, baseline_cycles=baseline_cycles,
+        retention=retention, reconnect_timeout=reconnect_timeout, threshold=threshold, expected=expected,
+        min_fraction=min_fraction, doctor=doctor, fit_ranks=not ranks_given)
+    seen: list = []
+
+    def emit(cycle) -> None:
+        seen.append(cycle)
+        if verbose:
+            watching.stdout_line(cycle)
+        if on_cycle is not None:
+            on_cycle(cycle)
+
+    code = watching.watch(chosen, emit=emit, say=watching.stderr if verbose else (lambda _line: None))
+    return Watched(seen, code)
 
 
 def plan(sweep: SweepSpec | None = None, /, *, inventory: str | None = None, **options: Any) -> Planned:

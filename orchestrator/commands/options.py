@@ -8,7 +8,7 @@ import argparse
 from orchestrator import yamlfile
 from orchestrator.errors import UsageError
 from orchestrator.judging.defaults import MIN_FRACTION
-from orchestrator.operations.checks import UNITS, check_min_fraction, user_expected
+from orchestrator.operations.checks import UNITS
 from orchestrator.sweep.sizes import format_bytes
 from orchestrator.sweep.spec import SweepSpec, convert, from_mapping, key_of, spec_fields
 from orchestrator.sweep.units import format_duration
@@ -91,13 +91,6 @@ def add_expected_options(p: argparse.ArgumentParser, what: str) -> None:
                    "platform, source) that add to and override the shipped table (README: Expected values)")
     p.add_argument("--min-fraction", type=float, default=MIN_FRACTION,
                    help=f"{what} below this fraction of the expected value (default: {MIN_FRACTION:g})")
-
-
-def expected_from_args(args: argparse.Namespace) -> list:
-    """The user's --expected entries, after checking --min-fraction (watch's; report and qualify
-    check theirs in their options)."""
-    check_min_fraction(args.min_fraction)
-    return user_expected(args.expected)
 
 
 def add_doctor_option(p: argparse.ArgumentParser) -> None:

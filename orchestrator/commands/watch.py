@@ -5,23 +5,10 @@ cluster is lost for longer than --reconnect-timeout, 2 for bad input."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 
-from orchestrator.commands.options import add_doctor_option, add_expected_options, add_spec_options, expected_from_args
-from orchestrator.errors import UsageError
+from orchestrator.commands.options import add_doctor_option, add_expected_options, add_spec_options
 from orchestrator.judging.defaults import PEER_THRESHOLD
-from orchestrator.operations.checks import check_threshold
-from orchestrator.results.location import check_writable, resolve_output
-from orchestrator.sweep.units import parse_duration
-
-OPTIONS = ("collectives", "dtypes", "min_bytes", "max_bytes", "step_factor", "iters", "warmup", "check_iters",
-           "backend", "patterns", "ranks_per_node", "group_timeout_s", "deadline_rate_gbps", "output", "address", "env",
-           "expect_net", "nodes", "exclude")
-# the canary: all_reduce at two sizes, every node pair and every node's own group
-DEFAULTS = {"collectives": ("all_reduce",), "min_bytes": 1 << 20, "max_bytes": 16 << 20, "step_factor": 16,
-            "iters": 5, "warmup": 1, "patterns": ("pairwise", "intra"), "group_timeout_s": 60.0}
-MAX_CYCLES = 10**9
-MAX_DURATION_S = 366 * 86400.0  # --every, --retention, --reconnect-timeout: past a year is a typo
+from orchestrator.operations.watch import SWEEPS, WatchOptions, stderr, stdout_jsonl, stdout_line, watch
 
 
 def add_parser(sub) -> None:
@@ -35,7 +22,7 @@ def add_parser(sub) -> None:
         "date=YYYY-MM-DD/; metrics through Ray (ray_collbench_alerts_total). Ends on SIGTERM or Ctrl-C (exit 0), "
         "or after --cycles.",
     )
-    add_spec_options(p, only=OPTIONS, defaults=DEFAULTS)
+    add_spec_options(p, only=SWEEPS.fields, defaults=SWEEPS.defaults)
     p.add_argument("--every", default="5m", help="time from one cycle's start to the next: 30s, 5m, 1h; a bare number "
                    "is seconds (default: 5m)")
     p.add_argument("--cycles", type=int, default=0, help="stop after this many cycles (default: 0, never)")
@@ -59,25 +46,10 @@ def add_parser(sub) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from orchestrator.commands.options import spec_from_args
-    from orchestrator.operations import watch
 
-    check_threshold(args.threshold)
-    user = expected_from_args(args)
-    every_s = parse_duration(args.every, "--every", MAX_DURATION_S)
-    reconnect_s = parse_duration(args.reconnect_timeout, "--reconnect-timeout", MAX_DURATION_S)
-    retention = None
-    if args.retention is not None:  # partitions are days: a duration counts in whole ones
-        retention = int(parse_duration(args.retention, "--retention", MAX_DURATION_S) // 86400)
-        if retention < 1:
-            raise UsageError(f"--retention {args.retention}: at least 1d (partitions are whole days)")
-    for flag, value, low in (("--cycles", args.cycles, 0), ("--baseline-cycles", args.baseline_cycles, 1)):
-        if not low <= value <= MAX_CYCLES:
-            raise UsageError(f"{flag} {value}: must be between {low} and {MAX_CYCLES}")
-    spec = spec_from_args(args)
-    spec = dataclasses.replace(spec, output=resolve_output(spec.output))
-    check_writable(spec.output)
-    emit = watch.stdout_jsonl if args.format == "jsonl" else watch.stdout_line
-    return watch.Watch(spec, every_s=every_s, cycles=args.cycles, threshold=args.threshold,
-                       min_fraction=args.min_fraction, user_entries=user, baseline_cycles=args.baseline_cycles,
-                       retention_days=retention, reconnect_s=reconnect_s, emit=emit, say=watch.stderr,
-                       doctor=not args.no_doctor, fit_ranks=args.ranks_per_node is None).run()
+    options = WatchOptions(sweep=spec_from_args(args), every=args.every, cycles=args.cycles,
+                           baseline_cycles=args.baseline_cycles, retention=args.retention,
+                           reconnect_timeout=args.reconnect_timeout, threshold=args.threshold, expected=args.expected,
+                           min_fraction=args.min_fraction, doctor=not args.no_doctor,
+                           fit_ranks=args.ranks_per_node is None)
+    return watch(options, emit=stdout_jsonl if args.format == "jsonl" else stdout_line, say=stderr)

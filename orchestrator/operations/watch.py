@@ -32,6 +32,8 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from types import MappingProxyType
 
 from orchestrator.errors import ConnectTimeout, UsageError, first_line
 from orchestrator.execution.canary import (
@@ -50,10 +52,15 @@ from orchestrator.execution.canary import (
     with_partners,
 )
 from orchestrator.execution.voice import QUIET
+from orchestrator.judging.defaults import MIN_FRACTION, PEER_THRESHOLD
+from orchestrator.operations.checks import check_min_fraction, check_threshold, user_expected
+from orchestrator.operations.sweeps import Sweeps
+from orchestrator.results.location import check_writable, resolve_output
 from orchestrator.results.schema import RunState
 from orchestrator.sweep.inventory import Node
 from orchestrator.sweep.planner import nodes_needed
 from orchestrator.sweep.spec import SweepSpec
+from orchestrator.sweep.units import parse_duration
 
 PARTITION = "date={:%Y-%m-%d}"
 RELEASE_TIMEOUT_S = 15.0  # at most this long for a cycle's own workers to be gone before the next reads what is free
@@ -61,6 +68,82 @@ RELEASE_SETTLE_S = 0.5
 # exported as ray_<name> (counters with _total): docs/prometheus/collbench-alerts.yml, the Grafana board
 METRICS = ("collbench_alerts", "collbench_watch_last_cycle_seconds", "collbench_watch_last_cycle_timestamp_seconds",
            "collbench_watch_nodes_checked", "collbench_watch_nodes_busy")
+
+
+# What watch takes of a sweep, and its canary: all_reduce at two sizes, every node pair and every
+# node's own group.
+SWEEPS = Sweeps("collbench watch",
+                fields=("collectives", "dtypes", "min_bytes", "max_bytes", "step_factor", "iters", "warmup",
+                        "check_iters", "backend", "patterns", "ranks_per_node", "group_timeout_s", "deadline_rate_gbps",
+                        "output", "address", "env", "expect_net", "nodes", "exclude"),
+                defaults=MappingProxyType({"collectives": ("all_reduce",), "min_bytes": 1 << 20,
+                                           "max_bytes": 16 << 20, "step_factor": 16, "iters": 5, "warmup": 1,
+                                           "patterns": ("pairwise", "intra"), "group_timeout_s": 60.0}))
+MAX_CYCLES = 10**9
+MAX_DURATION_S = 366 * 86400.0  # every, retention, reconnect timeout: past a year is a typo
+
+
+@dataclass(frozen=True, kw_only=True)
+class WatchOptions:
+    """A watch's canary sweep and its loop, checked when made."""
+
+    sweep: SweepSpec
+    every: str | float = "5m"
+    """Time from one cycle's start to the next (30s, 5m, 1h; a number is seconds)."""
+    cycles: int = 0
+    """Stop after this many cycles; 0: never (until SIGTERM or Ctrl-C)."""
+    baseline_cycles: int = 5
+    """A link's rolling baseline: the last N cycles that raised no alert."""
+    retention: str | float | None = None
+    """Drop date partitions older than this, in whole days (at least 1d); None: keep all."""
+    reconnect_timeout: str | float = "5m"
+    """How long to try joining the cluster again when its head stops answering."""
+    threshold: float = PEER_THRESHOLD
+    """A drop this fraction below its baseline, beyond the noise, is a drift."""
+    expected: str | None = None
+    """A YAML file of the user's expected values, over the shipped table."""
+    min_fraction: float = MIN_FRACTION
+    """With an expected value, a node below this fraction of it is slow."""
+    doctor: bool = True
+    fit_ranks: bool = False
+    """CPU ranks fitted to the smallest node (no ranks per node given)."""
+
+    def __post_init__(self) -> None:
+        check_threshold(self.threshold)
+        check_min_fraction(self.min_fraction)
+        for flag, value, low in (("--cycles", self.cycles, 0), ("--baseline-cycles", self.baseline_cycles, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= MAX_CYCLES:
+                raise UsageError(f"{flag} {value}: must be between {low} and {MAX_CYCLES}")
+        _ = self.every_s, self.reconnect_s, self.retention_days
+
+    @property
+    def every_s(self) -> float:
+        return parse_duration(self.every, "--every", MAX_DURATION_S)
+
+    @property
+    def reconnect_s(self) -> float:
+        return parse_duration(self.reconnect_timeout, "--reconnect-timeout", MAX_DURATION_S)
+
+    @property
+    def retention_days(self) -> int | None:
+        if self.retention is None:
+            return None
+        days = int(parse_duration(self.retention, "--retention", MAX_DURATION_S) // 86400)
+        if days < 1:  # partitions are days: a duration counts in whole ones
+            raise UsageError(f"--retention {self.retention}: at least 1d (partitions are whole days)")
+        return days
+
+
+def watch(options: WatchOptions, *, emit: Callable[[Cycle], None], say: Callable[[str], None]) -> int:
+    """Run the watch: each cycle to `emit`, its own lines to `say`; 0 when it ended by --cycles or a
+    signal, 1 when the cluster was lost for longer than the reconnect timeout."""
+    user = user_expected(options.expected)
+    spec = dataclasses.replace(options.sweep, output=resolve_output(options.sweep.output))
+    check_writable(spec.output)
+    return Watch(spec, every_s=options.every_s, cycles=options.cycles, threshold=options.threshold,
+                 min_fraction=options.min_fraction, user_entries=user, baseline_cycles=options.baseline_cycles,
+                 retention_days=options.retention_days, reconnect_s=options.reconnect_s, emit=emit, say=say,
+                 doctor=options.doctor, fit_ranks=options.fit_ranks).run()
 
 
 # -- the loop ---------------------------------------------------------------------------------

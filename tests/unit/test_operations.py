@@ -131,3 +131,30 @@ def test_compare_takes_one_path_for_two_runs_of_one_folder(tmp_path):
     latest = run_main(["compare", out, "--format", "json"])  # no run ids: its latest against those before
     assert latest.stdout == run_main(["compare", out, out, "--format", "json"]).stdout and '"new_run": "c"' in \
         latest.stdout
+
+
+@pytest.mark.parametrize("argv, options", [
+    (["--every", "0"], {"every": "0"}),
+    (["--every", "5x"], {"every": "5x"}),
+    (["--cycles", "-1"], {"cycles": -1}),
+    (["--baseline-cycles", "0"], {"baseline_cycles": 0}),
+    (["--retention", "12h"], {"retention": "12h"}),
+    (["--reconnect-timeout", "400d"], {"reconnect_timeout": "400d"}),
+    (["--threshold", "5"], {"threshold": 5.0}),
+    (["--min-fraction", "0"], {"min_fraction": 0.0}),
+])
+def test_watch_refuses_the_same_values_from_both_faces(tmp_path, argv, options):
+    """Issue 43: watch's duration, cycle and retention checks lived in the command alone; they are
+    WatchOptions' now, and api.watch says the command's line (before any Ray)."""
+    done = run_main(["watch", "--output", str(tmp_path / "out"), *argv])
+    assert done.returncode == 2 and done.stderr.startswith("collbench: error: ")
+    said = done.stderr.strip().removeprefix("collbench: error: ")
+    with pytest.raises(UsageError) as refused:
+        api.watch(output=str(tmp_path / "out"), **options)
+    assert str(refused.value) == said
+    assert not (tmp_path / "out").exists()
+
+
+def test_watch_takes_the_commands_sweep_fields_only():
+    with pytest.raises(UsageError, match=r"^collbench.api: key 'root' is not an option of collbench watch"):
+        api.watch(root=1)

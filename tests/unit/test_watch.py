@@ -70,7 +70,7 @@ def test_retention_drops_only_date_partitions_older_than_it():
 
 
 def test_durations():
-    from orchestrator.commands.watch import MAX_DURATION_S
+    from orchestrator.operations.watch import MAX_DURATION_S
     from orchestrator.sweep.units import parse_duration
 
     assert [parse_duration(t, "--every", MAX_DURATION_S) for t in ("30s", "5m", "2h", "7d", "90")] == \
