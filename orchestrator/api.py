@@ -15,6 +15,7 @@ line, for Ray users' own drivers and notebooks (README: "Python API").
     api.plan(inventory="64x8", patterns=["ring"]).measurements      # what a run would do, no actor
     api.doctor().status                              # every node checked for what makes collectives fail
     api.watch(cycles=1).cycles[0].alerts             # one canary cycle: alerts, with their evidence
+    api.predict("results", params=7e9, dp=64, tp=8).tables["summary"]   # a step's communication, priced
 
 Options are the sweep options' long names with underscores, as in a `--config` YAML file (`max_bytes`
 for --max-bytes, `group_timeout="5m"` for --group-timeout), with the same values and the same checks: a bad value raises `UsageError` with
@@ -49,13 +50,14 @@ from orchestrator.operations.checks import Unit, user_expected
 from orchestrator.operations.compare import By, Comparison
 from orchestrator.operations.import_ import Imported, Topology
 from orchestrator.operations.plan import Planned
+from orchestrator.operations.predict import Predicted
 from orchestrator.results.location import check_writable, resolve_output
 from orchestrator.results.schema import RunState
 from orchestrator.sweep.spec import SweepSpec, field_of, from_mapping
 
-__all__ = ["Comparison", "Planned", "Preflight", "Qualification", "Report", "RunResult", "UsageError", "Watched",
-           "compare", "doctor", "import_nccl_tests", "plan", "preflight", "qualify", "replay", "report", "run", "spec",
-           "watch"]
+__all__ = ["Comparison", "Planned", "Predicted", "Preflight", "Qualification", "Report", "RunResult", "UsageError",
+           "Watched", "compare", "doctor", "import_nccl_tests", "plan", "predict", "preflight", "qualify", "replay",
+           "report", "run", "spec", "watch"]
 
 
 def spec(base: SweepSpec | None = None, **options: Any) -> SweepSpec:
@@ -219,6 +221,27 @@ def watch(sweep: SweepSpec | None = None, /, *, cycles: int = 1, every: str | fl
 
     code = watching.watch(chosen, emit=emit, say=watching.stderr if verbose else (lambda _line: None))
     return Watched(seen, code)
+
+
+def predict(path: str, /, **options: Any) -> Predicted:
+    """The per-step communication time of a training layout priced from a run's fits, as
+    `collbench predict`: `.tables` (summary, terms; what_if and what_if_terms beside them),
+    `.incomplete` (terms not measured). Options as the command's with underscores: run, params (a
+    number), dp, tp, pp, layers, hidden, seq, micro_batch, micro_batches, ranks_per_node, fsdp,
+    dtype, bucket_bytes, what_if (["dp=32", ...]), what_if_results ([PATH, RUN_ID]), trace (dumps),
+    ops_per_step, replay_run."""
+    from orchestrator.operations import predict as predicting
+
+    known = {f.name for f in dataclasses.fields(predicting.PredictOptions)} - {"path"}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise UsageError(f"collbench.api: key {unknown[0]!r} is not an option of collbench predict (its keys: "
+                         f"{', '.join(sorted(known))})")
+    for key in ("what_if", "what_if_results", "trace"):
+        if key in options:
+            value = options[key]
+            options[key] = (value,) if isinstance(value, str) else tuple(value)
+    return predicting.predict(predicting.PredictOptions(path=path, **options))
 
 
 def plan(sweep: SweepSpec | None = None, /, *, inventory: str | None = None, **options: Any) -> Planned:

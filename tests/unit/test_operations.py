@@ -158,3 +158,24 @@ def test_watch_refuses_the_same_values_from_both_faces(tmp_path, argv, options):
 def test_watch_takes_the_commands_sweep_fields_only():
     with pytest.raises(UsageError, match=r"^collbench.api: key 'root' is not an option of collbench watch"):
         api.watch(root=1)
+
+
+def test_predict_is_one_operation_under_both_faces(tmp_path):
+    """Issue 43: predict was a whole operation on an argparse Namespace; api.predict gives the
+    tables the command prints, and refuses what it refuses with the same line."""
+    import json as jsonlib
+
+    from tests.synthetic import write_run
+
+    out = str(tmp_path / "res")
+    write_run(out, "a", nodes=6, minute=0)
+    done = run_main(["predict", out, "--params", "7e9", "--dp", "8", "--what-if", "dp=16", "--format", "json"])
+    found = api.predict(out, params=7e9, dp=8, what_if=["dp=16"])
+    assert done.returncode == found.exit_code
+    assert jsonlib.loads(done.stdout)["tables"] == jsonlib.loads(jsonlib.dumps(found.tables, default=str))
+    refused = run_main(["predict", out, "--params", "7e9", "--pp", "3"])
+    with pytest.raises(UsageError) as said:
+        api.predict(out, params=7e9, pp=3)
+    assert refused.returncode == 2 and refused.stderr == f"collbench: error: {said.value}\n"
+    with pytest.raises(UsageError, match=r"^collbench.api: key 'gpus' is not an option of collbench predict"):
+        api.predict(out, params=7e9, gpus=8)
