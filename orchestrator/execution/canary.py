@@ -1,6 +1,6 @@
 """What a watch cycle is and decides, pure (no Ray): its record and alerts, which nodes it can
 measure (idle, and big enough for its ranks), whom it doubts and with which partners, when it has
-been blind too long, which partitions have expired, and its line. operations/watch.py is the loop
+been blind too long, and its line. operations/watch.py is the loop
 that acts on them."""
 
 from __future__ import annotations
@@ -164,21 +164,6 @@ def alerts_from(nodes: list[dict], evidence: dict[str, tuple[float | None, float
             (f"; canary: {seen}" if seen else "")
         out.append(Alert(v["node"], v["verdict"], value, reference, message))
     return out
-
-
-def expired(partitions: list[str], today: dt.date, keep_days: int) -> list[str]:
-    """The `date=YYYY-MM-DD` partitions older than `keep_days` days before `today`."""
-    out = []
-    for name in partitions:
-        try:
-            day = dt.date.fromisoformat(name.removeprefix("date="))
-        except ValueError:
-            continue
-        if name.startswith("date=") and (today - day).days > keep_days:
-            out.append(name)
-    return out
-
-
 
 
 def line(cycle: Cycle) -> str:

@@ -44,7 +44,6 @@ from orchestrator.execution.canary import (
     alerts_from,
     blind_alert,
     busy_nodes,
-    expired,
     fit_cpu_ranks,
     flapping_alerts,
     line,
@@ -56,6 +55,7 @@ from orchestrator.judging.defaults import MIN_FRACTION, PEER_THRESHOLD
 from orchestrator.operations.checks import check_min_fraction, check_threshold, user_expected
 from orchestrator.operations.sweeps import Sweeps
 from orchestrator.results.location import check_writable, resolve_output
+from orchestrator.results.retention import drop_expired
 from orchestrator.results.schema import RunState
 from orchestrator.sweep.inventory import Node
 from orchestrator.sweep.planner import nodes_needed
@@ -438,24 +438,8 @@ class Watch:
         m["busy"].set(len(cycle.nodes_busy))
 
     def _drop_expired(self, today: dt.date) -> None:
-        import pyarrow.fs as pafs
-
-        from orchestrator.results.location import MANIFEST_DIR, resolve
-
-        fs, root = resolve(self.spec.output)
-        entries = fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
-        names = [e.base_name for e in entries if e.type == pafs.FileType.Directory]
-        for name in expired(names, today, self.retention_days):
-            folder = f"{root}/{name}"
-            runs = [e.base_name for e in fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
-                    if e.type == pafs.FileType.Directory]
-            fs.delete_dir(folder)
-            for run_id in runs:
-                try:
-                    fs.delete_file(f"{root}/{MANIFEST_DIR}/{run_id}.json")
-                except (FileNotFoundError, OSError):
-                    pass
-            self.say(f"collbench: watch: dropped {folder} ({len(runs)} run(s), older than {self.retention_days} days)")
+        for folder, runs in drop_expired(self.spec.output, today, self.retention_days):
+            self.say(f"collbench: watch: dropped {folder} ({runs} run(s), older than {self.retention_days} days)")
 
 
 # Each CPU rank of a cycle asks Ray for one CPU (a benchmark run asks none): a node whose CPUs

@@ -64,9 +64,25 @@ def test_alerts_name_what_qualify_did_not_pass_with_the_evidence():
 
 
 def test_retention_drops_only_date_partitions_older_than_it():
+    from orchestrator.results.retention import expired
+
     names = ["date=2026-11-01", "date=2026-11-24", "date=2026-11-25", "date=2026-12-01", "date=nope", "20261201T1-x",
              "_runs"]
-    assert watch.expired(names, dt.date(2026, 12, 1), 6) == ["date=2026-11-01", "date=2026-11-24"]
+    assert expired(names, dt.date(2026, 12, 1), 6) == ["date=2026-11-01", "date=2026-11-24"]
+
+
+def test_dropping_expired_partitions_takes_their_runs_manifests_too(tmp_path):
+    from orchestrator.results.retention import drop_expired
+
+    for day, run in (("2026-11-01", "r-old"), ("2026-11-30", "r-new")):
+        (tmp_path / f"date={day}" / run).mkdir(parents=True)
+        (tmp_path / f"date={day}" / run / "part-0.parquet").write_bytes(b"x")
+    (tmp_path / "_runs").mkdir()
+    for run in ("r-old", "r-new", "r-other"):
+        (tmp_path / "_runs" / f"{run}.json").write_text("{}")
+    assert drop_expired(str(tmp_path), dt.date(2026, 12, 1), 6) == [(f"{tmp_path}/date=2026-11-01", 1)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["_runs", "date=2026-11-30"]
+    assert sorted(p.name for p in (tmp_path / "_runs").iterdir()) == ["r-new.json", "r-other.json"]
 
 
 def test_durations():
