@@ -65,10 +65,6 @@ from orchestrator.sweep.units import parse_duration
 PARTITION = "date={:%Y-%m-%d}"
 RELEASE_TIMEOUT_S = 15.0  # at most this long for a cycle's own workers to be gone before the next reads what is free
 RELEASE_SETTLE_S = 0.5
-# exported as ray_<name> (counters with _total): docs/prometheus/collbench-alerts.yml, the Grafana board
-METRICS = ("collbench_alerts", "collbench_watch_last_cycle_seconds", "collbench_watch_last_cycle_timestamp_seconds",
-           "collbench_watch_nodes_checked", "collbench_watch_nodes_busy")
-
 
 # What watch takes of a sweep, and its canary: all_reduce at two sizes, every node pair and every
 # node's own group.
@@ -417,25 +413,11 @@ class Watch:
         return same[-self.baseline_cycles:]
 
     def _export(self, cycle: Cycle) -> None:
-        from ray.util.metrics import Counter, Gauge
+        from orchestrator.execution.metrics import WatchMetrics
 
         if self._metrics is None:
-            names = dict(zip(("alerts", "seconds", "at", "checked", "busy"), METRICS))
-            self._metrics = {
-                "alerts": Counter(names["alerts"], "alerts raised by collbench watch, by node and kind",
-                                  ("node", "kind")),
-                "seconds": Gauge(names["seconds"], "duration of the last watch cycle, s"),
-                "at": Gauge(names["at"], "when the last watch cycle ended (unix)"),
-                "checked": Gauge(names["checked"], "nodes the last watch cycle measured"),
-                "busy": Gauge(names["busy"], "nodes the last watch cycle skipped as busy"),
-            }
-        m = self._metrics
-        for a in cycle.alerts:
-            m["alerts"].inc(1, tags={"node": a.node, "kind": a.kind})
-        m["seconds"].set(cycle.wall_s)
-        m["at"].set(time.time())
-        m["checked"].set(len(cycle.nodes_checked))
-        m["busy"].set(len(cycle.nodes_busy))
+            self._metrics = WatchMetrics()
+        self._metrics.cycle_ended(cycle, time.time())
 
     def _drop_expired(self, today: dt.date) -> None:
         for folder, runs in drop_expired(self.spec.output, today, self.retention_days):

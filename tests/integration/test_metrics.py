@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from orchestrator.execution.metrics import MEASUREMENT_TAGS, NAMES
-from orchestrator.operations.watch import METRICS as WATCH_METRICS
+from orchestrator.execution.metrics import WATCH_NAMES as WATCH_METRICS
 from tests.faults import LiveRun
 
 SERIES = re.compile(r'^(ray_collbench_\w+)\{(.*)\} (\S+)$')
