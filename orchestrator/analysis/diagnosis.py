@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields
+from enum import Enum
 
 import numpy as np
 import pandas as pd
@@ -54,13 +55,31 @@ _SCORED = list(dict.fromkeys([*SHAPE, "msg_bytes", "topology", "backend", "busbw
                               "node_last", "local_first", "local_last"]))
 
 
+class FlagKind(str, Enum):
+    """What a report flag found (its JSON value is the string)."""
+
+    SLOW_PAIR = "slow_pair"
+    SLOW_NODE = "slow_node"
+    INTERMITTENT = "intermittent"
+    SLOW_GROUP = "slow_group"
+    SLOW_RAIL = "slow_rail"
+    SLOW_GPU_PAIR = "slow_gpu_pair"
+    SLOW_GPU = "slow_gpu"
+    STRAGGLER = "straggler"
+    STRAGGLER_NODE = "straggler_node"
+    FAILED_GROUP = "failed_group"
+    BELOW_EXPECTED = "below_expected"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass(frozen=True)
 class Flag:
-    """One finding: `kind` (slow_pair, slow_node, intermittent, slow_group, slow_rail, slow_gpu_pair,
-    slow_gpu, straggler, straggler_node, failed_group, below_expected), where (node IPs; ranks: local GPU
-    indices for GPU kinds and rails, global ranks for stragglers and failures), what and by how much."""
+    """One finding: its `kind` (FlagKind), where (node IPs; ranks: local GPU indices for GPU kinds
+    and rails, global ranks for stragglers and failures), what and by how much."""
 
-    kind: str
+    kind: FlagKind
     nodes: list[str]
     ranks: list[int]
     collective: str | None
@@ -74,7 +93,7 @@ class Flag:
     def to_json(self) -> dict:
         # not dataclasses.asdict: it deep-copies every field, a second per 10,000 flags
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
-        return {**out, "nodes": list(self.nodes), "ranks": list(self.ranks), **self.extra}
+        return {**out, "kind": str(self.kind), "nodes": list(self.nodes), "ranks": list(self.ranks), **self.extra}
 
 
 def where(df: pd.DataFrame, mask) -> pd.DataFrame:
@@ -276,7 +295,7 @@ def _pair_flags(frame: Frame, scores: pd.DataFrame, threshold: float) -> list[Fl
         slow_nodes = [n for n in best.index if n not in fast_nodes]
         for node in sorted(slow_nodes, key=lambda n: best[n]):
             ratio = float(best[node])
-            out.append(Flag("slow_node", [frame.nodes[node]], [], row0.collective, int(row0.msg_bytes),
+            out.append(Flag(FlagKind.SLOW_NODE, [frame.nodes[node]], [], row0.collective, int(row0.msg_bytes),
                             ratio * float(row0.peer_median), float(row0.peer_median),
                             f"slow node {frame.label(node)}: no {row0.collective} pair of it reaches what the fastest "
                             f"of {int(row0.peers)} pairs deliver ({row0.peer_median:.4g} GB/s); its best runs "
@@ -292,7 +311,7 @@ def _pair_flags(frame: Frame, scores: pd.DataFrame, threshold: float) -> list[Fl
         for node, (k, m) in sorted(flapping.items(), key=lambda item: -item[1][0]):
             mine = rows_low[(rows_low.node_first == node) | (rows_low.node_last == node)]
             partners = [r.node_last if r.node_first == node else r.node_first for r in mine.itertuples()]
-            out.append(Flag("intermittent", [frame.nodes[node]], [], row0.collective, int(row0.msg_bytes),
+            out.append(Flag(FlagKind.INTERMITTENT, [frame.nodes[node]], [], row0.collective, int(row0.msg_bytes),
                             float(mine.busbw_gbps.min()), float(row0.peer_median),
                             f"intermittent node {frame.label(node)}: {row0.collective} slow in {k} of its {m} pairs "
                             f"(with {', '.join(frame.label(p) for p in partners[:4])}{', ...' if len(partners) > 4 else ''}),"
@@ -302,7 +321,7 @@ def _pair_flags(frame: Frame, scores: pd.DataFrame, threshold: float) -> list[Fl
             if row.node_first in flapping or row.node_last in flapping:
                 continue  # the intermittent node's evidence
             nodes_ = [row.node_first, row.node_last]
-            out.append(_flag("slow_pair", frame, row, nodes_, [], "slow node pair "
+            out.append(_flag(FlagKind.SLOW_PAIR, frame, row, nodes_, [], "slow node pair "
                              + " - ".join(frame.label(n) for n in nodes_)))
     return out
 
@@ -344,18 +363,18 @@ def _gpu_pair_flags(frame: Frame, scores: pd.DataFrame, threshold: float) -> lis
             mine = shape[shape.node_first == node]
             row = on_node.iloc[0]
             if len(on_node) == len(mine):
-                out.append(_flag("slow_node", frame, row, [node], [], f"slow node {frame.label(node)} (every GPU "
+                out.append(_flag(FlagKind.SLOW_NODE, frame, row, [node], [], f"slow node {frame.label(node)} (every GPU "
                                  "pair inside it)"))
                 continue
             for pair in on_node.itertuples():
                 gpus = [int(pair.local_first), int(pair.local_last)]
-                out.append(_flag("slow_gpu_pair", frame, pair, [node], gpus,
+                out.append(_flag(FlagKind.SLOW_GPU_PAIR, frame, pair, [node], gpus,
                                  f"slow GPU pair {gpus[0]}-{gpus[1]} on {frame.label(node)}"))
             best = _best_by_member(mine, "local_first", "local_last")
             gpus_of_node = set(mine.local_first) | set(mine.local_last)
             for gpu, ratio in best[_low(best, float(mine.floor.iloc[0]), threshold)].items():
                 if len(gpus_of_node) > 2:  # with two GPUs, the pair cannot say which
-                    out.append(Flag("slow_gpu", [frame.nodes[node]], [int(gpu)], row.collective, int(row.msg_bytes),
+                    out.append(Flag(FlagKind.SLOW_GPU, [frame.nodes[node]], [int(gpu)], row.collective, int(row.msg_bytes),
                                     None, None, f"slow GPU {gpu} on {frame.label(node)}: its best pair at "
                                     f"{ratio:.0%} of what the fastest pairs deliver", extra={"ratio": float(ratio)}))
     return out
@@ -365,7 +384,7 @@ def _intra_flags(frame: Frame, scores: pd.DataFrame, threshold: float) -> list[F
     out = []
     for _, shape in scores.groupby(SHAPE, observed=True):
         for row in _slow(shape, threshold).itertuples():
-            out.append(_flag("slow_node", frame, row, [row.node_first], [],
+            out.append(_flag(FlagKind.SLOW_NODE, frame, row, [row.node_first], [],
                              f"slow node {frame.label(row.node_first)} (its intra-node group of "
                              f"{int(row.world_size)} ranks)"))
     return out
@@ -383,7 +402,7 @@ def _group_flags(frame: Frame, shape: pd.DataFrame, threshold: float) -> list[Fl
         for rail, groups in shape.groupby("local_first", observed=True):
             if set(groups.index) <= slow_ids:
                 nodes = sorted({n for i in groups.index for n in members[i]})
-                out.append(_flag("slow_rail", frame, slow.loc[groups.index].iloc[0], nodes, [int(rail)],
+                out.append(_flag(FlagKind.SLOW_RAIL, frame, slow.loc[groups.index].iloc[0], nodes, [int(rail)],
                                  f"slow rail {rail} (local rank {rail} on every node) across {len(nodes)} nodes"))
                 explained |= set(groups.index)
     # A node all of whose groups are slow explains them, unless another node is in exactly the
@@ -396,12 +415,12 @@ def _group_flags(frame: Frame, shape: pd.DataFrame, threshold: float) -> list[Fl
     for node, groups in suspects.items():
         if sum(1 for other in suspects.values() if other == groups) == 1:
             row = slow.loc[sorted(groups)].iloc[0]
-            out.append(_flag("slow_node", frame, row, [node], [], f"slow node {frame.label(node)}: every "
+            out.append(_flag(FlagKind.SLOW_NODE, frame, row, [node], [], f"slow node {frame.label(node)}: every "
                              f"{row.pattern} group it is in is slow"))
             explained |= groups
     for i, row in slow.iterrows():
         if i not in explained:
-            kind = "slow_pair" if len(members[i]) == 2 else "slow_group"  # two nodes no other group separates
+            kind = FlagKind.SLOW_PAIR if len(members[i]) == 2 else FlagKind.SLOW_GROUP  # two nodes no other group separates
             out.append(_flag(kind, frame, row, members[i], [], f"slow {row.pattern} group of {int(row.world_size)} "
                              "ranks on " + ", ".join(frame.label(n) for n in members[i])))
     return out
@@ -415,7 +434,7 @@ def failures(frame: Frame) -> list[Flag]:
         row, lists = g.iloc[0], frame.lists(i)
         failed = lists["failed_ranks"] or []
         nodes = list(dict.fromkeys(lists["node_ips"][j] for j in failed)) or list(dict.fromkeys(lists["node_ips"]))
-        out.append(Flag("failed_group", nodes, [lists["ranks"][j] for j in failed], row.collective
+        out.append(Flag(FlagKind.FAILED_GROUP, nodes, [lists["ranks"][j] for j in failed], row.collective
                         if isinstance(row.collective, str) else None, None, None, None,
                         f"{row.status} group {gid} ({row.pattern}): {row.error}",
                         extra={"group_id": gid, "status": row.status, "rows": len(g)}))
@@ -424,4 +443,4 @@ def failures(frame: Frame) -> list[Flag]:
 
 def failure_table(flags_: list[Flag]) -> list[dict]:
     return [{"group_id": f.extra["group_id"], "status": f.extra["status"], "nodes": f.nodes, "failed_ranks": f.ranks,
-             "rows": f.extra["rows"], "error": f.message.split(": ", 1)[1]} for f in flags_ if f.kind == "failed_group"]
+             "rows": f.extra["rows"], "error": f.message.split(": ", 1)[1]} for f in flags_ if f.kind == FlagKind.FAILED_GROUP]

@@ -18,7 +18,7 @@ import pandas as pd
 
 from orchestrator import yamlfile
 from orchestrator.analysis import grouping
-from orchestrator.analysis.diagnosis import Flag, ok_rows, where
+from orchestrator.analysis.diagnosis import Flag, FlagKind, ok_rows, where
 from orchestrator.analysis.explain import COLUMNS as EXPLAINED
 from orchestrator.analysis.explain import Reason, explain
 from orchestrator.analysis.frame import Frame
@@ -212,7 +212,7 @@ def _below(frame: Frame, covered: pd.DataFrame, shapes: list[str], min_fraction:
         why = explain(group[group.msg_bytes == row.msg_bytes], frame.ips(nodes), entry, facts,
                       bigger=group[group.msg_bytes > row.msg_bytes])
         out.append(Flag(
-            "below_expected", frame.ips(nodes), [], row.collective, int(row.msg_bytes), float(row.busbw_gbps),
+            FlagKind.BELOW_EXPECTED, frame.ips(nodes), [], row.collective, int(row.msg_bytes), float(row.busbw_gbps),
             entry.busbw_gbps,
             f"below expected: {row.pattern} group on {', '.join(frame.label(n) for n in nodes)}: {row.collective} "
             f"{format_bytes(int(row.msg_bytes))} busbw {row.busbw_gbps:.4g} GB/s, "
@@ -227,7 +227,7 @@ def _below(frame: Frame, covered: pd.DataFrame, shapes: list[str], min_fraction:
         first, entry = rest.iloc[0], rest.entry.iloc[0]
         fraction = float(rest.fraction.median())
         out.append(Flag(
-            "below_expected", [], [], first.collective, None, float(rest.busbw_gbps.median()), entry.busbw_gbps,
+            FlagKind.BELOW_EXPECTED, [], [], first.collective, None, float(rest.busbw_gbps.median()), entry.busbw_gbps,
             f"below expected: {len(rest):,} more {first.collective} {first.topology} group(s) of "
             f"{int(first.world_size)} ranks (beyond the {TOP_BELOW} worst, flagged one by one) under "
             f"{min_fraction:.0%} of the expected {entry.busbw_gbps:g}: a median {fraction:.0%} of it; so many "

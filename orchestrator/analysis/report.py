@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from orchestrator.analysis import alltoallv, diagnosis, expected, fits, replay, stragglers
-from orchestrator.analysis.diagnosis import Flag
+from orchestrator.analysis.diagnosis import Flag, FlagKind
 from orchestrator.analysis.explain import COLUMNS as explain_columns
 from orchestrator.analysis.explain import Evidence, Rows, reasons
 from orchestrator.analysis.frame import Frame
@@ -263,7 +263,7 @@ def explained(flag: Flag, frame: Frame, facts: dict[str, dict], on_node: _RowsOn
 
 
 def _explains(flag: Flag) -> bool:
-    return flag.kind != "failed_group" and "reasons" not in flag.extra
+    return flag.kind != FlagKind.FAILED_GROUP and "reasons" not in flag.extra
 
 
 def title(name: str, unit: str) -> str:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from orchestrator.analysis.diagnosis import Flag, ok_rows, where
+from orchestrator.analysis.diagnosis import Flag, FlagKind, ok_rows, where
 from orchestrator.analysis.frame import Frame
 from orchestrator.judging.judge import MIN_VALUES, Prior, grouped_leave_one_out_medians, peer_arrays
 from workloads import registry
@@ -123,7 +123,7 @@ def _rank_flag(frame: Frame, item) -> Flag:
     lists = frame.lists(int(r.row))
     j = lists["ranks"].index(int(rank))
     where = f"{lists['hosts'][j]} ({lists['node_ips'][j]})"
-    return Flag("straggler", [lists["node_ips"][j]], [int(rank)], None, None, float(r.ratio), float(r.reference),
+    return Flag(FlagKind.STRAGGLER, [lists["node_ips"][j]], [int(rank)], None, None, float(r.ratio), float(r.reference),
                 f"straggler: rank {rank} on {where}: " + _evidence(r),
                 extra={"rows": int(r.rows), "arrived_last": int(r["last"]), "wait_us": float(r.wait_us)})
 
@@ -131,6 +131,6 @@ def _rank_flag(frame: Frame, item) -> Flag:
 def _node_flag(frame: Frame, item) -> Flag:
     code, r = item
     ip = frame.ips([int(code)])[0]
-    return Flag("straggler_node", [ip], [], None, None, float(r.ratio), float(r.reference),
+    return Flag(FlagKind.STRAGGLER_NODE, [ip], [], None, None, float(r.ratio), float(r.reference),
                 f"straggler node: {frame.label(int(code))}'s ranks " + _evidence(r),
                 extra={"rows": int(r.rows), "arrived_last": int(r["last"]), "wait_us": float(r.wait_us)})

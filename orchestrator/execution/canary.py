@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from dataclasses import dataclass, field
+from enum import Enum
 
 from orchestrator.analysis.compare import Verdict
 from orchestrator.sweep.inventory import Inventory, Node
@@ -17,13 +18,30 @@ BLIND_CYCLES = 3  # cycles in a row that measured nothing before a `blind` alert
 FLAP_WINDOW, FLAP_CYCLES = 6, 2  # a node doubted in this many of the last measured cycles, and cleared each time
 
 
+class AlertKind(str, Enum):
+    """What an alert says of a node (its JSON value is the string): a qualify verdict (slow,
+    intermittent, hang, failed, lost); drift, a drop qualify could not judge; doctor, a quick check
+    that failed (unreachable, another software version, another MTU, ...); blind, cycles in a row
+    that measured nothing (node "*", the whole watch); intermittent too where a node was doubted in
+    several recent cycles and cleared by qualify each time (FLAP_CYCLES of FLAP_WINDOW)."""
+
+    SLOW = "slow"
+    INTERMITTENT = "intermittent"
+    HANG = "hang"
+    FAILED = "failed"
+    LOST = "lost"
+    DRIFT = "drift"
+    DOCTOR = "doctor"
+    BLIND = "blind"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass(frozen=True)
 class Alert:
     node: str  # the node's IP
-    kind: str  # a qualify verdict (slow, intermittent, hang, failed, lost); drift (a drop qualify could not
-    # judge); doctor (a quick check failed: unreachable, another software version, another MTU, ...); blind
-    # (cycles in a row that measured nothing: node "*", the whole watch); intermittent too where a node was
-    # doubted in several recent cycles and cleared by qualify each time (FLAP_CYCLES of FLAP_WINDOW)
+    kind: AlertKind
     value: float | None  # what was measured (busbw GB/s), where a number says it
     reference: float | None  # what it was compared with
     message: str
@@ -48,7 +66,7 @@ class Cycle:
 
     def to_json(self) -> dict:
         return {"cycle": self.cycle, "started_at": self.started_at.isoformat(), "nodes_checked": self.nodes_checked,
-                "nodes_busy": self.nodes_busy, "alerts": [dataclasses.asdict(a) for a in self.alerts],
+                "nodes_busy": self.nodes_busy, "alerts": [{**dataclasses.asdict(a), "kind": str(a.kind)} for a in self.alerts],
                 "run_id": self.run_id, "qualify_run_id": self.qualify_run_id, "wall_s": round(self.wall_s, 3),
                 "note": self.note, "nodes_too_small": self.nodes_too_small, "ranks_per_node": self.ranks_per_node,
                 "doubted": self.doubted, "drift": self.drift}
@@ -85,7 +103,7 @@ def blind_alert(cycles: list[Cycle], after: int) -> Alert | None:
     if len(last) < after or any(c.measured for c in last):
         return None
     why = last[-1].note or "nothing measured"
-    return Alert("*", "blind", None, None, f"watch measured nothing in the last {after} cycles ({why})")
+    return Alert("*", AlertKind.BLIND, None, None, f"watch measured nothing in the last {after} cycles ({why})")
 
 
 def flapping_alerts(cycles: list[Cycle], window: int = FLAP_WINDOW, at_least: int = FLAP_CYCLES) -> list[Alert]:
@@ -102,7 +120,7 @@ def flapping_alerts(cycles: list[Cycle], window: int = FLAP_WINDOW, at_least: in
         named = any(a.node == node for c in measured for a in c.alerts)
         seen = [c.cycle for c in measured if node in c.doubted]
         if len(seen) >= at_least and not named:
-            out.append(Alert(node, "intermittent", None, None,
+            out.append(Alert(node, AlertKind.INTERMITTENT, None, None,
                              f"{node} intermittent: doubted in {len(seen)} of the last {len(measured)} measured cycles "
                              f"(cycles {', '.join(map(str, seen))}: a drift beyond noise or a flag), and cleared by "
                              "qualify each time"))
@@ -162,7 +180,7 @@ def alerts_from(nodes: list[dict], evidence: dict[str, tuple[float | None, float
         detail = last.get("detail") or ""
         message = f"{v['node']} ({v['host']}) {v['verdict']}" + (f": {detail}" if detail else "") + \
             (f"; canary: {seen}" if seen else "")
-        out.append(Alert(v["node"], v["verdict"], value, reference, message))
+        out.append(Alert(v["node"], AlertKind(v["verdict"]), value, reference, message))
     return out
 
 

@@ -40,6 +40,7 @@ from orchestrator.execution.canary import (
     BLIND_CYCLES,
     FLAP_WINDOW,
     Alert,
+    AlertKind,
     Cycle,
     alerts_from,
     blind_alert,
@@ -196,7 +197,7 @@ class Watch:
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
             connect.disconnect(self.connection)
-        blind = next((a for a in self.recent[-1].alerts if a.kind == "blind"), None) if self.recent else None
+        blind = next((a for a in self.recent[-1].alerts if a.kind == AlertKind.BLIND), None) if self.recent else None
         self.say("collbench: watch ended" + (" (signal)" if self.stopping else "")
                  + (f"; {blind.message}" if blind else ""))
         return 0
@@ -274,7 +275,7 @@ class Watch:
             result = jobs.sweep(spec, voice=QUIET, partition=partition, cpus_per_rank=CPUS_PER_RANK,
                                 command="watch", doctor=self.doctor)
         except DoctorRefusal as e:  # a node that would hang or fail the canary: an alert, not a silence
-            cycle.alerts = [Alert(node, "doctor", None, None, f"{node} ({host}): {c.name}: {c.detail}; {c.hint}")
+            cycle.alerts = [Alert(node, AlertKind.DOCTOR, None, None, f"{node} ({host}): {c.name}: {c.detail}; {c.hint}")
                             for node, host, c in e.diagnosis.failures(QUICK)]
             cycle.note = "the quick checks failed: nothing measured this cycle"
             return
@@ -346,7 +347,7 @@ class Watch:
         alerts = alerts_from(found.nodes, evidence)
         if not found.speed_judged:  # too few nodes to judge speed: the drop itself is the evidence
             named = {a.node for a in alerts}
-            alerts += [Alert(ip, "drift", *evidence[ip][:2], f"{ip}: {evidence[ip][2]} (qualify could not judge "
+            alerts += [Alert(ip, AlertKind.DRIFT, *evidence[ip][:2], f"{ip}: {evidence[ip][2]} (qualify could not judge "
                              "its speed: too few nodes without an expected value)")
                        for ip in sorted(evidence) if ip not in named and ip in chosen]
         return found.run_id, alerts

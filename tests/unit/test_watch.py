@@ -107,7 +107,9 @@ def test_a_cycle_is_one_json_object_with_the_issues_fields():
 
 def test_the_alerting_rules_query_what_watch_exports():
     rules = yaml.safe_load(RULES.read_text())["groups"][0]["rules"]
-    exported = {f"ray_{n}" + ("_total" if n == "collbench_alerts" else "") for n in watch.METRICS}
+    from orchestrator.execution.metrics import WATCH_NAMES
+
+    exported = {f"ray_{n}" + ("_total" if n == "collbench_alerts" else "") for n in WATCH_NAMES}
     used = {name for r in rules for name in re.findall(r"ray_collbench_\w+", r["expr"])}
     assert used and used <= exported
     assert {r["alert"] for r in rules} == {"CollbenchNodeDegraded", "CollbenchWatchStalled", "CollbenchNothingChecked"}
