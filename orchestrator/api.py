@@ -12,9 +12,9 @@ line, for Ray users' own drivers and notebooks (README: "Python API").
     bad = api.preflight(my_placement_group).exclude  # nodes to leave out before trainer.fit()
     api.replay("/dumps/", repeat=3).rows()           # a job's collectives, from its Flight Recorder dumps
     api.import_nccl_tests(["all_reduce.log"], "results").run_id   # nccl-tests' output as a run
-    api.plan(inventory="64x8", patterns=["ring"]).measurements      # what a run would do, no actor
+    api.plan(inventory="64x8", patterns=["pairwise"]).measurements  # what a run would do, no actor
     api.doctor().status                              # every node checked for what makes collectives fail
-    api.watch(cycles=1).cycles[0].alerts             # one canary cycle: alerts, with their evidence
+    api.watch(cycles=3).cycles[-1].alerts            # canary cycles: alerts, with their evidence
     api.predict("results", params=7e9, dp=64, tp=8).tables["summary"]   # a step's communication, priced
 
 Options are the sweep options' long names with underscores, as in a `--config` YAML file (`max_bytes`
@@ -53,7 +53,7 @@ from orchestrator.operations.plan import Planned
 from orchestrator.operations.predict import Predicted
 from orchestrator.results.location import check_writable, resolve_output
 from orchestrator.results.schema import RunState
-from orchestrator.sweep.spec import SweepSpec, field_of, from_mapping
+from orchestrator.sweep.spec import SweepSpec, field_of, from_mapping, spec_fields
 
 __all__ = ["Comparison", "Planned", "Predicted", "Preflight", "Qualification", "Report", "RunResult", "UsageError",
            "Watched", "compare", "doctor", "import_nccl_tests", "plan", "predict", "preflight", "qualify", "replay",
@@ -83,7 +83,7 @@ def run(sweep: SweepSpec | None = None, /, *, nodes: Sequence[str] | None = None
 
     given = _with_nodes(nodes, options)
     chosen = RunOptions(sweep=spec(sweep, **given), resume=resume, retry_failed=retry_failed, doctor=doctor,
-                        given=frozenset(f.name for f in map(field_of, given) if f is not None))
+                        given=frozenset(f.name for f in map(field_of, given) if f is not None) | _set_in(sweep))
     return measure(chosen, voice=COMMAND_LINE if verbose else QUIET, placement_group=placement_group,
                    console_for=(lambda groups: console.Console(groups)) if verbose else None)
 
@@ -185,10 +185,12 @@ def import_nccl_tests(paths: str | Sequence[str], output: str, *, hosts: Sequenc
 
 @dataclass
 class Watched:
-    """The cycles a watch ran (each with its alerts, what it checked, its run ids) and how it ended:
-    exit 0 after its cycles or a signal, 1 when the cluster was lost past the reconnect timeout."""
+    """The cycles a watch ran (each with its alerts, what it checked, its run ids), what it said
+    (`lines`: where it ran, partitions dropped, why it ended) and how it ended: exit 0 after its
+    cycles or a signal, 1 when the cluster was lost past the reconnect timeout."""
 
     cycles: list
+    lines: list[str]
     exit_code: int
 
 
@@ -197,10 +199,12 @@ def watch(sweep: SweepSpec | None = None, /, *, cycles: int = 1, every: str | fl
           threshold: float = PEER_THRESHOLD, expected: str | None = None, min_fraction: float = MIN_FRACTION,
           nodes: Sequence[str] | None = None, doctor: bool = True, on_cycle=None, verbose: bool = False,
           **options: Any) -> Watched:
-    """`collbench watch` from Python: `cycles` canary cycles (default one: call again for the next;
-    the rolling baseline is read back from `output`; 0: until SIGTERM), each given to `on_cycle` as it
-    ends. Options as the command's (its canary's defaults: all_reduce 1M and 16M, every pair and
-    every node's own group); `verbose` prints the command's lines."""
+    """`collbench watch` from Python: `cycles` canary cycles (0: until SIGTERM), each given to
+    `on_cycle` as it ends. One call is one watch, as one command is: the alerts that need several
+    cycles (blind after 3 that measured nothing, intermittent when doubted in 2 of 6) are raised
+    within a call, and a later call starts its rolling baseline from the cycles stored in `output`.
+    Options as the command's (its canary's defaults: all_reduce 1M and 16M, every pair and every
+    node's own group); `verbose` prints the command's lines."""
     from orchestrator.operations import watch as watching
 
     given = _with_nodes(nodes, options)
@@ -211,6 +215,7 @@ def watch(sweep: SweepSpec | None = None, /, *, cycles: int = 1, every: str | fl
         retention=retention, reconnect_timeout=reconnect_timeout, threshold=threshold, expected=expected,
         min_fraction=min_fraction, doctor=doctor, fit_ranks=not ranks_given)
     seen: list = []
+    said: list[str] = []
 
     def emit(cycle) -> None:
         seen.append(cycle)
@@ -219,8 +224,13 @@ def watch(sweep: SweepSpec | None = None, /, *, cycles: int = 1, every: str | fl
         if on_cycle is not None:
             on_cycle(cycle)
 
-    code = watching.watch(chosen, emit=emit, say=watching.stderr if verbose else (lambda _line: None))
-    return Watched(seen, code)
+    def say(line: str) -> None:
+        said.append(line)
+        if verbose:
+            watching.stderr(line)
+
+    code = watching.watch(chosen, emit=emit, say=say)
+    return Watched(seen, said, code)
 
 
 def predict(path: str, /, **options: Any) -> Predicted:
@@ -257,6 +267,16 @@ def doctor(*, nodes: Sequence[str] | None = None, **options: Any):
     fail; `.cluster` and `.nodes`: the checks; `.to_json()`: the command's JSON). Options: address,
     ranks_per_node, exclude."""
     return doctoring.doctor(doctoring.SWEEPS.spec(None, _with_nodes(nodes, options)))
+
+
+def _set_in(sweep: SweepSpec | None) -> frozenset[str]:
+    """The fields a caller's sweep sets (differing from the defaults; its output aside): given, as
+    options are, to a resumed run, which refuses one that would change what it measures."""
+    if sweep is None:
+        return frozenset()
+    plain = SweepSpec()
+    return frozenset(f.name for f in spec_fields() if f.name != "output" and getattr(sweep, f.name) !=
+                     getattr(plain, f.name))
 
 
 def _with_nodes(nodes: Sequence[str] | None, options: dict) -> dict:

@@ -37,9 +37,9 @@ def s3_server():
 
 # -- tiers ----------------------------------------------------------------------------------
 # Plain `pytest` is what a developer runs while changing code: the unit and integration tiers.
-# The lab tier (network namespaces, shaped links, `ray up` over SSH, the GPU rehearsal: the
-# tests marked `lab`) runs with --lab, or where COLLBENCH_REQUIRE_LAB is set (CI: .ci/run), or
-# when a `-m` expression names the marker itself.
+# The lab tier (network namespaces, shaped links, `ray up` over SSH, the GPU rehearsal: every
+# test under tests/lab/ and any marked `lab`) runs with --lab, or where COLLBENCH_REQUIRE_LAB is
+# set (CI: .ci/run), or when a `-m` expression names the marker itself.
 def pytest_addoption(parser):
     parser.addoption("--lab", action="store_true",
                      help="also run the lab tier (tests marked `lab`: root, iproute2; about 15 minutes here)")
@@ -50,16 +50,20 @@ def _lab_tier(config) -> bool:
                 or "lab" in (config.getoption("markexpr") or ""))
 
 
+def _is_lab(item) -> bool:
+    return bool(item.get_closest_marker("lab")) or item.nodeid.startswith("tests/lab/")
+
+
 def pytest_collection_modifyitems(config, items):
     if _lab_tier(config):
         return
-    lab = [item for item in items if item.get_closest_marker("lab")]
+    lab = [item for item in items if _is_lab(item)]
     if lab:
-        items[:] = [item for item in items if not item.get_closest_marker("lab")]
+        items[:] = [item for item in items if not _is_lab(item)]
         config.hook.pytest_deselected(items=lab)
 
 
 def pytest_report_header(config):
     if not _lab_tier(config):
-        return "lab tier not selected (tests marked `lab`): --lab or COLLBENCH_REQUIRE_LAB=1 runs it"
+        return "lab tier not selected (tests/lab/, tests marked `lab`): --lab or COLLBENCH_REQUIRE_LAB=1 runs it"
     return None

@@ -29,7 +29,8 @@ class Sweeps:
         """The command's defaults with the `options` (keys as in a --config file) over them; or,
         given a caller's own spec `base`, that spec as it is with the options over it (the
         command's defaults never replace what the caller set). A key, or a field `base` sets, that
-        the command does not take is refused, naming it, as its flag is on the command line."""
+        the command does not take is refused, naming it, as its flag is on the command line (but
+        `output`, which a command that writes nothing ignores)."""
         values = from_mapping(dict(options), source=source, only=self.fields, command=self.command)
         if base is None:
             made = SweepSpec(**{**self.defaults, **values})
@@ -37,7 +38,9 @@ class Sweeps:
             plain = SweepSpec()
             for f in spec_fields():
                 value = getattr(base, f.name)
-                if f.name not in self.fields and value != getattr(plain, f.name):
+                # where results go is no matter to a command that writes none (plan, doctor): a
+                # caller's sweep made by api.spec (its output made absolute) is taken as it is
+                if f.name not in self.fields and f.name != "output" and value != getattr(plain, f.name):
                     shown = ",".join(map(str, value)) if isinstance(value, tuple) else brief_repr(value)
                     raise UsageError(f"{source}: {key_of(f)} {shown} in the sweep given: not an option of "
                                      f"{self.command} (its keys: {self.keys})")

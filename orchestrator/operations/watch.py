@@ -82,7 +82,8 @@ MAX_DURATION_S = 366 * 86400.0  # every, retention, reconnect timeout: past a ye
 
 @dataclass(frozen=True, kw_only=True)
 class WatchOptions:
-    """A watch's canary sweep and its loop, checked when made."""
+    """A watch's canary sweep and its loop, checked when made (the expected-values file is read
+    when the watch starts)."""
 
     sweep: SweepSpec
     every: str | float = "5m"
@@ -105,13 +106,13 @@ class WatchOptions:
     fit_ranks: bool = False
     """CPU ranks fitted to the smallest node (no ranks per node given)."""
 
-    def __post_init__(self) -> None:
+    def __post_init__(self) -> None:  # in the order the command checked them before (the file is read by watch())
         check_threshold(self.threshold)
         check_min_fraction(self.min_fraction)
+        _ = self.every_s, self.reconnect_s, self.retention_days
         for flag, value, low in (("--cycles", self.cycles, 0), ("--baseline-cycles", self.baseline_cycles, 1)):
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= MAX_CYCLES:
                 raise UsageError(f"{flag} {value}: must be between {low} and {MAX_CYCLES}")
-        _ = self.every_s, self.reconnect_s, self.retention_days
 
     @property
     def every_s(self) -> float:

@@ -4,6 +4,7 @@ partitions are older than the days kept, and dropping them with their runs' mani
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterator
 
 
 def expired(partitions: list[str], today: dt.date, keep_days: int) -> list[str]:
@@ -19,9 +20,9 @@ def expired(partitions: list[str], today: dt.date, keep_days: int) -> list[str]:
     return out
 
 
-def drop_expired(output: str, today: dt.date, keep_days: int) -> list[tuple[str, int]]:
+def drop_expired(output: str, today: dt.date, keep_days: int) -> Iterator[tuple[str, int]]:
     """Drop the partitions of `output` older than `keep_days` (their rows, and the manifests of the
-    runs they held); (folder, runs) of each dropped."""
+    runs they held); (folder, runs) of each, as it is dropped (said even if a later one fails)."""
     import pyarrow.fs as pafs
 
     from orchestrator.results.location import MANIFEST_DIR, resolve
@@ -29,7 +30,6 @@ def drop_expired(output: str, today: dt.date, keep_days: int) -> list[tuple[str,
     fs, root = resolve(output)
     entries = fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
     names = [e.base_name for e in entries if e.type == pafs.FileType.Directory]
-    dropped = []
     for name in expired(names, today, keep_days):
         folder = f"{root}/{name}"
         runs = [e.base_name for e in fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
@@ -40,5 +40,4 @@ def drop_expired(output: str, today: dt.date, keep_days: int) -> list[tuple[str,
                 fs.delete_file(f"{root}/{MANIFEST_DIR}/{run_id}.json")
             except (FileNotFoundError, OSError):
                 pass
-        dropped.append((folder, len(runs)))
-    return dropped
+        yield folder, len(runs)

@@ -97,6 +97,14 @@ def test_plan_is_one_operation_under_both_faces(argv, options):
                                            f"{planned.measurements} measurements")
 
 
+def test_a_sweep_made_by_api_spec_plans_as_given():
+    """A sweep from api.spec (its output made absolute) is taken by a command that writes nothing."""
+    planned = api.plan(api.spec(patterns=["pairwise"]), inventory="4x2cpu")
+    assert {g.pattern for g in planned.plan.groups} == {"pairwise"}
+    with pytest.raises(UsageError, match=r"^collbench.api: iters 7 in the sweep given: not an option of collbench plan"):
+        api.plan(api.spec(iters=7), inventory="4x2cpu")
+
+
 @pytest.mark.parametrize("call, said", [
     (lambda: api.plan(inventory="64x8", iters=5), "collbench.api: key 'iters' is not an option of collbench plan"),
     (lambda: api.plan(inventory="64y8"), "--inventory '64y8': expected NODESxRANKS"),

@@ -141,6 +141,8 @@ def test_the_api_resumes_as_the_command_line_does(tmp_path, monkeypatch):
     assert (run_id, retry, spec.min_bytes, spec.ranks_per_node, spec.group_timeout_s) == (RUN, True, 1024, 4, 900.0)
     with pytest.raises(UsageError, match=rf"^--resume {RUN}: --min-bytes 8 \(the run's: 1K\): a resumed run measures"):
         api.run(resume=RUN, output=out, min_bytes=8)
+    with pytest.raises(UsageError, match=rf"^--resume {RUN}: --min-bytes 8 \(the run's: 1K\): a resumed run measures"):
+        api.run(SweepSpec(min_bytes=8), resume=RUN, output=out)  # a field the caller's sweep sets counts as given
     with pytest.raises(UsageError, match=r"^--retry-failed: only with --resume RUN_ID"):
         api.run(retry_failed=True, output=out)
     assert len(reached) == 2

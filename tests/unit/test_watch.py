@@ -80,7 +80,7 @@ def test_dropping_expired_partitions_takes_their_runs_manifests_too(tmp_path):
     (tmp_path / "_runs").mkdir()
     for run in ("r-old", "r-new", "r-other"):
         (tmp_path / "_runs" / f"{run}.json").write_text("{}")
-    assert drop_expired(str(tmp_path), dt.date(2026, 12, 1), 6) == [(f"{tmp_path}/date=2026-11-01", 1)]
+    assert list(drop_expired(str(tmp_path), dt.date(2026, 12, 1), 6)) == [(f"{tmp_path}/date=2026-11-01", 1)]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["_runs", "date=2026-11-30"]
     assert sorted(p.name for p in (tmp_path / "_runs").iterdir()) == ["r-new.json", "r-other.json"]
 
