@@ -113,14 +113,14 @@ def _plain_lab(nodes: int, slow: int):
 
 
 @pytest.fixture(scope="module")
-def plain6():
+def plain6_node4_slow():
     lab = _plain_lab(6, 4)
     yield lab
     lab.down()
 
 
 @pytest.fixture(scope="module")
-def plain4():
+def plain4_node2_slow():  # not conftest's plain4 (healthy, shaped by the tests that use it)
     lab = _plain_lab(4, 2)
     yield lab
     lab.down()
@@ -150,16 +150,16 @@ def _qualify_plain(lab, slow: int, tmp_path) -> tuple[dict, dict, str]:
     return verdicts, summary, proc.stderr
 
 
-def test_six_plain_nodes_name_the_one_at_a_quarter_rate(plain6, tmp_path):
+def test_six_plain_nodes_name_the_one_at_a_quarter_rate(plain6_node4_slow, tmp_path):
     """Issue 21's case: fresh pairs (every pair, here), the slow node slow in each of its own."""
-    verdicts, summary, _ = _qualify_plain(plain6, 4, tmp_path)
-    assert verdicts[plain6.node_ips[4]]["detail"].startswith("slow in ")
+    verdicts, summary, _ = _qualify_plain(plain6_node4_slow, 4, tmp_path)
+    assert verdicts[plain6_node4_slow.node_ips[4]]["detail"].startswith("slow in ")
     assert summary["rounds"] <= fresh_rounds(6) + 3
 
 
-def test_four_plain_nodes_name_the_one_at_a_quarter_rate(plain4, tmp_path):
+def test_four_plain_nodes_name_the_one_at_a_quarter_rate(plain4_node2_slow, tmp_path):
     """Four nodes: every pair (3 rounds), the slow node slow with each of the others, then the gate."""
-    verdicts, summary, stderr = _qualify_plain(plain4, 2, tmp_path)
-    pairs = [e for e in verdicts[plain4.node_ips[2]]["evidence"] if e["phase"] in ("pairs", "retest")]
+    verdicts, summary, stderr = _qualify_plain(plain4_node2_slow, 2, tmp_path)
+    pairs = [e for e in verdicts[plain4_node2_slow.node_ips[2]]["evidence"] if e["phase"] in ("pairs", "retest")]
     assert len(pairs) >= 2 and all(e["status"] == "slow" for e in pairs)
     assert summary["rounds"] <= 6 and "the fastest agreeing probes" in stderr
