@@ -19,7 +19,7 @@ import sys
 from orchestrator.commands.options import add_analysis_options
 from orchestrator.commands.render import render_csv, render_tables
 from orchestrator.errors import UsageError
-from orchestrator.judging.defaults import DROP_THRESHOLD
+from orchestrator.operations.checks import DROP_THRESHOLD
 from orchestrator.operations.compare import CompareOptions, compare
 
 TABLE_NAMES = ("summary", "matched", "only_in_baseline", "only_in_new")

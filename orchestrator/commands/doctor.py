@@ -10,8 +10,7 @@ import sys
 
 from orchestrator.commands.options import add_spec_options, spec_from_args
 from orchestrator.commands.render import render_tables
-from orchestrator.doctor.checks import CheckStatus
-from orchestrator.operations.doctor import SWEEPS, doctor
+from orchestrator.operations.doctor import SWEEPS, CheckStatus, doctor
 
 
 def add_parser(sub) -> None:

@@ -7,8 +7,7 @@ import argparse
 
 from orchestrator import yamlfile
 from orchestrator.errors import UsageError
-from orchestrator.judging.defaults import MIN_FRACTION
-from orchestrator.operations.checks import UNITS
+from orchestrator.operations.checks import MIN_FRACTION, UNITS
 from orchestrator.sweep.sizes import format_bytes
 from orchestrator.sweep.spec import SweepSpec, convert, from_mapping, key_of, spec_fields
 from orchestrator.sweep.units import format_duration

@@ -9,9 +9,7 @@ import argparse
 from collections import Counter
 
 from orchestrator.commands.options import add_spec_options, spec_from_args
-from orchestrator.operations.plan import SWEEPS, PlanOptions, plan
-from orchestrator.sweep.inventory import Inventory
-from orchestrator.sweep.planner import Plan
+from orchestrator.operations.plan import SWEEPS, Planned, PlanOptions, plan
 
 
 def add_parser(sub) -> None:
@@ -30,13 +28,14 @@ def add_parser(sub) -> None:
 
 def main(args: argparse.Namespace) -> int:
     planned = plan(PlanOptions(sweep=spec_from_args(args), inventory=args.inventory))
-    print(describe(planned.plan, planned.inventory, args.groups))
+    print(describe(planned, args.groups))
     print(f"total: {len(planned.plan)} groups in {len(planned.plan.rounds)} rounds, {planned.measurements} "
           "measurements")
     return 0
 
 
-def describe(plan: Plan, inv: Inventory, list_groups: bool) -> str:
+def describe(planned: Planned, list_groups: bool) -> str:
+    plan, inv = planned.plan, planned.inventory
     domains = inv.domains()
     lines = [f"inventory: {len(inv.nodes)} node(s), {inv.world_size} rank(s) ({'GPU' if inv.use_gpus else 'CPU'})"
              + (f", {len(domains)} NVLink domain(s)" if domains else "")]

@@ -15,8 +15,7 @@ import sys
 
 from orchestrator.commands.options import add_doctor_option, add_expected_options, add_spec_options, spec_from_args
 from orchestrator.commands.render import render_tables
-from orchestrator.judging.defaults import PEER_THRESHOLD
-from orchestrator.operations.checks import user_expected
+from orchestrator.operations.checks import PEER_THRESHOLD, user_expected
 from orchestrator.operations.qualify import SWEEPS, QualifyOptions, check_spec
 from orchestrator.results.location import check_writable, resolve_output
 from orchestrator.results.schema import RunState

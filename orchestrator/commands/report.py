@@ -15,9 +15,8 @@ from orchestrator.analysis import report
 from orchestrator.commands.options import add_analysis_options, add_expected_options
 from orchestrator.commands.render import render_csv, render_nccl_tests, render_tables
 from orchestrator.errors import UsageError
-from orchestrator.judging.defaults import PEER_THRESHOLD
 from orchestrator.operations import report as reporting
-from orchestrator.operations.checks import UNITS
+from orchestrator.operations.checks import PEER_THRESHOLD, UNITS
 from orchestrator.results.location import check_writable, is_uri
 
 TABLE_NAMES = (*report.TABLES, "flags")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 
 from orchestrator.commands.options import add_doctor_option, add_expected_options, add_spec_options
-from orchestrator.judging.defaults import PEER_THRESHOLD
+from orchestrator.operations.checks import PEER_THRESHOLD
 from orchestrator.operations.watch import SWEEPS, WatchOptions, stderr, stdout_jsonl, stdout_line, watch
 
 

@@ -6,7 +6,11 @@ from __future__ import annotations
 from typing import Literal
 
 from orchestrator.errors import UsageError
-from orchestrator.judging.defaults import MIN_FRACTION
+from orchestrator.judging.defaults import DROP_THRESHOLD, MIN_FRACTION, PEER_THRESHOLD
+
+# the judging defaults, for the faces (written once, in judging/defaults.py)
+__all__ = ["DROP_THRESHOLD", "MIN_FRACTION", "PEER_THRESHOLD", "UNITS", "Unit", "check_min_fraction",
+           "check_threshold", "check_unit", "user_expected"]
 
 Unit = Literal["GBps", "Gbps"]
 UNITS: dict[str, float] = {"GBps": 1.0, "Gbps": 8.0}  # from GB/s (1e9 bytes/s)

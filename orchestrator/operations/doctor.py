@@ -3,7 +3,10 @@ collectives fail, hang or lie (the checks and their agents: execution.doctor).""
 
 from __future__ import annotations
 
+from orchestrator.doctor.checks import CheckStatus
 from orchestrator.operations.sweeps import Sweeps
+
+__all__ = ["SWEEPS", "CheckStatus", "doctor"]  # CheckStatus: what a Diagnosis's checks say, for the faces
 from orchestrator.sweep.spec import SweepSpec
 
 # What doctor reads of a sweep: which cluster, and which of its nodes with how many CPU ranks.
