@@ -9,7 +9,7 @@ Over the measurement of one size (warm-up, timed and check iterations), a rank r
 - the node's 1-minute load average against its CPU count, at the end: `load_per_cpu`
   (above 1: more runnable work than CPUs);
 - the share of the node's CPU time the hypervisor gave to other guests (/proc/stat's steal):
-  `steal_frac`, None where the kernel does not count it.
+  `steal_frac`, None where the kernel does not count it or no clock tick fell inside the window.
 The driver combines ranks (orchestrator.execution.rows) and compare reads them (judging.contention).
 """
 

@@ -74,7 +74,9 @@ def test_two_runs_make_one_dataset(ray_head, tmp_path):
     assert len(df) == 2 * 2 * 2  # runs x collectives x sizes (1K, 4K)
     # how contended the host was while each size was measured (Linux: /proc), read back by compare
     assert (df.cpu_busy_frac > 0).all() and (df.cpu_wait_frac >= 0).all() and (df.load_per_cpu > 0).all()
-    assert df.steal_frac.isna().all() or (df.steal_frac.between(0, 1)).all()
+    # steal: a fraction of the window's CPU time, or none where the kernel counts none or no clock tick
+    # fell inside the window (a 1 KiB size measured twice can take less than one 10 ms tick)
+    assert (df.steal_frac.isna() | df.steal_frac.between(0, 1)).all()
     found = run_cli(["compare", str(out), "--format", "json", "--table", "summary"], env=ray_head.env())
     summary = json.loads(found.stdout)["tables"]["summary"][0]
     # which verdict two runs on a shared host earn depends on their noise; the command must print
