@@ -34,26 +34,25 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.analysis.report import Report
 from orchestrator.errors import UsageError
-from orchestrator.execution.jobs import RunResult
-from orchestrator.execution.qualifying import Qualification
-from orchestrator.execution.voice import COMMAND_LINE, QUIET
-from orchestrator.judging.defaults import DROP_THRESHOLD, MIN_FRACTION, PEER_THRESHOLD
+from orchestrator.operations import COMMAND_LINE, QUIET
 from orchestrator.operations import compare as comparing
 from orchestrator.operations import doctor as doctoring
 from orchestrator.operations import import_ as importing
 from orchestrator.operations import plan as planning
 from orchestrator.operations import qualify as qualifying
+from orchestrator.operations import replay as replaying
 from orchestrator.operations import report as reporting
-from orchestrator.operations.checks import Unit, user_expected
+from orchestrator.operations import run as running
+from orchestrator.operations.checks import DROP_THRESHOLD, MIN_FRACTION, PEER_THRESHOLD, Unit
 from orchestrator.operations.compare import By, Comparison
 from orchestrator.operations.import_ import Imported, Topology
 from orchestrator.operations.plan import Planned
 from orchestrator.operations.predict import Predicted
-from orchestrator.results.location import check_writable, resolve_output
-from orchestrator.results.schema import RunState
-from orchestrator.sweep.spec import SweepSpec, field_of, from_mapping, spec_fields
+from orchestrator.operations.qualify import Qualification
+from orchestrator.operations.report import Report
+from orchestrator.operations.run import RunResult
+from orchestrator.sweep.spec import SweepSpec, field_of, spec_fields
 
 __all__ = ["Comparison", "Planned", "Predicted", "Preflight", "Qualification", "Report", "RunResult", "UsageError",
            "Watched", "compare", "doctor", "import_nccl_tests", "plan", "predict", "preflight", "qualify", "replay",
@@ -63,9 +62,7 @@ __all__ = ["Comparison", "Planned", "Predicted", "Preflight", "Qualification", "
 def spec(base: SweepSpec | None = None, **options: Any) -> SweepSpec:
     """A validated sweep: `base` (or the defaults) with `options` over it, each converted and checked
     as a --config key is (`max_bytes="64M"`, `dtypes=["bfloat16"]`, `env={"NCCL_ALGO": "Ring"}`)."""
-    values = from_mapping(options, source="collbench.api")
-    made = dataclasses.replace(base, **values) if base is not None else SweepSpec(**values)
-    return dataclasses.replace(made, output=resolve_output(made.output))
+    return running.SWEEPS.spec(base, options)
 
 
 def run(sweep: SweepSpec | None = None, /, *, nodes: Sequence[str] | None = None, placement_group=None,
@@ -77,15 +74,11 @@ def run(sweep: SweepSpec | None = None, /, *, nodes: Sequence[str] | None = None
     lacks, with its own sweep; an option given here that would change what it measures is refused),
     `retry_failed` measuring its failed groups again; `doctor`: the quick checks before the first
     group (a failed one raises UsageError naming the node)."""
-    from orchestrator.execution import console
-    from orchestrator.operations.run import RunOptions
-    from orchestrator.operations.run import run as measure
-
     given = _with_nodes(nodes, options)
-    chosen = RunOptions(sweep=spec(sweep, **given), resume=resume, retry_failed=retry_failed, doctor=doctor,
-                        given=frozenset(f.name for f in map(field_of, given) if f is not None) | _set_in(sweep))
-    return measure(chosen, voice=COMMAND_LINE if verbose else QUIET, placement_group=placement_group,
-                   console_for=(lambda groups: console.Console(groups)) if verbose else None)
+    chosen = running.RunOptions(sweep=spec(sweep, **given), resume=resume, retry_failed=retry_failed, doctor=doctor,
+                                given=frozenset(f.name for f in map(field_of, given) if f is not None) | _set_in(sweep))
+    return running.run(chosen, voice=COMMAND_LINE if verbose else QUIET, placement_group=placement_group,
+                       progress=verbose)
 
 
 def replay(dumps: str | Sequence[str], /, *, repeat: int = 3, gaps: bool = False, ops_per_step: int | None = None,
@@ -94,15 +87,11 @@ def replay(dumps: str | Sequence[str], /, *, repeat: int = 3, gaps: bool = False
     """Run a training job's collectives again from its Flight Recorder dumps (files or folders),
     as `collbench replay`; returns the RunResult (rows: pattern "replay"). Options as the command's
     (backend, ranks_per_node, output, address, env, group_timeout, ...; any other is refused)."""
-    from orchestrator.execution import console
-    from orchestrator.operations import replay as replaying
-
     chosen = replaying.ReplayOptions(
         dumps=(dumps,) if isinstance(dumps, str) else tuple(dumps), sweep=replaying.SWEEPS.spec(
             None, _with_nodes(nodes, options)), repeat=repeat, gaps=gaps, ops_per_step=ops_per_step,
         trace_ranks_per_node=trace_ranks_per_node, doctor=doctor)
-    return replaying.replay(chosen, voice=COMMAND_LINE if verbose else QUIET,
-                            console_for=(lambda groups: console.Console(groups)) if verbose else None)
+    return replaying.replay(chosen, voice=COMMAND_LINE if verbose else QUIET, progress=verbose)
 
 
 def qualify(sweep: SweepSpec | None = None, /, *, nodes: Sequence[str] | None = None, placement_group=None,
@@ -113,15 +102,11 @@ def qualify(sweep: SweepSpec | None = None, /, *, nodes: Sequence[str] | None = 
     evidence per node (`.failing`: those that did not pass). Options as `collbench qualify`'s (any
     other is refused); without `sweep`, qualify's defaults under them (all_reduce 1M-16M, 5
     iterations), with it, that sweep as given."""
-    from orchestrator.execution.qualifying import qualification
-
-    judged = qualifying.QualifyOptions(threshold=threshold, min_fraction=min_fraction, seed=seed, expected=expected)
-    chosen = qualifying.qualify_spec(sweep, _with_nodes(nodes, options))
-    check_writable(chosen.output)
-    entries = user_expected(judged.expected)
-    return qualification(chosen, threshold=judged.threshold, min_fraction=judged.min_fraction, seed=judged.seed,
-                         user_entries=entries, voice=COMMAND_LINE if verbose else QUIET,
-                         log=sys.stdout if verbose else None, placement_group=placement_group, doctor=doctor)
+    chosen = qualifying.QualifyOptions(sweep=qualifying.qualify_spec(sweep, _with_nodes(nodes, options)),
+                                       threshold=threshold, min_fraction=min_fraction, seed=seed, expected=expected,
+                                       doctor=doctor)
+    return qualifying.qualify(chosen, voice=COMMAND_LINE if verbose else QUIET, log=sys.stdout if verbose else None,
+                              placement_group=placement_group)
 
 
 @dataclass
@@ -133,11 +118,11 @@ class Preflight:
     @property
     def exclude(self) -> list[str]:
         """IP addresses of the nodes that did not pass (empty: go)."""
-        return [v["node"] for v in self.qualification.failing]
+        return [v.node for v in self.qualification.failing]
 
     @property
     def ok(self) -> bool:
-        return self.qualification.state == RunState.FINISHED and not self.exclude
+        return self.qualification.finished and not self.exclude
 
 
 def preflight(target=None, /, *, timeout_s: float = 60.0, verbose: bool = False, **options: Any) -> Preflight:

@@ -8,11 +8,7 @@ import subprocess
 import sys
 
 from orchestrator.errors import UsageError, renamed
-from orchestrator.lab import cluster
-from orchestrator.sweep.spec import MAX_RANKS_PER_NODE
-from orchestrator.sweep.units import parse_duration
-
-MAX_TIMEOUT_S = 3600.0  # --timeout: nodes join in seconds; an hour is already a hung lab
+from orchestrator.operations import lab
 
 
 def add_parser(sub) -> None:
@@ -50,56 +46,43 @@ def add_parser(sub) -> None:
 
 def main(args: argparse.Namespace) -> int:
     if args.verb == "up":
-        timeout_s = parse_duration(args.timeout, "--timeout", MAX_TIMEOUT_S)
-        cpus = _cpus_per_node(args)
-        for item in args.node_link or []:
-            try:
-                cluster.parse_node_links([item], max(args.nodes, 1))
-            except UsageError as e:  # the rate's own check names --link
-                if str(e).startswith("--node-link"):
-                    raise
-                raise UsageError(f"--node-link {item!r}: expected NODE=RATE with a rate such as 500mbit") from None
+        flag, cpus = _cpus_per_node(args)
+        options = lab.LabUp(name=args.name, nodes=args.nodes, cpus_per_node=cpus, cpus_flag=flag, link=args.link,
+                            node_links=tuple(args.node_link or ()), subnet=args.subnet, timeout=args.timeout,
+                            declared=not args.undeclared)
+        if flag != "--cpus-per-node":  # said once the value is good: a refusal stays one line
+            renamed("lab up --ranks-per-node", "--cpus-per-node")
         try:
-            node_links = cluster.parse_node_links(args.node_link, args.nodes)
-            st = cluster.up(args.name, args.nodes, cpus, args.link, args.subnet, timeout_s,
-                            node_links, declared=not args.undeclared)
-        except cluster.LabError as e:
+            st = lab.up(options)
+        except lab.LabError as e:
             print(f"collbench: lab up failed and was cleaned up: {e}", file=sys.stderr)
             return 1
         slow = "".join(f", node {i} at {rate}" for i, rate in sorted(st.node_links.items()))
         print(f"lab {st.name} is up: {st.nodes} node(s) x {st.ranks_per_node} rank(s), links shaped to {st.link}{slow}"
               + ("" if st.declared else "; no expected rate declared"))
         print(f"  address: {st.address} (head {st.head_ip}, nodes {st.node_ip(0)}..{st.node_ip(st.nodes - 1)})")
-        print(f"  run:     {cluster.run_command(st)}")
+        print(f"  run:     {lab.run_command(st)}")
         print(f"  down:    collbench lab down --name {st.name}")
         return 0
-    try:
-        st = cluster.load(args.name)
-    except (OSError, ValueError):  # a name no lab can have: too long, a NUL
-        raise UsageError(f"--name {args.name[:80]!r}: no lab of that name is up") from None
+    st = lab.load(args.name)
     if args.verb == "down":
-        problems = cluster.down(st)
+        problems = lab.down(st)
         if problems:
             print(f"collbench: could not remove: {', '.join(problems)}", file=sys.stderr)
             return 1
         print(f"lab {st.name} removed")
         return 0
     cmd = [c for c in args.cmd if c != "--"] or [os.environ.get("SHELL", "/bin/sh")]
-    env = {**os.environ, **st.auth_env(), "RAY_ADDRESS": st.address}
-    return subprocess.call(cmd, env=env)
+    return subprocess.call(cmd, env={**os.environ, **lab.environment(st)})
 
 
-def _cpus_per_node(args: argparse.Namespace) -> int:
-    """--cpus-per-node, or its old name (--ranks-per-node, which a run's option means otherwise)."""
+def _cpus_per_node(args: argparse.Namespace) -> tuple[str, int]:
+    """--cpus-per-node, or its old name (--ranks-per-node, which a run's option means otherwise):
+    the flag given and its value."""
     flag, cpus = "--cpus-per-node", args.cpus_per_node
     if args.old_cpus_per_node is not None:
         if cpus is not None and cpus != args.old_cpus_per_node:
             raise UsageError(f"--ranks-per-node {args.old_cpus_per_node}: the old name of --cpus-per-node "
                              f"{cpus}; give one")
         flag, cpus = "--ranks-per-node", args.old_cpus_per_node
-    cpus = 2 if cpus is None else cpus
-    if not 1 <= cpus <= MAX_RANKS_PER_NODE:
-        raise UsageError(f"{flag} {cpus}: must be between 1 and {MAX_RANKS_PER_NODE}")
-    if flag != "--cpus-per-node":  # said once the value is good: a refusal stays one line
-        renamed("lab up --ranks-per-node", "--cpus-per-node")
-    return cpus
+    return flag, 2 if cpus is None else cpus

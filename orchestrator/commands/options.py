@@ -5,12 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from orchestrator import yamlfile
-from orchestrator.errors import UsageError
 from orchestrator.operations.checks import MIN_FRACTION, UNITS
-from orchestrator.sweep.sizes import format_bytes
-from orchestrator.sweep.spec import SweepSpec, convert, from_mapping, key_of, spec_fields
-from orchestrator.sweep.units import format_duration
+from orchestrator.sweep.spec import SweepSpec, convert, field_of, from_mapping, key_of, read_config, shown, spec_fields
 
 FORMATS = ("table", "markdown", "csv", "json")
 
@@ -28,11 +24,9 @@ def add_spec_options(p: argparse.ArgumentParser, only: tuple[str, ...] | None = 
         flags, kind = f.metadata["flags"], f.metadata["kind"]
         default = f.default if not callable(f.default_factory) else f.default_factory()  # type: ignore[misc]
         default = (defaults or {}).get(f.name, default)
-        shown = ",".join(map(str, default)) if isinstance(default, tuple) else \
-            format_bytes(default) if kind == "bytes" else format_duration(default) if kind == "duration" else default
         help_text = (helps or {}).get(f.name, f.metadata["help"])
         if "(default" not in help_text:  # a help that says its own default (--address) keeps it alone
-            help_text += f" (default: {shown if shown not in ('', None) else 'none'})"
+            help_text += f" (default: {shown(f, default) or 'none'})"
         if kind == "bool":
             g.add_argument(*flags, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
         elif kind == "env":
@@ -50,7 +44,7 @@ def spec_from_args(args: argparse.Namespace) -> SweepSpec:
     options."""
     values = dict(getattr(args, "spec_defaults", {}))
     if args.config:
-        values.update(from_mapping(_load_yaml(args.config), source=f"--config {args.config}",
+        values.update(from_mapping(read_config(args.config), source=f"--config {args.config}",
                                    only=getattr(args, "spec_only", None), command=getattr(args, "spec_command", None)))
     for f in spec_fields():
         raw = getattr(args, f.name, None)
@@ -59,13 +53,11 @@ def spec_from_args(args: argparse.Namespace) -> SweepSpec:
     return SweepSpec(**values)
 
 
-def _load_yaml(path: str) -> dict:
-    data = yamlfile.read(path, "--config")
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise UsageError(f"--config {path}: expected a mapping of option names to values")
-    return data
+def given_fields(args: argparse.Namespace) -> frozenset[str]:
+    """The sweep options the user gave: on the command line (parsed as None when absent) or as keys
+    of --config (the file already read and checked by spec_from_args)."""
+    on_line = {f.name for f in spec_fields() if getattr(args, f.name, None) is not None}
+    return frozenset(on_line | {field_of(key).name for key in (read_config(args.config) if args.config else {})})
 
 
 def add_format(p: argparse.ArgumentParser, extra: tuple[str, ...] = (), help_extra: str = "") -> None:

@@ -9,30 +9,29 @@ import argparse
 import json
 import sys
 
-from orchestrator.analysis import predict
 from orchestrator.commands.options import add_format
 from orchestrator.commands.render import render_csv, render_tables
 from orchestrator.errors import UsageError, renamed
 from orchestrator.operations.predict import (
     BUCKET_BYTES,
+    DESCRIPTION,
     LIMITS,
     MAX_PARAMS,
     RANKS_PER_NODE,
     PredictOptions,
+    bucket_bytes,
     mb_to_bytes,
     parse_count,
 )
 from orchestrator.operations.predict import predict as price
-from orchestrator.sweep.sizes import format_bytes, parse_bytes
-from orchestrator.sweep.spec import MAX_MSG_BYTES
-from workloads.dtypes import ELEMENT_BYTES
+from orchestrator.sweep.spec import ELEMENT_BYTES, MAX_MSG_BYTES, format_bytes
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "predict",
         help="estimate the communication time of a training step from a measured run",
-        description=predict.__doc__,
+        description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("path", help="results dataset")
@@ -111,15 +110,8 @@ def old_spellings(args: argparse.Namespace) -> list[tuple[str, str]]:
                              f"{MAX_MSG_BYTES / 1e6:g}") from None
         said.append(("--bucket-mb", "--bucket SIZE (binary, 25M = 25 MiB)"))
     else:
-        args.bucket_bytes = _bucket_bytes(args.bucket) if args.bucket is not None else BUCKET_BYTES
+        args.bucket_bytes = bucket_bytes(args.bucket) if args.bucket is not None else BUCKET_BYTES
     return said
-
-
-def _bucket_bytes(text: str) -> int:
-    try:
-        return parse_bytes(text)
-    except ValueError:
-        raise UsageError(f"--bucket {text[:40]!r}: expected a size such as 25M (binary: 25 MiB)") from None
 
 
 def main(args: argparse.Namespace) -> int:

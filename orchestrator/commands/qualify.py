@@ -9,20 +9,15 @@ culprit is named, 2 for bad input.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 
 from orchestrator.commands.options import add_doctor_option, add_expected_options, add_spec_options, spec_from_args
 from orchestrator.commands.render import render_tables
-from orchestrator.operations.checks import PEER_THRESHOLD, user_expected
-from orchestrator.operations.qualify import SWEEPS, QualifyOptions, check_spec
-from orchestrator.results.location import check_writable, resolve_output
-from orchestrator.results.schema import RunState
-from orchestrator.sweep.qualify import Outcome
-from orchestrator.sweep.spec import SweepSpec
-from workloads.dtypes import ELEMENT_BYTES
-from workloads.registry import COLLECTIVES
+from orchestrator.operations import COMMAND_LINE, Voice
+from orchestrator.operations.checks import PEER_THRESHOLD
+from orchestrator.operations.qualify import SWEEPS, NodeVerdict, QualifyOptions, qualify
+from orchestrator.sweep.spec import COLLECTIVES, ELEMENT_BYTES
 
 
 def add_parser(sub) -> None:
@@ -55,24 +50,17 @@ def add_parser(sub) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    options = QualifyOptions(threshold=args.threshold, min_fraction=args.min_fraction, seed=args.seed,
-                             expected=args.expected)
-    user = user_expected(options.expected)
-    spec = spec_from_qualify_args(args)
-    check_writable(spec.output)
-    from orchestrator.execution.qualifying import qualification
-    from orchestrator.execution.voice import COMMAND_LINE, Voice
-
+    options = QualifyOptions(sweep=spec_from_args(args), threshold=args.threshold, min_fraction=args.min_fraction,
+                             seed=args.seed, expected=args.expected, doctor=not args.no_doctor)
     log = sys.stderr if args.format == "json" else sys.stdout  # stdout: the JSON alone
-    voice = Voice(lambda line: print(line, file=log, flush=True), COMMAND_LINE.problem)
-    result = qualification(spec, threshold=options.threshold, min_fraction=options.min_fraction, seed=options.seed,
-                           user_entries=user, voice=voice, log=log, doctor=not args.no_doctor)
-    if result.state != RunState.FINISHED:
+    result = qualify(options, voice=Voice(lambda line: print(line, file=log, flush=True), COMMAND_LINE.problem),
+                     log=log)
+    if not result.finished:
         return result.exit_code
     if args.format == "json":
         print(json.dumps({"run_id": result.run_id, "rounds": result.rounds, "wall_s": round(result.wall_s, 3),
                           "speed_judged": result.speed_judged, "unjudged": result.unjudged,
-                          "agreement": result.agreement, "nodes": result.nodes}, indent=1))
+                          "agreement": result.agreement, "nodes": [v.to_json() for v in result.nodes]}, indent=1))
     else:
         print(render_tables([("verdicts", [_table_row(v) for v in result.nodes])], "table"))
     for note in (result.unjudged, result.agreement):  # never a silent pass, nor a bare "healthy"
@@ -84,18 +72,11 @@ def main(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
-def spec_from_qualify_args(args: argparse.Namespace) -> SweepSpec:
-    spec = check_spec(spec_from_args(args))
-    return dataclasses.replace(spec, output=resolve_output(spec.output))
-
-
-def _table_row(v: dict) -> dict:
-    """The verdict with the evidence that decided it: a failing node's last probe of its verdict's
-    kind, a passing node's last probe that passed."""
-    want = {Outcome.PASS.value} if v["verdict"] == Outcome.PASS.value else {o.value for o in Outcome} - {Outcome.PASS.value}
-    e = next((e for e in reversed(v["evidence"]) if e["status"] in want), v["evidence"][-1] if v["evidence"] else {})
-    partners = [ip for ip in e.get("nodes", []) if ip != v["node"]]
-    return {"node": v["node"], "host": v["host"], "verdict": v["verdict"], "phase": e.get("phase"),
+def _table_row(v: NodeVerdict) -> dict:
+    """The verdict with the evidence that decided it."""
+    e = v.deciding()
+    partners = [ip for ip in e.get("nodes", []) if ip != v.node]
+    return {"node": v.node, "host": v.host, "verdict": v.verdict.value, "phase": e.get("phase"),
             "with": ",".join(partners[:3]) + (f",+{len(partners) - 3}" if len(partners) > 3 else ""),
             "busbw": e.get("busbw_gbps"), "reference": e.get("reference_gbps"),
-            "detail": "; ".join(filter(None, [v.get("detail"), e.get("detail") or e.get("status")]))}
+            "detail": "; ".join(filter(None, [v.detail, e.get("detail") or e.get("status")]))}

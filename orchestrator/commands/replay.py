@@ -7,9 +7,7 @@ import argparse
 import time
 
 from orchestrator.commands.options import add_doctor_option, add_spec_options, spec_from_args
-from orchestrator.execution.replaying import MAX_REPEAT
-from orchestrator.operations.replay import SWEEPS, ReplayOptions, replay
-from orchestrator.results.schema import RunState
+from orchestrator.operations.replay import MAX_REPEAT, SWEEPS, ReplayOptions, replay
 
 
 def add_parser(sub) -> None:
@@ -47,10 +45,8 @@ def main(args: argparse.Namespace) -> int:
     options = ReplayOptions(dumps=tuple(args.dumps), sweep=spec_from_args(args), repeat=args.repeat, gaps=args.gaps,
                             ops_per_step=args.ops_per_step, trace_ranks_per_node=args.trace_ranks_per_node,
                             doctor=not args.no_doctor)
-    from orchestrator.execution import console, jobs
-
-    result = replay(options, console_for=lambda groups: console.Console(groups))
-    if result.state == RunState.FINISHED:
-        for line in jobs.closing_lines(result, t_start):
+    result = replay(options, progress=True)
+    if result.finished:
+        for line in result.closing_lines(t_start):
             print(line, flush=True)
     return result.exit_code

@@ -11,15 +11,14 @@ import json
 import os
 import sys
 
-from orchestrator.analysis import report
 from orchestrator.commands.options import add_analysis_options, add_expected_options
 from orchestrator.commands.render import render_csv, render_nccl_tests, render_tables
 from orchestrator.errors import UsageError
 from orchestrator.operations import report as reporting
-from orchestrator.operations.checks import PEER_THRESHOLD, UNITS
-from orchestrator.results.location import check_writable, is_uri
+from orchestrator.operations.checks import PEER_THRESHOLD
+from orchestrator.operations.report import TABLE_COLUMNS, TABLES, Report, title
 
-TABLE_NAMES = (*report.TABLES, "flags")
+TABLE_NAMES = (*TABLES, "flags")
 
 
 def add_parser(sub) -> None:
@@ -69,25 +68,20 @@ def main(args: argparse.Namespace) -> int:
         print(render_nccl_tests(reporting.nccl_tests_blocks(options)), end="")
         return 0
     if args.plots is not None or args.format == "html":
-        _require_matplotlib()
+        reporting.check_plotting()
     found = reporting.report(options)
-    frame, rep = found.frame, found.report
-    plots_dir = _plots_dir(args.path, args.plots, found.run_id) if args.plots is not None else None
+    plots_dir = reporting.plots_dir(args.path, args.plots, found.run_id) if args.plots is not None else None
     if args.format == "html":
-        from orchestrator.analysis import html
-
-        print(html.render(rep, frame, UNITS[args.unit]), end="")
+        print(found.html_page(), end="")
     else:
-        _print(rep, args)
+        _print(found.report, args)
     if plots_dir:
-        from orchestrator.analysis import plots
-
-        for path in plots.write(frame, plots_dir, UNITS[args.unit], args.unit):
+        for path in found.write_plots(plots_dir):
             print(f"wrote {path}", file=sys.stderr)
-    return 1 if rep.flags else 0
+    return 1 if found.report.flags else 0
 
 
-def _print(rep: report.Report, args: argparse.Namespace) -> None:
+def _print(rep: Report, args: argparse.Namespace) -> None:
     flags = [f.to_json() for f in rep.flags]
     named = {**rep.tables, "flags": flags}
     if args.format == "json":
@@ -100,9 +94,9 @@ def _print(rep: report.Report, args: argparse.Namespace) -> None:
         if args.csv_dir:
             _write_csv_dir(args.csv_dir, named)
         if args.table:
-            print(render_csv(named[args.table], report.COLUMNS[args.table]), end="")
+            print(render_csv(named[args.table], TABLE_COLUMNS[args.table]), end="")
     else:
-        titles = [(report.title(n, rep.unit), rep.tables[n]) for n in report.TABLES if args.table in (None, n)]
+        titles = [(title(n, rep.unit), rep.tables[n]) for n in TABLES if args.table in (None, n)]
         if args.table in (None, "flags"):
             titles.append(("flags", [{"kind": f["kind"], "nodes": f["nodes"], "ranks": f["ranks"],
                                       "message": f["message"], "reasons": f.get("reasons")} for f in flags]))
@@ -116,13 +110,13 @@ def _write_csv_dir(folder: str, named: dict[str, list[dict]]) -> None:
         for name, rows in named.items():
             path = os.path.join(folder, f"{name}.csv")
             with open(path + ".tmp", "w") as f:
-                f.write(render_csv(rows, report.COLUMNS[name]))
+                f.write(render_csv(rows, TABLE_COLUMNS[name]))
             os.replace(path + ".tmp", path)
     except OSError as e:
         raise UsageError(f"--csv-dir {folder}: cannot write there ({e.strerror or e})") from None
 
 
-def _header(rep: report.Report) -> str:
+def _header(rep: Report) -> str:
     r = rep.run
     lines = [f"run {r['run_id']} ({r.get('state') or 'state unknown'}), started {r.get('started_at') or '?'}"]
     if r.get("command") == "import":
@@ -136,27 +130,3 @@ def _header(rep: report.Report) -> str:
                      f"{', '.join(r['gpu_models'] or r.get('device_models') or [])}")
     lines += [f"WARNING: {w}" for w in rep.warnings]
     return "\n".join(lines) + "\n\n"
-
-
-def _plots_dir(path: str, plots: str, run_id: str) -> str:
-    """Where plots go: the given folder, or PATH/_plots/RUN_ID. A folder inside the dataset must
-    sit below a name starting with '_' or '.', or pandas.read_parquet(PATH) would read the PNGs."""
-    if not plots:
-        if is_uri(path):
-            raise UsageError(f"--plots: name a local folder for the plots of {path}")
-        return os.path.join(path, "_plots", run_id)
-    if not is_uri(path):
-        rel = os.path.relpath(os.path.abspath(plots), os.path.abspath(path))
-        inside = not rel.startswith("..")
-        if inside and not any(part.startswith(("_", ".")) for part in rel.split(os.sep)):
-            raise UsageError(f"--plots {plots}: inside the results dataset, where pandas.read_parquet({path!r}) "
-                             f"would try the PNGs as Parquet; use {os.path.join(path, '_plots')} or a folder outside")
-    check_writable(plots, "--plots")  # before the report prints: a refusal leaves nothing said twice
-    return plots
-
-
-def _require_matplotlib() -> None:
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise UsageError("--plots and --format html need matplotlib: pip install 'collbench[plot]'") from None

@@ -12,7 +12,7 @@ from enum import Enum
 
 from orchestrator.analysis.compare import Verdict
 from orchestrator.sweep.inventory import Inventory, Node
-from orchestrator.sweep.qualify import Outcome
+from orchestrator.sweep.qualify_types import NodeVerdict
 
 BLIND_CYCLES = 3  # cycles in a row that measured nothing before a `blind` alert
 FLAP_WINDOW, FLAP_CYCLES = 6, 2  # a node doubted in this many of the last measured cycles, and cleared each time
@@ -166,21 +166,21 @@ def with_partners(checked: list[str], doubted: set[str], at_least: int = 3) -> l
     return [ip for ip in checked if ip in chosen]
 
 
-def alerts_from(nodes: list[dict], evidence: dict[str, tuple[float | None, float | None, str]]) -> list[Alert]:
+def alerts_from(nodes: list[NodeVerdict], evidence: dict[str, tuple[float | None, float | None, str]]) -> list[Alert]:
     """An alert per node a qualification did not pass, with the canary's evidence for it where there
     is some (`evidence[ip]`: value, reference, what the canary saw)."""
     out = []
     for v in nodes:
-        if v["verdict"] == Outcome.PASS.value:
+        if v.passed:
             continue
-        value, reference, seen = evidence.get(v["node"], (None, None, ""))
-        last = next((e for e in reversed(v["evidence"]) if e["status"] == v["verdict"]), {})
+        value, reference, seen = evidence.get(v.node, (None, None, ""))
+        last = next((e for e in reversed(v.evidence) if e["status"] == v.verdict.value), {})
         value = last.get("busbw_gbps", value) if last else value
         reference = last.get("reference_gbps", reference) if last else reference
         detail = last.get("detail") or ""
-        message = f"{v['node']} ({v['host']}) {v['verdict']}" + (f": {detail}" if detail else "") + \
+        message = f"{v.node} ({v.host}) {v.verdict.value}" + (f": {detail}" if detail else "") + \
             (f"; canary: {seen}" if seen else "")
-        out.append(Alert(v["node"], AlertKind(v["verdict"]), value, reference, message))
+        out.append(Alert(v.node, AlertKind(v.verdict.value), value, reference, message))
     return out
 
 

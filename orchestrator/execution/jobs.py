@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -41,11 +41,30 @@ class RunResult:
     message: str | None = None  # the line that said why it ended early
     rows_at: str = ""  # the run's own folder (or URI) of rows
 
+    @property
+    def finished(self) -> bool:
+        """It measured what it was to measure (failed groups included); else it ended early (`message`)."""
+        return self.state == RunState.FINISHED
+
     def rows(self):
         """The run's rows as a pandas DataFrame (read back from the dataset)."""
         from orchestrator.results import dataset
 
         return dataset.load(self.output, self.run_id)
+
+    def closing_lines(self, t_start: float) -> list[str]:
+        """The run's last lines on stdout: where the time went (since `t_start`, a time.monotonic()
+        reading), and what was written where."""
+        outcome = self.outcome
+        wall = time.monotonic() - t_start
+        first = f"{outcome.first_row_at - t_start:.1f}s" if outcome.first_row_at else "-"
+        return [
+            f"collbench: wall {wall:.1f}s, measuring {outcome.measured_s:.1f}s ({outcome.measured_s / wall:.0%}), "
+            f"first row after {first}, {self.startup}, group set-up median {_median(outcome.setup_s):.2f}s, "
+            f"tear-down median {_median(outcome.teardown_s):.2f}s",
+            f"collbench: {outcome.rows} row(s) in {outcome.groups_ok} ok, {outcome.groups_failed} failed and "
+            f"{outcome.groups_skipped} skipped group(s) written to {self.rows_at}",
+        ]
 
 
 class Planner(Protocol):
@@ -59,12 +78,12 @@ class Planner(Protocol):
 
 def sweep(spec: SweepSpec, *, run_id: str | None = None, saved: resume.SavedRun | None = None,
           retry_failed: bool = False, observers: Sequence[RunObserver] = (), voice: Voice = COMMAND_LINE,
-          console_for: Callable[[int], RunObserver | None] | None = None, placement_group=None,
+          progress: bool = False, placement_group=None,
           partition: str | None = None, cpus_per_rank: float = 0.0, command: str = "run",
           doctor: bool = True, planner: Planner | None = None) -> RunResult:
     """Measure `spec`'s plan on the cluster; a resumed run (`saved`, its manifest's run) measures
-    the groups it lacks. `console_for(groups_to_measure)` makes the console, once that number is
-    known. `planner`: a plan of its own and its groups' cases (a replay), instead of the sweep's.
+    the groups it lacks. `progress`: the console (a table of rows, progress and an estimate, on
+    stdout) watches the run, told how many groups it measures once that is known. `planner`: a plan of its own and its groups' cases (a replay), instead of the sweep's.
     Raises UsageError for what makes the sweep impossible (before anything is measured)."""
     from orchestrator.execution.lifecycle import live
     from orchestrator.execution.session import Session
@@ -98,7 +117,11 @@ def sweep(spec: SweepSpec, *, run_id: str | None = None, saved: resume.SavedRun 
         if resuming:
             again = " (failed, timed-out and skipped ones are measured again)" if retry_failed else ""
             voice.say(f"collbench: resuming: {len(skip)} group(s) already on disk are skipped{again}")
-        console = console_for(len(plan) - len(skip)) if console_for else None
+        console = None
+        if progress:
+            from orchestrator.execution.console import Console
+
+            console = Console(len(plan) - len(skip))
         runner, outcome = session.start(len(plan), [*([console] if console else []), *observers],
                                         command=command, skipped=len(skip),
                                         cases_for=planner.cases if planner else None)
@@ -153,20 +176,6 @@ def closing_code(spec: SweepSpec, outcome: Tally, voice: Voice) -> int:
         voice.warn(f"collbench: {outcome.n_wrong} wrong element(s) in the checks")
         code = 1
     return code
-
-
-def closing_lines(result: RunResult, t_start: float) -> list[str]:
-    """The run's last lines on stdout: where the time went, and what was written where."""
-    outcome = result.outcome
-    wall = time.monotonic() - t_start
-    first = f"{outcome.first_row_at - t_start:.1f}s" if outcome.first_row_at else "-"
-    return [
-        f"collbench: wall {wall:.1f}s, measuring {outcome.measured_s:.1f}s ({outcome.measured_s / wall:.0%}), "
-        f"first row after {first}, {result.startup}, group set-up median {_median(outcome.setup_s):.2f}s, "
-        f"tear-down median {_median(outcome.teardown_s):.2f}s",
-        f"collbench: {outcome.rows} row(s) in {outcome.groups_ok} ok, {outcome.groups_failed} failed and "
-        f"{outcome.groups_skipped} skipped group(s) written to {result.rows_at}",
-    ]
 
 
 def _median(values: list[float]) -> float:

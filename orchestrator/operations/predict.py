@@ -15,6 +15,8 @@ from orchestrator.sweep.sizes import format_bytes, parse_bytes
 from orchestrator.sweep.spec import MAX_MSG_BYTES
 from workloads.dtypes import ELEMENT_BYTES
 
+DESCRIPTION = pricing.__doc__  # what `collbench predict --help` says of it
+
 _SUFFIX = {"K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
 # Bounds that keep the arithmetic finite and quick (a group's ranks are listed to find its
 # topology): a million-rank layout is far past any cluster.
@@ -262,3 +264,10 @@ def _predict_trace(options: PredictOptions) -> Predicted:
                      [("per-step communication of the traced job (median step)", [summary]),
                       ("terms (per step)", terms)], terms, incomplete)
 
+
+def bucket_bytes(text: str) -> int:
+    """--bucket SIZE: a binary size (25M = 25 MiB)."""
+    try:
+        return parse_bytes(text)
+    except ValueError:
+        raise UsageError(f"--bucket {text[:40]!r}: expected a size such as 25M (binary: 25 MiB)") from None

@@ -1,19 +1,27 @@
-"""What a qualification takes besides its sweep, checked when made, and the sweep it measures:
-qualify's own defaults and its one collective and one element type (`collbench qualify`,
-`api.qualify` and `api.preflight`; the body that runs it is execution.qualifying)."""
+"""`collbench qualify`, `api.qualify` and `api.preflight`: what a qualification takes, checked when
+made (its sweep: qualify's own defaults, one collective, one element type; how probes are judged),
+and the one call that runs it (the body, shared with watch, is operations.qualifying)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TextIO
 
 from orchestrator.errors import UsageError
+from orchestrator.execution.voice import COMMAND_LINE, Voice
 from orchestrator.judging.defaults import MIN_FRACTION, PEER_THRESHOLD
-from orchestrator.operations.checks import check_min_fraction, check_threshold
+from orchestrator.operations.checks import check_min_fraction, check_threshold, user_expected
+from orchestrator.operations.qualifying import Qualification, qualification
 from orchestrator.operations.sweeps import NONE, Sweeps
+from orchestrator.results.location import check_writable, resolve_output
+from orchestrator.sweep.qualify_types import NodeVerdict, Outcome
 from orchestrator.sweep.spec import ALL, SweepSpec
+
+__all__ = ["DEFAULTS", "SWEEPS", "NodeVerdict", "Outcome", "Qualification", "QualifyOptions", "check_spec", "qualify",
+           "qualify_spec"]
 
 # The sweep qualify takes (its command line's sweep options, its --config keys, the API's keyword
 # options; any other is refused, from every face) and where its defaults differ from a run's: one
@@ -30,8 +38,10 @@ DEFAULTS = SWEEPS.defaults
 
 @dataclass(frozen=True, kw_only=True)
 class QualifyOptions:
-    """How probes are judged, checked when made."""
+    """What to probe and how probes are judged, checked when made."""
 
+    sweep: SweepSpec = field(default_factory=lambda: SweepSpec(**DEFAULTS))
+    """The probes' sweep (qualify_spec makes it from a face's options): one collective, one dtype."""
     threshold: float = PEER_THRESHOLD
     """Without an expected value, a probe this fraction below what the fastest agreeing probes delivered (and
     below their noise) is slow."""
@@ -41,10 +51,25 @@ class QualifyOptions:
     """Seed of the random pairing."""
     expected: str | None = None
     """A YAML file of the user's expected values, over the shipped table."""
+    doctor: bool = True
+    """The quick checks before the first probe (a failed one refuses the qualification naming the node)."""
 
     def __post_init__(self) -> None:
+        check_spec(self.sweep)
         check_threshold(self.threshold)
         check_min_fraction(self.min_fraction)
+
+
+def qualify(options: QualifyOptions, *, voice: Voice = COMMAND_LINE, log: TextIO | None = None,
+            placement_group=None) -> Qualification:
+    """Qualify the cluster's nodes (or the sweep's `nodes`, or a caller's placement group's); a
+    verdict per node with its evidence. `log`: where failed probes are printed (None: nowhere)."""
+    entries = user_expected(options.expected)  # a bad file refused before the output is touched
+    spec = dataclasses.replace(options.sweep, output=resolve_output(options.sweep.output))
+    check_writable(spec.output)
+    return qualification(spec, threshold=options.threshold, min_fraction=options.min_fraction, seed=options.seed,
+                         user_entries=entries, voice=voice, log=log, placement_group=placement_group,
+                         doctor=options.doctor)
 
 
 def qualify_spec(base: SweepSpec | None = None, options: Mapping[str, Any] = NONE,

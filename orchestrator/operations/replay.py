@@ -5,13 +5,16 @@ rows with pattern "replay"."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from orchestrator.execution.jobs import RunResult
+from orchestrator.execution.replaying import MAX_REPEAT
 from orchestrator.execution.voice import COMMAND_LINE, Voice
 from orchestrator.operations.sweeps import Sweeps
 from orchestrator.results.location import check_writable, resolve_output
 from orchestrator.sweep.spec import SweepSpec
+
+__all__ = ["MAX_REPEAT", "SWEEPS", "ReplayOptions", "replay"]
 
 # What a replay takes of a sweep: where and how it runs; what it measures is the trace's.
 SWEEPS = Sweeps("collbench replay", fields=("backend", "ranks_per_node", "nodes", "exclude", "group_timeout_s",
@@ -36,8 +39,9 @@ class ReplayOptions:
     doctor: bool = True
 
 
-def replay(options: ReplayOptions, *, voice: Voice = COMMAND_LINE, console_for: Callable | None = None):
-    """Replay the dumps; the RunResult. What was found in the trace is said first."""
+def replay(options: ReplayOptions, *, voice: Voice = COMMAND_LINE, progress: bool = False) -> RunResult:
+    """Replay the dumps; the RunResult. What was found in the trace is said first; `progress`: the
+    console's table of rows and progress on stdout."""
     from orchestrator.execution.replaying import from_dumps
 
     planner, said = from_dumps(options.dumps, repeat=options.repeat, gaps=options.gaps,
@@ -48,5 +52,5 @@ def replay(options: ReplayOptions, *, voice: Voice = COMMAND_LINE, console_for: 
         voice.say(f"collbench: {line}")
     from orchestrator.execution import jobs
 
-    return jobs.sweep(spec, voice=voice, console_for=console_for, doctor=options.doctor, command="replay",
+    return jobs.sweep(spec, voice=voice, progress=progress, doctor=options.doctor, command="replay",
                       planner=planner)

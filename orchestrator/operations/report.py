@@ -3,15 +3,22 @@ them (`collbench report` and `api.report`; `watch` reads each cycle's flags thro
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from orchestrator.analysis import report as reports
 from orchestrator.analysis.frame import COLUMNS, DICTIONARY, Frame
+from orchestrator.analysis.report import COLUMNS as TABLE_COLUMNS
+from orchestrator.analysis.report import TABLES, Report, title
 from orchestrator.errors import UsageError
 from orchestrator.judging.defaults import MIN_FRACTION, PEER_THRESHOLD
 from orchestrator.operations.checks import UNITS, Unit, check_min_fraction, check_threshold, check_unit, user_expected
 from orchestrator.results import dataset, nccl_tests
+from orchestrator.results.location import check_writable, is_uri
 from workloads.messages import Status
+
+__all__ = ["TABLES", "TABLE_COLUMNS", "Report", "ReportOptions", "Reported", "check_plotting", "nccl_tests_blocks",
+           "plots_dir", "read_report", "report", "run_frame", "title"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,6 +56,44 @@ class Reported:
     @property
     def run_id(self) -> str:
         return str(self.frame.df.run_id.iloc[0])
+
+    def html_page(self) -> str:
+        """The whole report as one self-contained HTML page (needs the plot extra: check_plotting)."""
+        from orchestrator.analysis import html
+
+        return html.render(self.report, self.frame, UNITS[self.report.unit])
+
+    def write_plots(self, folder: str) -> list[str]:
+        """The run's plots as PNG files in `folder` (plots_dir chose and checked it); their paths."""
+        from orchestrator.analysis import plots
+
+        return plots.write(self.frame, folder, UNITS[self.report.unit], self.report.unit)
+
+
+def check_plotting() -> None:
+    """Refused in one line where the plot extra (matplotlib) is not installed."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise UsageError("--plots and --format html need matplotlib: pip install 'collbench[plot]'") from None
+
+
+def plots_dir(path: str, plots: str, run_id: str) -> str:
+    """Where a report's plots go: the given folder, or PATH/_plots/RUN_ID. A folder inside the
+    dataset must sit below a name starting with '_' or '.', or pandas.read_parquet(PATH) would read
+    the PNGs. Checked writable, before the report prints: a refusal leaves nothing said twice."""
+    if not plots:
+        if is_uri(path):
+            raise UsageError(f"--plots: name a local folder for the plots of {path}")
+        return os.path.join(path, "_plots", run_id)
+    if not is_uri(path):
+        rel = os.path.relpath(os.path.abspath(plots), os.path.abspath(path))
+        inside = not rel.startswith("..")
+        if inside and not any(part.startswith(("_", ".")) for part in rel.split(os.sep)):
+            raise UsageError(f"--plots {plots}: inside the results dataset, where pandas.read_parquet({path!r}) "
+                             f"would try the PNGs as Parquet; use {os.path.join(path, '_plots')} or a folder outside")
+    check_writable(plots, "--plots")
+    return plots
 
 
 def report(options: ReportOptions) -> Reported:

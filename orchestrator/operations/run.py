@@ -5,14 +5,19 @@ resumed run's own sweep and what today's options may change of it, is decided he
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from orchestrator.errors import UsageError
+from orchestrator.execution.jobs import RunResult
 from orchestrator.execution.voice import COMMAND_LINE, Voice
+from orchestrator.operations.sweeps import Sweeps
 from orchestrator.results.location import check_writable, resolve_output
 from orchestrator.sweep import resume
-from orchestrator.sweep.spec import SweepSpec
+from orchestrator.sweep.spec import SweepSpec, spec_fields
+
+__all__ = ["SWEEPS", "RunOptions", "RunResult", "check_run_id", "run"]
+SWEEPS = Sweeps("collbench run", fields=tuple(f.name for f in spec_fields()))  # a run takes every sweep option
+check_run_id = resume.check_run_id  # a face refuses a bad id before it reads anything else
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,9 +42,10 @@ class RunOptions:
             raise UsageError("--retry-failed: only with --resume RUN_ID")
 
 
-def run(options: RunOptions, *, voice: Voice = COMMAND_LINE, console_for: Callable | None = None,
-        placement_group=None):
-    """Measure the sweep (or the rest of the resumed run); its RunResult."""
+def run(options: RunOptions, *, voice: Voice = COMMAND_LINE, progress: bool = False,
+        placement_group=None) -> RunResult:
+    """Measure the sweep (or the rest of the resumed run); its RunResult. `progress`: the console's
+    table of rows and progress on stdout."""
     spec = dataclasses.replace(options.sweep, output=resolve_output(options.sweep.output))
     saved = None
     if options.resume is not None:
@@ -49,7 +55,7 @@ def run(options: RunOptions, *, voice: Voice = COMMAND_LINE, console_for: Callab
     from orchestrator.execution import jobs  # Ray and all it needs, after the cheap checks
 
     return jobs.sweep(spec, run_id=options.resume, saved=saved, retry_failed=options.retry_failed, voice=voice,
-                      console_for=console_for, placement_group=placement_group, doctor=options.doctor)
+                      progress=progress, placement_group=placement_group, doctor=options.doctor)
 
 
 def _resumed_run(output: str, run_id: str) -> resume.SavedRun:

@@ -11,7 +11,7 @@ metrics); what a cycle decides is execution/canary.py.
 3. compares every link with its own rolling baseline, the last clean cycles of the same sweep
    (noise-aware, as `compare`), and reads the report's flags (peers, expected values, failures);
 4. on a drift beyond noise, a flag or a failure, qualifies the suspects and a few good partners at
-   once (execution.qualifying), and raises an alert per node it names, with the evidence; a node
+   once (operations.qualifying), and raises an alert per node it names, with the evidence; a node
    doubted in several of the recent cycles and cleared each time is alerted as intermittent;
 5. says the cycle (a line, or one JSON object with --format jsonl), exports metrics
    (`ray_collbench_alerts_total{node,kind}`, the last cycle's duration and time, nodes checked and
@@ -332,7 +332,7 @@ class Watch:
                            self.min_fraction).flags
 
     def _qualify(self, idle: list[Node], doubted: set[str], drops: list[str], evidence: dict, partition: str):
-        from orchestrator.execution.qualifying import qualification
+        from orchestrator.operations.qualifying import qualification
 
         checked = [n.ip for n in idle]
         chosen = with_partners(checked, doubted)

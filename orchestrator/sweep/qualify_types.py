@@ -46,6 +46,35 @@ Verdict = Outcome  # a node's verdict is an outcome (the name commands and tests
 
 
 @dataclass(frozen=True)
+class NodeVerdict:
+    """A node's verdict, as operators know the node, with the probes that decided it."""
+
+    node: str  # its IP address
+    host: str
+    node_id: str  # Ray's
+    verdict: Outcome
+    detail: str
+    evidence: tuple[dict, ...]
+    """Each of its probes, in order: phase, group_id, nodes (IPs), status, busbw_gbps, reference_gbps, detail."""
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict is Outcome.PASS
+
+    def deciding(self) -> dict:
+        """The probe that decided the verdict: a failing node's last probe that did not pass, a
+        passing node's last that passed (else its last probe; {} where it has none)."""
+        wanted = (lambda e: e["status"] == Outcome.PASS.value) if self.passed else \
+            (lambda e: e["status"] != Outcome.PASS.value)
+        return next((e for e in reversed(self.evidence) if wanted(e)), self.evidence[-1] if self.evidence else {})
+
+    def to_json(self) -> dict:
+        """As `collbench qualify --format json` writes it."""
+        return {"node": self.node, "host": self.host, "node_id": self.node_id, "verdict": self.verdict.value,
+                "detail": self.detail, "evidence": list(self.evidence)}
+
+
+@dataclass(frozen=True)
 class Probe:
     phase: Phase
     nodes: tuple[int, ...]  # the suspect first in a retest

@@ -19,8 +19,8 @@ from typing import Any
 
 from orchestrator.errors import UsageError, renamed
 from orchestrator.sweep import traffic
-from orchestrator.sweep.sizes import parse_bytes, sweep
-from orchestrator.sweep.units import parse_duration
+from orchestrator.sweep.sizes import format_bytes, parse_bytes, sweep
+from orchestrator.sweep.units import format_duration, parse_duration
 from workloads.comm_env import COMM_ENV_PREFIXES as ENV_PREFIXES
 from workloads.dtypes import BACKEND_DTYPES, DTYPE_ALIASES, ELEMENT_BYTES, OPS, unsupported_pair
 from workloads.registry import COLLECTIVES, WORKLOADS
@@ -404,6 +404,29 @@ def from_mapping(values: dict[str, Any], source: str = "config", only: tuple[str
             renamed(f"{source}: key {key}", key_of(f))
         out[f.name] = convert(f, value)
     return out
+
+
+def read_config(path: str) -> dict[str, Any]:
+    """A --config file's keys and values (not yet converted: from_mapping does that); an empty file
+    is no keys."""
+    from orchestrator import yamlfile
+
+    data = yamlfile.read(path, "--config")
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UsageError(f"--config {path}: expected a mapping of option names to values")
+    return data
+
+
+def shown(f: dataclasses.Field, value: Any) -> str:
+    """A field's value as its flag takes it (a help's default): 16M, 5m, a,b; '' for none."""
+    kind = f.metadata["kind"]
+    if value in ("", None):
+        return ""
+    if isinstance(value, tuple):
+        return ",".join(map(str, value))
+    return format_bytes(value) if kind == "bytes" else format_duration(value) if kind == "duration" else str(value)
 
 
 def from_fields(values: dict[str, Any], source: str) -> dict[str, Any]:

@@ -43,9 +43,9 @@ DRIVER = textwrap.dedent("""
         wrong=int(rows.n_wrong.sum()), run_ids=sorted(set(rows.run_id)), first=first.run_id,
         manifest_state=first.manifest.get("state"), busbw_columns=list(rep.frame("busbw").columns),
         flags=len(rep.flags), matched=len(cmp.matched), flagged=len(cmp.flagged),
-        preflight=[pre.ok, pre.exclude, [v["verdict"] for v in pre.qualification.nodes],
+        preflight=[pre.ok, pre.exclude, [v.verdict.value for v in pre.qualification.nodes],
                    pre.qualification.state],
-        qualify=[q.state, [v["node"] for v in q.nodes], q.exit_code])
+        qualify=[q.state, [v.node for v in q.nodes], q.exit_code])
     print(json.dumps(said))
 """)
 

@@ -91,6 +91,30 @@ def test_nothing_under_the_use_cases_imports_them():
     assert upward == []
 
 
+# What a face may import of the driver (issue 43): the use cases, the errors, the options'
+# declaration, and the faces' own modules (the command line's parsers and renderers). The worker
+# package (workloads/) is not the driver: a face may name its collectives in a help.
+FACE_MAY_IMPORT = ("orchestrator.operations", "orchestrator.errors", "orchestrator.sweep.spec", FACES, "workloads")
+
+
+def _may(target: str, allowed: tuple[str, ...]) -> bool:
+    return any(target == a or target.startswith(a + ".") for a in allowed)
+
+
+def test_the_faces_import_only_the_use_cases():
+    faces = [m for m in GRAPH if _is_face(m)] + ["orchestrator.api", "orchestrator.cli"]
+    past = sorted(f"{m} imports {t}" for m in faces for t in GRAPH[m]
+                  if not _may(t, FACE_MAY_IMPORT) and t != "orchestrator")  # the package: its __version__
+    assert past == []
+
+
+def test_the_face_rule_catches_a_face_that_reaches_past_the_use_cases():
+    """The rule read on the tree of 0ec585a's kind: a face calling the Ray port directly fails it."""
+    assert not _may("orchestrator.execution.jobs", FACE_MAY_IMPORT)
+    assert not _may("orchestrator.operationsx", FACE_MAY_IMPORT)
+    assert _may("orchestrator.operations.run", FACE_MAY_IMPORT) and _may("orchestrator.commands.render", FACE_MAY_IMPORT)
+
+
 def test_the_use_cases_import_no_face():
     above = ("orchestrator.api", "orchestrator.cli", FACES)
     upward = sorted(f"{m} imports {t}" for m, targets in GRAPH.items() if m.startswith("orchestrator.operations")

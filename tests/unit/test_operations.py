@@ -69,7 +69,7 @@ def test_qualify_measures_the_callers_sweep_and_refuses_what_the_command_line_re
     assert (bare.collectives, bare.min_bytes, bare.max_bytes, bare.iters, bare.group_timeout_s) == \
         (("all_reduce",), mib, 4 * mib, DEFAULTS["iters"], DEFAULTS["group_timeout_s"])
     seen = []
-    monkeypatch.setattr("orchestrator.execution.qualifying.qualification", lambda spec, **kw: seen.append(spec))
+    monkeypatch.setattr("orchestrator.operations.qualify.qualification", lambda spec, **kw: seen.append(spec))
     api.qualify(own, ranks_per_node=2)
     assert seen == [qualify_spec(own, {"ranks_per_node": 2})]
     with pytest.raises(UsageError, match=r"^collbench.api: key 'patterns' is not an option of collbench qualify"):

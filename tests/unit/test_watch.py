@@ -51,11 +51,13 @@ def test_suspects_and_the_partners_that_tell_them_apart():
 
 
 def test_alerts_name_what_qualify_did_not_pass_with_the_evidence():
+    from orchestrator.sweep.qualify_types import NodeVerdict, Outcome
+
     nodes = [
-        {"node": "10.0.0.1", "host": "a", "verdict": "pass", "evidence": []},
-        {"node": "10.0.0.2", "host": "b", "verdict": "slow", "evidence": [
-            {"phase": "pairs", "status": "slow", "busbw_gbps": 0.011, "reference_gbps": 0.045, "detail": "4x below"}]},
-        {"node": "10.0.0.3", "host": "c", "verdict": "hang", "evidence": [{"phase": "pairs", "status": "hang"}]},
+        NodeVerdict("10.0.0.1", "a", "n1", Outcome.PASS, "", ()),
+        NodeVerdict("10.0.0.2", "b", "n2", Outcome.SLOW, "", (
+            {"phase": "pairs", "status": "slow", "busbw_gbps": 0.011, "reference_gbps": 0.045, "detail": "4x below"},)),
+        NodeVerdict("10.0.0.3", "c", "n3", Outcome.HANG, "", ({"phase": "pairs", "status": "hang"},)),
     ]
     alerts = watch.alerts_from(nodes, {"10.0.0.2": (0.012, 0.046, "all_reduce 4194304 B: -74% against its baseline")})
     assert [(a.node, a.kind, a.value, a.reference) for a in alerts] == [("10.0.0.2", "slow", 0.011, 0.045),

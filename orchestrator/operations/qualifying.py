@@ -22,6 +22,7 @@ from orchestrator.judging.judge import prior_for
 from orchestrator.results.schema import RunState
 from orchestrator.sweep.inventory import Inventory
 from orchestrator.sweep.qualify import Deadlines, Outcome, Probe, Qualifier, Reference, Result
+from orchestrator.sweep.qualify_types import NodeVerdict
 from orchestrator.sweep.sizes import format_bytes
 from orchestrator.sweep.spec import SweepSpec
 from workloads.messages import Status
@@ -34,7 +35,7 @@ class Qualification:
     run_id: str
     state: RunState
     exit_code: int  # 0: every node passes; 1: one does not (or the run could not finish); 130/143
-    nodes: list[dict] = field(default_factory=list)
+    nodes: list[NodeVerdict] = field(default_factory=list)
     rounds: int = 0
     probes: int = 0
     speed_judged: bool = True
@@ -46,9 +47,14 @@ class Qualification:
     message: str | None = None
 
     @property
-    def failing(self) -> list[dict]:
+    def finished(self) -> bool:
+        """Every node has a verdict; else the qualification ended early (`message`)."""
+        return self.state == RunState.FINISHED
+
+    @property
+    def failing(self) -> list[NodeVerdict]:
         """The nodes that did not pass: what to exclude."""
-        return [v for v in self.nodes if v["verdict"] != Outcome.PASS.value]
+        return [v for v in self.nodes if not v.passed]
 
 
 def qualification(spec: SweepSpec, *, threshold: float = PEER_THRESHOLD, min_fraction: float = MIN_FRACTION, seed: int = 0,
@@ -230,12 +236,12 @@ def _round_line(rnd: int, probes: list[Probe], judged: list[Result], limit_s: fl
             f"deadline {limit_s:.0f}s; {q.named()} node(s) named so far")
 
 
-def _verdicts(q: Qualifier, inv: Inventory) -> list[dict]:
+def _verdicts(q: Qualifier, inv: Inventory) -> list[NodeVerdict]:
     """The qualifier's summary with nodes as operators know them (IP, host, Ray node id)."""
     out = []
     for item in q.summary():
         node = inv.nodes[item["node"]]
         evidence = [{**e, "nodes": [inv.nodes[i].ip for i in e["nodes"]]} for e in item["evidence"]]
-        out.append({"node": node.ip, "host": node.hostname, "node_id": node.node_id, "verdict": item["verdict"],
-                    "detail": item["detail"], "evidence": evidence})
+        out.append(NodeVerdict(node.ip, node.hostname, node.node_id, Outcome(item["verdict"]), item["detail"],
+                               tuple(evidence)))
     return out

@@ -1,0 +1,70 @@
+"""`collbench lab up|down|exec`: a multi-node Ray cluster on this machine (network namespaces joined
+by a bridge, links shaped with tc), built by orchestrator.lab.cluster; its options checked here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from orchestrator.errors import UsageError
+from orchestrator.lab import cluster
+from orchestrator.lab.cluster import LabError, LabState, run_command
+from orchestrator.sweep.spec import MAX_RANKS_PER_NODE
+from orchestrator.sweep.units import parse_duration
+
+__all__ = ["LabError", "LabState", "LabUp", "down", "environment", "load", "run_command", "up"]
+
+MAX_TIMEOUT_S = 3600.0  # --timeout: nodes join in seconds; an hour is already a hung lab
+
+
+@dataclass(frozen=True, kw_only=True)
+class LabUp:
+    """A lab to build, checked when made (the host's own checks come when it is built)."""
+
+    name: str = "lab"
+    nodes: int = 2
+    cpus_per_node: int = 2
+    cpus_flag: str = "--cpus-per-node"  # the flag that gave cpus_per_node, named when it is refused
+    link: str = "1gbit"
+    node_links: tuple[str, ...] = ()
+    """NODE=RATE: node NODE (0-based) with its own link rate."""
+    subnet: str = "10.213.0.0/24"
+    timeout: str | float = "2m"
+    declared: bool = True
+
+    def __post_init__(self) -> None:
+        parse_duration(self.timeout, "--timeout", MAX_TIMEOUT_S)
+        if not 1 <= self.cpus_per_node <= MAX_RANKS_PER_NODE:
+            raise UsageError(f"{self.cpus_flag} {self.cpus_per_node}: must be between 1 and {MAX_RANKS_PER_NODE}")
+        for item in self.node_links:
+            try:
+                cluster.parse_node_links([item], max(self.nodes, 1))
+            except UsageError as e:  # the rate's own check names --link
+                if str(e).startswith("--node-link"):
+                    raise
+                raise UsageError(f"--node-link {item!r}: expected NODE=RATE with a rate such as 500mbit") from None
+
+
+def up(options: LabUp) -> LabState:
+    """Build the lab; LabError (after cleaning up) where it could not be built."""
+    node_links = cluster.parse_node_links(list(options.node_links) or None, options.nodes)
+    return cluster.up(options.name, options.nodes, options.cpus_per_node, options.link, options.subnet,
+                      parse_duration(options.timeout, "--timeout", MAX_TIMEOUT_S), node_links,
+                      declared=options.declared)
+
+
+def load(name: str) -> LabState:
+    """The lab of that name that is up; UsageError where none is."""
+    try:
+        return cluster.load(name)
+    except (OSError, ValueError):  # a name no lab can have: too long, a NUL
+        raise UsageError(f"--name {name[:80]!r}: no lab of that name is up") from None
+
+
+def down(state: LabState) -> list[str]:
+    """Remove exactly what `up` created; what could not be removed."""
+    return cluster.down(state)
+
+
+def environment(state: LabState) -> dict[str, str]:
+    """What a command needs to run against the lab: its address and token authentication."""
+    return {**state.auth_env(), "RAY_ADDRESS": state.address}
