@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from orchestrator.operations.checks import MIN_FRACTION, UNITS
+from orchestrator.operations.sweeps import resolved
 from orchestrator.sweep.spec import SweepSpec, convert, field_of, from_mapping, key_of, read_config, shown, spec_fields
 
 FORMATS = ("table", "markdown", "csv", "json")
@@ -41,7 +42,7 @@ def add_spec_options(p: argparse.ArgumentParser, only: tuple[str, ...] | None = 
 
 def spec_from_args(args: argparse.Namespace) -> SweepSpec:
     """Defaults (the command's own over the spec's), then the --config file, then command-line
-    options."""
+    options; the output resolved as the API's (operations.sweeps)."""
     values = dict(getattr(args, "spec_defaults", {}))
     if args.config:
         values.update(from_mapping(read_config(args.config), source=f"--config {args.config}",
@@ -50,7 +51,7 @@ def spec_from_args(args: argparse.Namespace) -> SweepSpec:
         raw = getattr(args, f.name, None)
         if raw is not None:
             values[f.name] = convert(f, raw)
-    return SweepSpec(**values)
+    return resolved(SweepSpec(**values))
 
 
 def given_fields(args: argparse.Namespace) -> frozenset[str]:

@@ -45,8 +45,14 @@ class Sweeps:
                     raise UsageError(f"{source}: {key_of(f)} {shown} in the sweep given: not an option of "
                                      f"{self.command} (its keys: {self.keys})")
             made = dataclasses.replace(base, **values)
-        return dataclasses.replace(made, output=resolve_output(made.output))
+        return resolved(made)
 
     @property
     def keys(self) -> str:
         return ", ".join(key_of(f) for f in spec_fields() if f.name in self.fields)
+
+
+def resolved(spec: SweepSpec) -> SweepSpec:
+    """`spec` with its output where it will be written (a local folder made absolute), as both
+    faces give it to an operation."""
+    return dataclasses.replace(spec, output=resolve_output(spec.output))
