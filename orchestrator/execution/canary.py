@@ -10,7 +10,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from enum import Enum
 
-from orchestrator.analysis.compare import Verdict
+from orchestrator.analysis.compare import Link, Verdict
 from orchestrator.sweep.inventory import Inventory, Node
 from orchestrator.sweep.qualify_types import NodeVerdict
 
@@ -148,7 +148,7 @@ def suspects(drops, flags, named: set[str] = frozenset()) -> set[str]:
     group). With `named` (the nodes the cycle's qualification named), a link or flag that holds a
     named node explains itself and casts no doubt on its other nodes: the partners of a slow node
     are not doubted again and again (and so not alerted as intermittent); the named stay doubted."""
-    groups = [{part.split(":")[0] for part in link.split(",")} for link in drops] + [set(f.nodes) for f in flags]
+    groups = [set(Link.parse(link).nodes) for link in drops] + [set(f.nodes) for f in flags]
     found: set[str] = set(named)
     for nodes in groups:
         if not nodes & named:

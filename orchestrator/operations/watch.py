@@ -302,7 +302,7 @@ class Watch:
     def _drift(self, run_id: str) -> tuple[list[str], dict, str | None]:
         """Links that dropped beyond noise against the rolling baseline, per node its worst drop, and
         what the comparison concluded (compare's verdict and why; None without a baseline yet)."""
-        from orchestrator.analysis.compare import COLUMNS, compare, conclusion
+        from orchestrator.analysis.compare import COLUMNS, Link, compare, conclusion
         from orchestrator.results import dataset
 
         if not self.clean_runs:
@@ -316,7 +316,7 @@ class Watch:
         flagged = matched[matched.flag] if len(matched) else matched
         evidence: dict[str, tuple[float | None, float | None, str]] = {}
         for _, r in flagged.sort_values("busbw_change").iterrows():
-            for ip in {part.split(":")[0] for part in r.link.split(",")}:
+            for ip in Link.parse(r.link).nodes:
                 evidence.setdefault(ip, (float(r.busbw_gbps_new), float(r.busbw_gbps_base),
                                          f"{r.collective} {int(r.msg_bytes)} B on {r.link}: {r.busbw_change:+.0%} "
                                          f"against its baseline (noise floor {r.noise_floor:.0%}, {r.noise_source})"))

@@ -317,3 +317,18 @@ def test_two_runs_of_one_sweep_rarely_alarm():
         assert alarms <= 2, (oversub, alarms)
     alarms, _, _ = false_alarms("gpu", links=2, baselines=1, trials=20, seed=0)
     assert alarms == 0
+
+
+def test_a_link_is_a_value_read_back_from_its_text():
+    """Issue 43: the link was a string built in compare and split again in watch and the canary."""
+    import pyarrow as pa
+
+    from orchestrator.analysis.compare import Link, _links
+
+    table = pa.table({"node_ips": [["10.0.0.1", "10.0.0.2"], ["10.0.0.3"]], "local_ranks": [[0, 1], [2]]})
+    texts = list(_links(table))
+    assert texts == ["10.0.0.1:0,10.0.0.2:1", "10.0.0.3:2"]
+    link = Link.parse(texts[0])
+    assert link.devices == (("10.0.0.1", 0), ("10.0.0.2", 1)) and link.nodes == {"10.0.0.1", "10.0.0.2"}
+    assert str(link) == texts[0] and str(Link.parse("10.0.0.1,10.0.0.2")) == "10.0.0.1,10.0.0.2"
+    assert Link.parse("10.0.0.1,10.0.0.2").devices == (("10.0.0.1", None), ("10.0.0.2", None))
