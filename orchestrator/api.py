@@ -205,14 +205,14 @@ def watch(sweep: SweepSpec | None = None, /, *, cycles: int = 1, every: str | fl
     def emit(cycle) -> None:
         seen.append(cycle)
         if verbose:
-            watching.stdout_line(cycle)
+            print(cycle.line(), flush=True)
         if on_cycle is not None:
             on_cycle(cycle)
 
     def say(line: str) -> None:
         said.append(line)
         if verbose:
-            watching.stderr(line)
+            print(line, file=sys.stderr, flush=True)
 
     code = watching.watch(chosen, emit=emit, say=say)
     return Watched(seen, said, code)

@@ -1,8 +1,5 @@
 """The only timing loop and the only correctness loop.
 
-Size: over 300 lines because it is the one timing and checking loop (nccl-tests' common.cu):
-buffers, memory checks, per-call and batch timing, CUDA graphs, the check.
-
 For each message size: allocate, fill, warm up, synchronise the group, time every iteration
 (CUDA events around each call on a GPU, a monotonic clock around each blocking call on the CPU),
 time the batch as nccl-tests does (on a GPU a second pass with events only around the whole batch,

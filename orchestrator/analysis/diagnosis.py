@@ -1,9 +1,6 @@
 """What a user reads out of a run: intra vs inter tables, and the flags an operator gates on.
 Pure functions of a `Frame` (one run's rows); no Ray, no I/O.
 
-Size: over 300 lines for the tables and one flag rule per pattern (pairs, GPU pairs, intra,
-rails and groups, failures), each small and pure.
-
 Every group is compared with its peers of the same shape (collective, dtype, op, placement,
 pattern, world size, ranks per node) at the largest size the shape measured: with at least three
 groups, one is slow when its busbw is more than `threshold` below the shape's healthy level AND

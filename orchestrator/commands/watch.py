@@ -5,10 +5,12 @@ cluster is lost for longer than --reconnect-timeout, 2 for bad input."""
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 
 from orchestrator.commands.options import add_doctor_option, add_expected_options, add_spec_options
 from orchestrator.operations.checks import PEER_THRESHOLD
-from orchestrator.operations.watch import SWEEPS, WatchOptions, stderr, stdout_jsonl, stdout_line, watch
+from orchestrator.operations.watch import SWEEPS, Cycle, WatchOptions, watch
 
 
 def add_parser(sub) -> None:
@@ -52,4 +54,16 @@ def main(args: argparse.Namespace) -> int:
                            reconnect_timeout=args.reconnect_timeout, threshold=args.threshold, expected=args.expected,
                            min_fraction=args.min_fraction, doctor=not args.no_doctor,
                            fit_ranks=args.ranks_per_node is None)
-    return watch(options, emit=stdout_jsonl if args.format == "jsonl" else stdout_line, say=stderr)
+    return watch(options, emit=_jsonl if args.format == "jsonl" else _line, say=_stderr)
+
+
+def _jsonl(cycle: Cycle) -> None:
+    print(json.dumps(cycle.to_json()), flush=True)
+
+
+def _line(cycle: Cycle) -> None:
+    print(cycle.line(), flush=True)
+
+
+def _stderr(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)

@@ -1,9 +1,6 @@
 """`collbench doctor`'s checks: pure functions of the facts every node reported (doctor.facts) and
 of what Ray says it has. Each check is ok, warn or fail, with its evidence and what to do; a node
 that differs from the others is named on its own checks, the cluster's checks list the values.
-
-Size: over 300 lines for one small function per fact a node reports (interface, limits, GPUs and
-their NVLinks, RDMA, GPUDirect, affinity), each with its evidence and its fix in words.
 """
 
 from __future__ import annotations

@@ -3,9 +3,6 @@ communication variables, the interface the collectives use and its MTU, containe
 where present the GPUs (nvidia-smi), NVLink, the RDMA NICs (/sys/class/infiniband) and their PCIe
 links. Torch-free, and no device work: torch is asked in a subprocess, as the probe does.
 
-Size: over 300 lines for one parser per source a node offers (nvidia-smi, NVLink, /sys
-infiniband, PCIe, limits), each tested on recorded outputs.
-
 Everything is read through `root` (a file tree: "/" on a node, a recorded /sys tree in tests) and
 `run` (a command runner: the real one on a node, recorded outputs in tests), so each parser is
 tested on what real machines printed (tests/fixtures/doctor, with their sources).

@@ -71,6 +71,17 @@ class Cycle:
                 "note": self.note, "nodes_too_small": self.nodes_too_small, "ranks_per_node": self.ranks_per_node,
                 "doubted": self.doubted, "drift": self.drift}
 
+    def line(self) -> str:
+        """The cycle as one line of text (--format table)."""
+        alerts = "; ".join(a.message for a in self.alerts) or "no alert"
+        busy = f", busy: {','.join(self.nodes_busy)}" if self.nodes_busy else ""
+        busy += f", too small: {','.join(self.nodes_too_small)}" if self.nodes_too_small else ""
+        note = f" ({self.note})" if self.note else ""
+        # an unchanged drift goes without saying; an inconclusive one says why (a busy host, one baseline cycle)
+        drift = f"; drift {self.drift}" if self.drift and not self.drift.startswith(Verdict.UNCHANGED.value) else ""
+        return (f"collbench: watch cycle {self.cycle} at {self.started_at:%Y-%m-%dT%H:%M:%SZ}: "
+                f"{len(self.nodes_checked)} node(s) checked{busy}; {alerts}{drift}; {self.wall_s:.1f}s{note}")
+
     @property
     def measured(self) -> bool:
         return self.run_id is not None
@@ -182,15 +193,3 @@ def alerts_from(nodes: list[NodeVerdict], evidence: dict[str, tuple[float | None
             (f"; canary: {seen}" if seen else "")
         out.append(Alert(v.node, AlertKind(v.verdict.value), value, reference, message))
     return out
-
-
-def line(cycle: Cycle) -> str:
-    """A cycle as one line of text (--format table)."""
-    alerts = "; ".join(a.message for a in cycle.alerts) or "no alert"
-    busy = f", busy: {','.join(cycle.nodes_busy)}" if cycle.nodes_busy else ""
-    busy += f", too small: {','.join(cycle.nodes_too_small)}" if cycle.nodes_too_small else ""
-    note = f" ({cycle.note})" if cycle.note else ""
-    # an unchanged drift goes without saying; an inconclusive one says why (a busy host, one baseline cycle)
-    drift = f"; drift {cycle.drift}" if cycle.drift and not cycle.drift.startswith(Verdict.UNCHANGED.value) else ""
-    return (f"collbench: watch cycle {cycle.cycle} at {cycle.started_at:%Y-%m-%dT%H:%M:%SZ}: "
-            f"{len(cycle.nodes_checked)} node(s) checked{busy}; {alerts}{drift}; {cycle.wall_s:.1f}s{note}")

@@ -9,9 +9,6 @@ src/ras/client_support.cc (2.24.3 to 2.30.7); the protocol from src/ras/client.c
 `STATUS`, whose answer ends when NCCL closes the connection. NCCL listens on localhost:28028 unless
 NCCL_RAS_ADDR says otherwise, so another machine reaches it only where NCCL_RAS_ADDR names an
 address it can reach (0.0.0.0:28028, or the node's own).
-
-Size: over 300 lines because RAS speaks two formats of four NCCL releases and a socket protocol;
-the parsers, the query and the hang note belong together (one source of what RAS says).
 """
 
 from __future__ import annotations

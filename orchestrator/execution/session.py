@@ -1,9 +1,6 @@
 """A session on Ray, shared by `run` and `qualify`: join the cluster, read what it is, check what
 the sweep needs, start one worker per rank, open the store and the manifest, and close it all in
 one place (a finished, interrupted or failed session leaves its manifest saying which).
-
-Size: over 300 lines because a session owns every resource a run opens and closes (workers,
-store, manifest, lock, placement, signals); split, each close would need the others' state.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """A real multi-node Ray cluster on one Linux machine: one network namespace per node on a
 bridge, inter-node links shaped with `tc tbf`, token authentication, private temp dir and ports.
 
-Size: over 300 lines for the lab's life (namespaces, bridge, shaping, Ray nodes, state file,
-tear-down that survives a half-built lab); test and lab-only code.
-
 The head runs in the root namespace on the bridge address, advertising no CPUs, so it holds no
 ranks and a driver in the root namespace joins it directly; node i is namespace `cb-NAME-i` at
 10.X.0.(10+i). Traffic inside a namespace uses its loopback (unshaped); traffic between nodes

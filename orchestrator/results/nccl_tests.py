@@ -5,9 +5,6 @@ writer of its src/util.cu, file version 3). Pure: bytes in, `Section`s out; no I
 A text file may hold several tests one after another (a log of several binaries): each
 `# nThread` line after a table starts a new section. A bad file is refused with `BadFile`, one
 line naming the file and the line (or the JSON key) and the value.
-
-Size: over 300 lines because it reads two formats of one tool (a table and a JSON document) into
-one record, and keeping them together keeps that record's meaning in one place.
 """
 
 from __future__ import annotations

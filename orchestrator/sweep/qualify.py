@@ -2,9 +2,6 @@
 proposes rounds of probes (groups of whole nodes) and reads their outcomes; `collbench qualify`
 runs the probes on Ray, `benchmarks/qualify_simulator.py` runs them against a model of N nodes.
 
-Size: over 300 lines for one state machine of rounds (intra, pairs, retests, gates, bisections,
-verdicts); its judging is qualify_judging.py, its vocabulary qualify_types.py.
-
 Rounds (each probe of a round runs at the same time, on disjoint nodes):
 1. intra: every node alone (its ranks together), when nodes have more than one rank;
 2. pairs: rounds of fresh pairs, no pair twice (the circle method over a shuffled order, inside

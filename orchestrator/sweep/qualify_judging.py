@@ -1,8 +1,5 @@
 """How qualify judges its probes and its nodes, from every probe so far. Pure.
 
-Size: over 300 lines for one judgement read whole again after every round: levels, each probe
-judged, each node's own probes, the noise a node's count of slow probes is weighed against.
-
 A probe's speed is judged against the healthy level of its kind (judging/capacity.py: what the
 fastest agreeing probes delivered, under the bottleneck rule: a group runs as fast as its slowest
 member), or an expected value where one is known (`Cut`). A node's state is read from its probes:

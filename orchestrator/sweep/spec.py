@@ -1,8 +1,5 @@
 """SweepSpec: everything a run measures, validated once, before Ray starts.
 
-Size: over 300 lines because every sweep option is declared here once (flag, YAML key, help,
-check); the declaration is the point.
-
 Each field carries its command-line flag and help text, so the CLI and `--config` YAML files are
 built from this one declaration (a YAML key is the long flag's name with underscores: `group_timeout`
 for --group-timeout; the field's own name, where it differs, is the old key, kept one release). Every bad value raises UsageError

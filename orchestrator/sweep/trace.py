@@ -1,9 +1,6 @@
 """A training job's collectives, from PyTorch's Flight Recorder dumps: what `collbench replay`
 runs again and `collbench predict --trace` prices. Pure (reads files; no Ray, no torch).
 
-Size: over 300 lines because a dump's fields, its process groups and its steps are read together
-(a step is found from the groups' ops); one reader, pure.
-
 A dump is what torch.distributed writes per rank with TORCH_FR_BUFFER_SIZE set (on a timeout, on
 `torch._C._distributed_c10d._dump_fr_trace()`, or TORCH_FR_DUMP_TEMP_FILE + rank): a pickle of
 plain values (version, pg_config, entries). It is read by an unpickler that builds no object but

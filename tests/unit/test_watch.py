@@ -12,7 +12,8 @@ import yaml
 
 from orchestrator.analysis.diagnosis import Flag
 from orchestrator.errors import UsageError
-from orchestrator.operations import watch
+from orchestrator.execution import canary
+from orchestrator.operations import watch, watching
 from orchestrator.sweep.inventory import from_ray_nodes
 from orchestrator.sweep.spec import SweepSpec
 from tests.synthetic import write_cluster_run
@@ -28,25 +29,25 @@ def _node(i: int, gpus: int = 0) -> dict:
 def test_a_node_another_job_holds_part_of_is_busy():
     cpu = from_ray_nodes([_node(1), _node(2), _node(3)], 2)
     free = {"id1": {"CPU": 2.0}, "id2": {"CPU": 1.0}}  # id2: a job holds one CPU; id3: Ray reports nothing free
-    assert [n.ip for n in watch.busy_nodes(cpu, free, 1.0)] == ["10.0.0.2", "10.0.0.3"]
-    assert watch.busy_nodes(cpu, free, 0.0) == []  # ranks that ask for nothing fit anywhere
+    assert [n.ip for n in canary.busy_nodes(cpu, free, 1.0)] == ["10.0.0.2", "10.0.0.3"]
+    assert canary.busy_nodes(cpu, free, 0.0) == []  # ranks that ask for nothing fit anywhere
     gpu = from_ray_nodes([_node(1, 8), _node(2, 8)], 2)
-    assert [n.ip for n in watch.busy_nodes(gpu, {"id1": {"GPU": 8.0}, "id2": {"GPU": 7.0, "CPU": 2.0}}, 1.0)] == \
+    assert [n.ip for n in canary.busy_nodes(gpu, {"id1": {"GPU": 8.0}, "id2": {"GPU": 7.0, "CPU": 2.0}}, 1.0)] == \
         ["10.0.0.2"]  # one GPU held: the node's ranks cannot all run
 
 
 def test_suspects_and_the_partners_that_tell_them_apart():
     flag = Flag("slow_pair", ["10.0.0.5", "10.0.0.6"], [], "all_reduce", 1 << 20, 0.1, 0.4, "slow")
-    assert watch.suspects(["10.0.0.1:0,10.0.0.2:0"], [flag]) == {"10.0.0.1", "10.0.0.2", "10.0.0.5", "10.0.0.6"}
+    assert canary.suspects(["10.0.0.1:0,10.0.0.2:0"], [flag]) == {"10.0.0.1", "10.0.0.2", "10.0.0.5", "10.0.0.6"}
     checked = [f"10.0.0.{i}" for i in range(1, 9)]
-    assert watch.with_partners(checked, {"10.0.0.3"}) == ["10.0.0.1", "10.0.0.2", "10.0.0.3"]  # three to judge
-    assert watch.with_partners(checked, {"10.0.0.2", "10.0.0.7"}) == ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.7"]
-    assert watch.with_partners(checked[:3], set(checked[:3])) == checked[:3]  # nobody left to partner: all
+    assert canary.with_partners(checked, {"10.0.0.3"}) == ["10.0.0.1", "10.0.0.2", "10.0.0.3"]  # three to judge
+    assert canary.with_partners(checked, {"10.0.0.2", "10.0.0.7"}) == ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.7"]
+    assert canary.with_partners(checked[:3], set(checked[:3])) == checked[:3]  # nobody left to partner: all
     # once qualify named 10.0.0.2, its link explains the drop: 10.0.0.1 is no longer doubted for it
     # (the partners of a slow node, doubted every cycle, would otherwise be alerted as intermittent)
-    assert watch.suspects(["10.0.0.1:0,10.0.0.2:0"], [flag], {"10.0.0.2"}) == {"10.0.0.2", "10.0.0.5", "10.0.0.6"}
+    assert canary.suspects(["10.0.0.1:0,10.0.0.2:0"], [flag], {"10.0.0.2"}) == {"10.0.0.2", "10.0.0.5", "10.0.0.6"}
     pair_of_named = Flag("slow_pair", ["10.0.0.2", "10.0.0.3"], [], "all_reduce", 1 << 20, 0.1, 0.4, "slow")
-    assert watch.suspects(["10.0.0.1:0,10.0.0.4:0"], [pair_of_named], {"10.0.0.2"}) == {"10.0.0.1", "10.0.0.2",
+    assert canary.suspects(["10.0.0.1:0,10.0.0.4:0"], [pair_of_named], {"10.0.0.2"}) == {"10.0.0.1", "10.0.0.2",
                                                                                         "10.0.0.4"}
 
 
@@ -59,7 +60,7 @@ def test_alerts_name_what_qualify_did_not_pass_with_the_evidence():
             {"phase": "pairs", "status": "slow", "busbw_gbps": 0.011, "reference_gbps": 0.045, "detail": "4x below"},)),
         NodeVerdict("10.0.0.3", "c", "n3", Outcome.HANG, "", ({"phase": "pairs", "status": "hang"},)),
     ]
-    alerts = watch.alerts_from(nodes, {"10.0.0.2": (0.012, 0.046, "all_reduce 4194304 B: -74% against its baseline")})
+    alerts = canary.alerts_from(nodes, {"10.0.0.2": (0.012, 0.046, "all_reduce 4194304 B: -74% against its baseline")})
     assert [(a.node, a.kind, a.value, a.reference) for a in alerts] == [("10.0.0.2", "slow", 0.011, 0.045),
                                                                        ("10.0.0.3", "hang", None, None)]
     assert alerts[0].message == "10.0.0.2 (b) slow: 4x below; canary: all_reduce 4194304 B: -74% against its baseline"
@@ -100,11 +101,11 @@ def test_durations():
 
 def test_a_cycle_is_one_json_object_with_the_issues_fields():
     cycle = watch.Cycle(3, dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.timezone.utc), ["10.0.0.1"], ["10.0.0.2"],
-                        [watch.Alert("10.0.0.1", "slow", 0.01, 0.04, "slow")], "r1", "q1", 12.5)
+                        [canary.Alert("10.0.0.1", "slow", 0.01, 0.04, "slow")], "r1", "q1", 12.5)
     out = cycle.to_json()
     assert list(out)[:5] == ["cycle", "started_at", "nodes_checked", "nodes_busy", "alerts"]
     assert out["alerts"] == [{"node": "10.0.0.1", "kind": "slow", "value": 0.01, "reference": 0.04, "message": "slow"}]
-    assert watch.line(cycle).startswith("collbench: watch cycle 3 at 2026-12-01T12:00:00Z: 1 node(s) checked, busy: ")
+    assert cycle.line().startswith("collbench: watch cycle 3 at 2026-12-01T12:00:00Z: 1 node(s) checked, busy: ")
 
 
 def test_the_alerting_rules_query_what_watch_exports():
@@ -190,13 +191,13 @@ def test_drift_says_what_compare_concludes(tmp_path):
     for run_id, factor in (("c1", 1.0), ("c2", 0.5), ("c3", 0.1)):
         write_cluster_run(out, run_id, nodes=2, ranks_per_node=2, patterns=("intra",), noise=0.01,
                           sizes=[16 << 20], faults=(("node_intra", 1, factor),), backend="gloo")
-    w = watch.Watch(SweepSpec(output=out), every_s=1.0, cycles=1, threshold=0.05, min_fraction=0.5, user_entries=[],
+    w = watching.Watch(SweepSpec(output=out), every_s=1.0, cycles=1, threshold=0.05, min_fraction=0.5, user_entries=[],
                     baseline_cycles=3, retention_days=None, reconnect_s=1.0, emit=print, say=print)
     w.clean_runs = ["c1"]
     drops, evidence, drift = w._drift("c2")
     assert drops == [] and evidence == {} and drift.startswith("inconclusive: run the baseline again")
     cycle = watch.Cycle(2, dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.timezone.utc), ["10.0.0.10"], drift=drift)
-    assert "; drift inconclusive: run the baseline again" in watch.line(cycle)
+    assert "; drift inconclusive: run the baseline again" in cycle.line()
     assert cycle.to_json()["drift"] == drift
     drops, evidence, drift = w._drift("c3")
     assert drops == ["10.0.0.11:0,10.0.0.11:1"] and drift.startswith("dropped: 1 of 2 row(s)")

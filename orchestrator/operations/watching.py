@@ -1,0 +1,339 @@
+"""The watch loop (operations.watch says what a cycle does): cycles until --cycles, SIGTERM or
+Ctrl-C, each a composition of the other operations (a sweep as `run`, `compare` against the
+rolling baseline, the report's flags, a qualification of the suspects), and what a long job meets:
+signals, reconnects, retention, metrics."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import signal
+import threading
+import time
+from collections.abc import Callable
+
+from orchestrator.errors import ConnectTimeout, UsageError, first_line
+from orchestrator.execution.canary import (
+    BLIND_CYCLES,
+    FLAP_WINDOW,
+    Alert,
+    AlertKind,
+    Cycle,
+    alerts_from,
+    blind_alert,
+    busy_nodes,
+    fit_cpu_ranks,
+    flapping_alerts,
+    suspects,
+    with_partners,
+)
+from orchestrator.execution.voice import QUIET
+from orchestrator.results.retention import drop_expired
+from orchestrator.results.schema import RunState
+from orchestrator.sweep.inventory import Node
+from orchestrator.sweep.planner import nodes_needed
+from orchestrator.sweep.spec import SweepSpec
+
+PARTITION = "date={:%Y-%m-%d}"
+RELEASE_TIMEOUT_S = 15.0  # at most this long for a cycle's own workers to be gone before the next reads what is free
+RELEASE_SETTLE_S = 0.5
+
+
+class Watch:
+    """Cycles until `cycles` have run (0: forever), SIGTERM or Ctrl-C. `emit(cycle)` says each one."""
+
+    def __init__(self, spec: SweepSpec, *, every_s: float, cycles: int, threshold: float, min_fraction: float,
+                 user_entries: list, baseline_cycles: int, retention_days: int | None, reconnect_s: float,
+                 emit: Callable[[Cycle], None], say: Callable[[str], None], doctor: bool = True,
+                 fit_ranks: bool = False) -> None:
+        self.spec, self.every_s, self.cycles = spec, every_s, cycles
+        self.threshold, self.min_fraction, self.user_entries = threshold, min_fraction, user_entries
+        self.baseline_cycles, self.retention_days, self.reconnect_s = baseline_cycles, retention_days, reconnect_s
+        self.emit, self.say, self.doctor = emit, say, doctor
+        self.fit_ranks = fit_ranks  # CPU ranks fitted to the nodes (no --ranks-per-node given)
+        self.recent: list[Cycle] = []  # the last cycles, for the blind alert
+        self.said_small: set[str] = set()  # nodes already said to be too small (said once)
+        self.cycle_ranks = spec.ranks_per_node
+        self.clean_runs: list[str] = []  # runs of cycles that raised no alert: the rolling baseline
+        self.connection = None
+        self.stopping = False
+        self._metrics = None
+
+    # the process ends after writing what it has: a signal between cycles ends the wait at once,
+    # one in a cycle ends the cycle's sweep as Ctrl-C ends a run (its rows kept)
+    def _stop(self, signum, frame) -> None:
+        self.stopping = True
+        raise KeyboardInterrupt
+
+    def run(self) -> int:
+        from orchestrator.execution import connect
+
+        previous = signal.signal(signal.SIGTERM, self._stop) if _main_thread() else None
+        try:
+            self.connection = connect.connect(self.spec.address)
+            self.say(f"collbench: watch on {self.connection.where}: a cycle every {self.every_s:g}s, rows -> "
+                     f"{self.spec.output}")
+            self.clean_runs = self._earlier_runs()
+            n = 0
+            while not self.stopping and (self.cycles == 0 or n < self.cycles):
+                n += 1
+                t0 = time.monotonic()
+                cycle = self._cycle(n)
+                self.emit(cycle)
+                if self.stopping or (self.cycles and n >= self.cycles):
+                    break
+                self._sleep(max(0.0, self.every_s - (time.monotonic() - t0)))
+        except KeyboardInterrupt:
+            self.stopping = True
+        except _Lost as e:
+            self.say(f"collbench: error: {e}")
+            return 1
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+            connect.disconnect(self.connection)
+        blind = next((a for a in self.recent[-1].alerts if a.kind == AlertKind.BLIND), None) if self.recent else None
+        self.say("collbench: watch ended" + (" (signal)" if self.stopping else "")
+                 + (f"; {blind.message}" if blind else ""))
+        return 0
+
+    def _sleep(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while not self.stopping and time.monotonic() < deadline:
+            time.sleep(min(1.0, deadline - time.monotonic()))
+
+    def _cycle(self, n: int) -> Cycle:
+        started = dt.datetime.now(dt.timezone.utc)
+        cycle = Cycle(n, started)
+        t0 = time.monotonic()
+        try:
+            self._measure(cycle, started)
+        except KeyboardInterrupt:  # SIGTERM or Ctrl-C after the sweep: what it wrote stays, the cycle is said
+            self.stopping = True
+            cycle.note = "stopped by a signal: the rows measured so far are kept"
+        except UsageError as e:  # nothing to measure this cycle (every node busy, one node left, ...)
+            cycle.note = str(e)
+        except Exception as e:  # the cluster went away under the cycle: join again, or end
+            if not self._cluster_lost(e):
+                raise
+            cycle.note = f"the Ray cluster stopped answering ({first_line(e)}); joined it again"
+        self._wait_released([cycle.run_id, cycle.qualify_run_id])
+        self.recent = (self.recent + [cycle])[-max(BLIND_CYCLES, FLAP_WINDOW):]
+        blind = blind_alert(self.recent, BLIND_CYCLES)
+        if blind:
+            cycle.alerts.append(blind)
+        cycle.alerts += flapping_alerts(self.recent)
+        cycle.wall_s = time.monotonic() - t0
+        self._export(cycle)
+        if self.retention_days is not None:
+            self._drop_expired(started.date())
+        return cycle
+
+    def _measure(self, cycle: Cycle, started: dt.datetime) -> None:
+        import ray
+        from ray._private import state
+
+        from orchestrator.execution import jobs
+        from orchestrator.execution.doctor import QUICK, DoctorRefusal
+        from orchestrator.sweep import inventory
+
+        nodes = ray.nodes()
+        totals = {n["NodeID"]: n.get("Resources", {}) for n in nodes if n.get("Alive")}
+        inv = inventory.select(inventory.from_ray_nodes(nodes, self.spec.ranks_per_node), self.spec.nodes,
+                               self.spec.exclude)
+        ranks, small = fit_cpu_ranks(inv, totals, CPUS_PER_RANK, self.spec.ranks_per_node, self.fit_ranks)
+        if ranks != self.spec.ranks_per_node:
+            inv = inventory.select(inventory.from_ray_nodes(nodes, ranks), self.spec.nodes, self.spec.exclude)
+        cycle.ranks_per_node = ranks if any(not n.gpus for n in inv.nodes) else None
+        self.cycle_ranks = ranks
+        cycle.nodes_too_small = sorted(small)
+        for ip in sorted(set(small) - self.said_small):  # said once, with the fix
+            self.say(f"collbench: watch: node {ip} is {small[ip]}")
+        self.said_small |= set(small)
+        fit = [n for n in inv.nodes if n.ip not in small]
+        busy = busy_nodes(inventory.Inventory(fit), state.available_resources_per_node(), CPUS_PER_RANK)
+        cycle.nodes_busy = [n.ip for n in busy]
+        idle = [n for n in fit if n not in busy]
+        cycle.nodes_checked = [n.ip for n in idle]
+        if not fit:
+            raise UsageError(f"every node is too small for {ranks} rank(s): nothing measured this cycle")
+        if not idle:
+            raise UsageError("every node is busy: nothing measured this cycle")
+        # the patterns this cycle's nodes can form (a cycle of one idle node has no pairs)
+        patterns = tuple(p for p in self.spec.patterns if nodes_needed(p) <= len(idle))
+        if not patterns:
+            raise UsageError(f"{len(idle)} idle node(s): no group of --patterns {','.join(self.spec.patterns)} to run")
+        spec = dataclasses.replace(self.spec, nodes=tuple(n.node_id for n in idle), exclude=(), patterns=patterns,
+                                   ranks_per_node=ranks)
+        partition = PARTITION.format(started)
+        try:
+            result = jobs.sweep(spec, voice=QUIET, partition=partition, cpus_per_rank=CPUS_PER_RANK,
+                                command="watch", doctor=self.doctor)
+        except DoctorRefusal as e:  # a node that would hang or fail the canary: an alert, not a silence
+            cycle.alerts = [Alert(node, AlertKind.DOCTOR, None, None, f"{node} ({host}): {c.name}: {c.detail}; {c.hint}")
+                            for node, host, c in e.diagnosis.failures(QUICK)]
+            cycle.note = "the quick checks failed: nothing measured this cycle"
+            return
+        cycle.run_id = result.run_id
+        if result.state is not RunState.FINISHED and result.exit_code in (130, 143):
+            self.stopping = True
+            cycle.note = "stopped by a signal: the rows measured so far are kept"
+            return
+        if result.message and result.state is not RunState.FINISHED:
+            cycle.note = result.message.removeprefix("collbench: error: ")
+            if not result.outcome.rows:
+                return
+        drops, evidence, cycle.drift = self._drift(result.run_id)
+        flags = self._flags(result.run_id)
+        doubted = suspects(drops, flags)
+        cycle.doubted = sorted(doubted)
+        if doubted:
+            cycle.qualify_run_id, cycle.alerts = self._qualify(idle, doubted, drops, evidence, partition)
+            cycle.doubted = sorted(suspects(drops, flags, {a.node for a in cycle.alerts}))
+        if not cycle.alerts and result.state is RunState.FINISHED:
+            self.clean_runs = (self.clean_runs + [result.run_id])[-self.baseline_cycles:]
+
+    def _drift(self, run_id: str) -> tuple[list[str], dict, str | None]:
+        """Links that dropped beyond noise against the rolling baseline, per node its worst drop, and
+        what the comparison concluded (compare's verdict and why; None without a baseline yet)."""
+        from orchestrator.analysis.compare import COLUMNS, Link, compare, conclusion
+        from orchestrator.results import dataset
+
+        if not self.clean_runs:
+            return [], {}, None
+        import pyarrow as pa
+
+        base = pa.concat_tables([dataset.load_table(self.spec.output, r, columns=COLUMNS) for r in self.clean_runs])
+        new = dataset.load_table(self.spec.output, run_id, columns=COLUMNS)
+        matched, _, _ = compare(base, new, self.threshold, "link")
+        concluded = conclusion(matched, base, new).line if len(matched) else None
+        flagged = matched[matched.flag] if len(matched) else matched
+        evidence: dict[str, tuple[float | None, float | None, str]] = {}
+        for _, r in flagged.sort_values("busbw_change").iterrows():
+            for ip in Link.parse(r.link).nodes:
+                evidence.setdefault(ip, (float(r.busbw_gbps_new), float(r.busbw_gbps_base),
+                                         f"{r.collective} {int(r.msg_bytes)} B on {r.link}: {r.busbw_change:+.0%} "
+                                         f"against its baseline (noise floor {r.noise_floor:.0%}, {r.noise_source})"))
+        return sorted(set(flagged.link)) if len(flagged) else [], evidence, concluded
+
+    def _flags(self, run_id: str) -> list:
+        """The report's flags of the cycle: its peers (slow pairs, nodes, rails), expected values,
+        and its failed groups (failed_group, with their nodes)."""
+        from orchestrator.operations.report import read_report, run_frame
+
+        frame = run_frame(self.spec.output, run_id)
+        return read_report(self.spec.output, frame, self.threshold, "GBps", None, self.user_entries,
+                           self.min_fraction).flags
+
+    def _qualify(self, idle: list[Node], doubted: set[str], drops: list[str], evidence: dict, partition: str):
+        from orchestrator.operations.qualifying import qualification
+
+        checked = [n.ip for n in idle]
+        chosen = with_partners(checked, doubted)
+        ids = {n.ip: n.node_id for n in idle}
+        spec = dataclasses.replace(self.spec, nodes=tuple(ids[ip] for ip in chosen), exclude=(),
+                                   collectives=self.spec.collectives[:1], dtypes=self.spec.dtypes[:1],
+                                   min_bytes=self.spec.max_bytes, ranks_per_node=self.cycle_ranks)
+        found = qualification(spec, threshold=self.threshold, min_fraction=self.min_fraction,
+                              user_entries=self.user_entries, voice=QUIET, cpus_per_rank=CPUS_PER_RANK,
+                              partition=partition, doctor=False)
+        if found.state is not RunState.FINISHED:
+            return found.run_id, []
+        alerts = alerts_from(found.nodes, evidence)
+        if not found.speed_judged:  # too few nodes to judge speed: the drop itself is the evidence
+            named = {a.node for a in alerts}
+            alerts += [Alert(ip, AlertKind.DRIFT, *evidence[ip][:2], f"{ip}: {evidence[ip][2]} (qualify could not judge "
+                             "its speed: too few nodes without an expected value)")
+                       for ip in sorted(evidence) if ip not in named and ip in chosen]
+        return found.run_id, alerts
+
+    def _wait_released(self, run_ids: list[str | None], timeout_s: float = RELEASE_TIMEOUT_S) -> None:
+        """Until the cycle's own workers (named collbench-RUN-rankR) are gone, so that the next
+        cycle does not read what they held as another job's (one cycle after a qualify, two nodes
+        read busy). Bounded: a worker Ray has not reaped by then is left to it."""
+        import ray
+
+        prefixes = tuple(f"collbench-{r}-rank" for r in run_ids if r)
+        if not prefixes:
+            return
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                alive = [a for a in ray.util.list_named_actors(all_namespaces=True)
+                         if (a["name"] if isinstance(a, dict) else a).startswith(prefixes)]
+            except Exception:  # noqa: BLE001 - the cluster went away: the next cycle finds out
+                return
+            if not alive:
+                time.sleep(RELEASE_SETTLE_S)  # the raylet returns the resources just after the actor dies
+                return
+            time.sleep(0.2)
+
+    # -- what a long job meets ------------------------------------------------------------
+    def _cluster_lost(self, error: Exception) -> bool:
+        """Whether `error` says the cluster went away; if so, join it again or raise _Lost."""
+        import ray
+
+        from orchestrator.execution import connect
+
+        try:
+            ray.nodes()
+            return False  # the cluster answers: the error was something else
+        except Exception:
+            pass
+        if self.spec.address is None and not _env_address():
+            raise _Lost("the embedded Ray instance stopped")
+        deadline = time.monotonic() + self.reconnect_s
+        while time.monotonic() < deadline and not self.stopping:
+            ray.shutdown()
+            try:
+                self.connection = connect.connect(self.spec.address)
+                return True
+            except ConnectTimeout:  # ray.init stuck in its thread: the command line ends the process
+                raise
+            except (UsageError, ConnectionError, RuntimeError):
+                time.sleep(min(5.0, max(0.0, deadline - time.monotonic())))
+        raise _Lost(f"lost the Ray cluster at {self.spec.address or _env_address()} and could not join it again "
+                    f"within {self.reconnect_s:g} s ({first_line(error)})")
+
+    def _earlier_runs(self) -> list[str]:
+        """Watch cycles already in the output, of this sweep, newest last: the baseline to start from."""
+        from orchestrator.operations.compare import sweep_key, sweep_of
+        from orchestrator.results import dataset
+
+        try:
+            known = dataset.runs(self.spec.output)
+        except UsageError:  # no rows yet
+            return []
+        mine = sweep_key("watch", self.spec.to_json())
+        same = [r for r in known if sweep_of(self.spec.output, r) == mine]
+        return same[-self.baseline_cycles:]
+
+    def _export(self, cycle: Cycle) -> None:
+        from orchestrator.execution.metrics import WatchMetrics
+
+        if self._metrics is None:
+            self._metrics = WatchMetrics()
+        self._metrics.cycle_ended(cycle, time.time())
+
+    def _drop_expired(self, today: dt.date) -> None:
+        for folder, runs in drop_expired(self.spec.output, today, self.retention_days):
+            self.say(f"collbench: watch: dropped {folder} ({runs} run(s), older than {self.retention_days} days)")
+
+
+# Each CPU rank of a cycle asks Ray for one CPU (a benchmark run asks none): a node whose CPUs
+# another job holds is then seen as busy, and is never shared with it.
+CPUS_PER_RANK = 1.0
+
+
+class _Lost(Exception):
+    """The Ray cluster is gone and could not be joined again."""
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def _env_address() -> str | None:
+    import os
+
+    return os.environ.get("RAY_ADDRESS")
