@@ -51,7 +51,15 @@ from orchestrator.judging.contention import (
     spread_factor,
     widening,
 )
-from orchestrator.judging.judge import EXACT_LEAVE_ONE_OUT, GROSS_DROP, Source, limit, prior_for, robust_sigma
+from orchestrator.judging.judge import (
+    EXACT_LEAVE_ONE_OUT,
+    GROSS_DROP,
+    Source,
+    allowed_drop,
+    limit,
+    prior_for,
+    robust_sigma,
+)
 from orchestrator.judging.regime import Regime, regimes
 from orchestrator.judging.stats import FAMILY_ALPHA, MAD_EFFICIENCY, quantile, run_sigma
 from workloads.messages import Status
@@ -231,7 +239,7 @@ def compare(base: pa.Table, new: pa.Table, threshold: float, by: str = "link"
         noise_floor=1 - np.exp(-noise),
         noise_source=source,
     )
-    both["flag"] = judged & (both.busbw_change < -threshold) & (d > noise)
+    both["flag"] = judged & (both.busbw_change < -allowed_drop(np.exp(-noise), threshold))
     both = both.drop(columns=["backend", "curve", "family"])
     cols = SHAPE_KEY + (["link"] if by == "link" else [])
     only_base = a.loc[a.index.difference(b.index), cols]

@@ -34,7 +34,7 @@ import pandas as pd
 from orchestrator.analysis import grouping
 from orchestrator.analysis.frame import Frame
 from orchestrator.judging.capacity import healthy_level
-from orchestrator.judging.judge import MIN_VALUES, prior_for
+from orchestrator.judging.judge import MIN_VALUES, allowed_drop, prior_for
 from orchestrator.judging.stats import FAMILY_ALPHA
 from orchestrator.sweep.sizes import format_bytes
 from workloads.messages import Status, Topology
@@ -272,7 +272,7 @@ def _best_by_member(scores: pd.DataFrame, a: str, b: str) -> pd.Series:
 
 
 def _low(ratio, floor: float, threshold: float):
-    return (ratio < 1 - threshold) & (ratio < floor)
+    return ratio < 1 - allowed_drop(floor, threshold)
 
 
 def _pair_flags(frame: Frame, scores: pd.DataFrame, threshold: float) -> list[Flag]:

@@ -1,6 +1,8 @@
 """The one judge of "slower than it should be": is a value low against its reference (its peers in
-a run, its own past runs, an expected value)? Pure numpy; no I/O. Compare, the report's peer
-flags and watch's drift (through compare) read every such verdict here.
+a run, its own past runs, an expected value)? Pure numpy; no I/O. qualify's probes and gates, the
+report's peer flags, compare and watch's drift (through compare) read every such verdict here:
+`limit` (the noise a reference allows, from its values, a prior and the family's size) and
+`allowed_drop` (that noise against the caller's threshold, scale and cap), each with its own knobs.
 
 Everything is in log space (a 2x drop is as far below as a 2x rise is above). The judged value
 never widens its own reference: its peers' median and spread are read from the others (leave one
@@ -161,6 +163,18 @@ def limit(prior: Prior, m: int, sigma_data: float | None = None, df_data: float 
     if gross and gross_applies(prior.sigma_log * widen, prior.tail_df):
         log_drop = min(log_drop, math.log(GROSS_DROP))
     return Limit(log_drop, sigma, df, source)
+
+
+def allowed_drop(floor, threshold: float, scale: float = 1.0, cap: float | None = None):
+    """The one rule every caller applies to the judge's floor (a value or an array): a value is slow
+    when it falls below its reference by more than this fraction, the larger of the caller's
+    `threshold` (the least drop worth naming) and the noise the floor allows (1 - floor), times
+    `scale`, at most `cap`. The callers differ only in their knobs: qualify's pair probes and the
+    report's peers (threshold), qualify's gates (twice, capped: a group of every node is noisier),
+    compare and watch (compare's threshold, the floor from runs or iterations)."""
+    drop = scale * np.maximum(1 - np.asarray(floor, dtype=float), threshold)
+    drop = drop if cap is None else np.minimum(drop, cap)
+    return float(drop) if np.ndim(drop) == 0 else drop
 
 
 def gross_applies(sigma_log: float, tail_df: float | None = None) -> bool:

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from orchestrator.judging.capacity import Level, healthy_level
-from orchestrator.judging.judge import MIN_VALUES, Prior
+from orchestrator.judging.judge import MIN_VALUES, Prior, allowed_drop
 from orchestrator.judging.stats import FAMILY_ALPHA
 from orchestrator.sweep.qualify_types import Outcome, Phase, Probe, Reference, Result
 
@@ -129,10 +129,9 @@ class Judgement:
         level = self._levels.get((Phase.INTRA if phase.kind is Phase.INTRA else Phase.PAIRS, span))
         if level is None:
             return None
-        pairs = Cut(level.reference, min(level.floor, 1 - self._threshold))
         if phase.kind is not Phase.GATE:
-            return pairs
-        return Cut(pairs.reference_gbps, 1 - min(2 * (1 - pairs.fraction), MAX_GATE_DROP))
+            return Cut(level.reference, 1 - allowed_drop(level.floor, self._threshold))
+        return Cut(level.reference, 1 - allowed_drop(level.floor, self._threshold, scale=2.0, cap=MAX_GATE_DROP))
 
     def _judge(self, r: Result) -> Result:
         if r.status is not Outcome.PASS:

@@ -135,3 +135,26 @@ def test_the_regime_rule_on_rows_of_known_times():
     # one size alone, and times that say nothing, are bandwidth-bound
     assert latency_bound(np.array(["a"]), np.array([16.0]), np.array([1000.0])).tolist() == [False]
     assert latency_bound(np.zeros(2), np.array([16.0, 64.0]), np.array([np.nan, 0.0])).tolist() == [False, False]
+
+
+def test_the_one_allowed_drop_under_each_callers_knobs():
+    """Issue 43: qualify's pairs and gates, the report's peers and compare each applied the judge's
+    floor with a formula of their own; one rule now, their knobs as arguments. Its values on a grid
+    are the callers' old formulas exactly."""
+    import numpy as np
+
+    from orchestrator.judging.judge import allowed_drop
+
+    floors, thresholds = np.linspace(0.3, 0.999, 57), (0.01, 0.05, 0.1, 0.25)
+    for t in thresholds:
+        for f in floors:
+            assert allowed_drop(f, t) == pytest.approx(1 - min(f, 1 - t), abs=1e-12)  # qualify pairs, report
+            gate = 1 - min(2 * (1 - min(f, 1 - t)), 0.45)  # qualify's gates before
+            assert 1 - allowed_drop(f, t, scale=2.0, cap=0.45) == pytest.approx(gate, abs=1e-12)
+        noise = -np.log(floors)  # compare: flagged where change < -t and d > noise
+        d = np.linspace(0.0, 1.5, 301)[:, None]
+        old = (np.exp(-d) - 1 < -t) & (d > noise)
+        new = np.exp(-d) - 1 < -allowed_drop(np.exp(-noise), t)
+        assert (old == new).mean() > 0.999  # equal but where d sits on the noise to the last bit
+    assert isinstance(allowed_drop(0.9, 0.1), float) and allowed_drop(np.array([0.5, 0.95]), 0.1).tolist() == \
+        pytest.approx([0.5, 0.1])
