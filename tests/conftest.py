@@ -56,11 +56,28 @@ def _is_lab(item) -> bool:
 
 def pytest_collection_modifyitems(config, items):
     if _lab_tier(config):
+        _shared_labs_together(items)
         return
     lab = [item for item in items if _is_lab(item)]
     if lab:
         items[:] = [item for item in items if not _is_lab(item)]
         config.hook.pytest_deselected(items=lab)
+
+
+def _shared_labs_together(items) -> None:
+    """The tests of one shared lab shape (tests/lab/conftest.py: Labs) run one after another, where
+    the first of them ran, so the lab is built once; every other test keeps its place."""
+    from tests.lab.conftest import shared_lab_of
+
+    shapes = [shared_lab_of(item) for item in items]
+    ordered, placed = [], set()
+    for item, shape in zip(items, shapes):
+        if shape is None:
+            ordered.append(item)
+        elif shape not in placed:
+            placed.add(shape)
+            ordered += [other for other, s in zip(items, shapes) if s == shape]
+    items[:] = ordered
 
 
 def pytest_report_header(config):

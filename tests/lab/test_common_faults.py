@@ -15,18 +15,13 @@ from orchestrator.lab import cluster as labmod
 from tests.helpers import run_cli
 
 pytestmark = pytest.mark.lab
-LINK = "400mbit"
+LINK = "400mbit"  # conftest.PLAIN_LINK
 QUALIFY = ["--ranks-per-node", "1", "-b", "4M", "-e", "8M", "-n", "3", "--format", "json"]
 
 
-@pytest.fixture(scope="module")
-def lab6():
-    from tests.lab.conftest import Lab, require_lab
-
-    require_lab()
-    lab = Lab(nodes=6, ranks_per_node=1, link=LINK, declared=False)
-    yield lab
-    lab.down()
+@pytest.fixture()
+def lab6(plain6):  # the shared plain six (tests/lab/conftest.py), every link at LINK
+    return plain6
 
 
 def _shape(lab, rates: dict[int, str]) -> None:

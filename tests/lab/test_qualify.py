@@ -99,31 +99,7 @@ def test_a_healthy_lab_passes(lab2x2, tmp_path):
 
 
 # -- undeclared clusters (issue 21): no expected rate, verdicts from measurements alone ----------
-PLAIN_LINK, QUARTER_LINK = "400mbit", "100mbit"
 PLAIN_ARGS = ["--ranks-per-node", "1", "-b", "4M", "-e", "8M", "-n", "3", "--format", "json"]
-
-
-def _plain_lab(nodes: int, slow: int):
-    from tests.lab.conftest import Lab, require_lab
-
-    require_lab()
-    lab = Lab(nodes=nodes, ranks_per_node=1, link=PLAIN_LINK, node_links={slow: QUARTER_LINK}, declared=False)
-    assert "no expected rate declared" in lab.up_output
-    return lab
-
-
-@pytest.fixture(scope="module")
-def plain6_node4_slow():
-    lab = _plain_lab(6, 4)
-    yield lab
-    lab.down()
-
-
-@pytest.fixture(scope="module")
-def plain4_node2_slow():  # not conftest's plain4 (healthy, shaped by the tests that use it)
-    lab = _plain_lab(4, 2)
-    yield lab
-    lab.down()
 
 
 def _qualify_plain(lab, slow: int, tmp_path) -> tuple[dict, dict, str]:
