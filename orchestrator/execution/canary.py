@@ -10,7 +10,8 @@ import datetime as dt
 from dataclasses import dataclass, field
 from enum import Enum
 
-from orchestrator.analysis.compare import Link, Verdict
+from orchestrator.analysis.compare import Verdict
+from orchestrator.analysis.link import Link
 from orchestrator.sweep.inventory import Inventory, Node
 from orchestrator.sweep.qualify_types import NodeVerdict
 

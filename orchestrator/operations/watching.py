@@ -196,7 +196,8 @@ class Watch:
     def _drift(self, run_id: str) -> tuple[list[str], dict, str | None]:
         """Links that dropped beyond noise against the rolling baseline, per node its worst drop, and
         what the comparison concluded (compare's verdict and why; None without a baseline yet)."""
-        from orchestrator.analysis.compare import COLUMNS, Link, compare, conclusion
+        from orchestrator.analysis.compare import COLUMNS, compare, conclusion
+        from orchestrator.analysis.link import Link
         from orchestrator.results import dataset
 
         if not self.clean_runs:

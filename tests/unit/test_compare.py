@@ -323,7 +323,8 @@ def test_a_link_is_a_value_read_back_from_its_text():
     """Issue 43: the link was a string built in compare and split again in watch and the canary."""
     import pyarrow as pa
 
-    from orchestrator.analysis.compare import Link, _links
+    from orchestrator.analysis.compare import _links
+    from orchestrator.analysis.link import Link
 
     table = pa.table({"node_ips": [["10.0.0.1", "10.0.0.2"], ["10.0.0.3"]], "local_ranks": [[0, 1], [2]]})
     texts = list(_links(table))
