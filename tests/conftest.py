@@ -42,7 +42,7 @@ def s3_server():
 # set (CI: .ci/run), or when a `-m` expression names the marker itself.
 def pytest_addoption(parser):
     parser.addoption("--lab", action="store_true",
-                     help="also run the lab tier (tests marked `lab`: root, iproute2; about 15 minutes here)")
+                     help="also run the lab tier (tests marked `lab`: root, iproute2; about 23 minutes here)")
 
 
 def _lab_tier(config) -> bool:

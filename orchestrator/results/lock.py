@@ -5,25 +5,22 @@ The lock lives beside the manifest, `<root>/_runs/<run_id>.lock` (readers skip n
 with `_`), and holds its holder as JSON (host, pid, since, heartbeat, token), so a second writer is
 refused in one line naming it.
 
-Local outputs use flock(2): the kernel releases the lock when its holder dies, even by SIGKILL,
-so a dead holder's lock is simply taken by the next writer. The file is deleted by a holder as
-it lets go, and an acquirer checks that the file it locked is still the one at the path (else it
-locked a deleted one and tries again), so deleting never lets two hold it. The descriptor is not
-inherited by child processes (Python opens files non-inheritable), so the Ray processes an
-embedded run starts do not keep a dead driver's lock. Limits: on NFS, flock is emulated with
-fcntl locks (Linux >= 2.6.12) and is as reliable as the server's lock manager; a filesystem
-without locks (some FUSE mounts) makes acquiring fail with the OS error named.
+Local outputs use flock(2): the kernel releases the lock when its holder dies, even by SIGKILL.
+A holder deletes the file as it lets go; an acquirer checks that the file it locked is still the
+one at the path (else it locked a deleted one and tries again). The descriptor is not inherited
+(Python opens files non-inheritable), so the Ray processes an embedded run starts do not keep a
+dead driver's lock. On NFS flock is emulated with fcntl locks and is as reliable as the server's
+lock manager; a filesystem without locks makes acquiring fail with the OS error named.
 
 Object stores (s3://, gs://) have no lock primitive that pyarrow exposes (no conditional put), so
 the lock object is a lease: the holder rewrites its heartbeat every LEASE_S / 4 from a daemon
 thread; an acquirer takes the lock over when the heartbeat is older than LEASE_S, or when the
-holder is on this host and its pid is gone. Two acquirers racing for a free lock both write it,
-wait SETTLE_S and read it back: the one whose token is there holds it. Limits, honestly: an
-acquirer slower than SETTLE_S between its read and its write can still overwrite a winner; host
-clocks must agree to well within LEASE_S; a holder paused for longer than LEASE_S (a stopped
-process, a partitioned network) loses the lock to a new writer and finds out only at its next
-heartbeat (`lost` is then set). These suit one operator's accidental second resume, not hostile
-concurrency.
+holder is on this host and its pid is gone. Racing acquirers both write, wait SETTLE_S and read
+back: the one whose token is there holds it. Limits: an acquirer slower than SETTLE_S between its
+read and its write can overwrite a winner; host clocks must agree to well within LEASE_S; a holder
+paused for longer than LEASE_S loses the lock and finds out at its next heartbeat (`lost`: the
+taker, or Vanished where the lock object is gone). Enough for an accidental second resume, not
+for hostile concurrency.
 """
 
 from __future__ import annotations
@@ -183,10 +180,9 @@ class LocalLock:
 
     def _still_there(self, fd: int) -> bool:
         try:
-            st = os.stat(self.path)
+            st, mine = os.stat(self.path), os.fstat(fd)
         except FileNotFoundError:
             return False
-        mine = os.fstat(fd)
         return (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino)
 
     def _holder(self, fd: int) -> Holder | None:
@@ -200,13 +196,18 @@ class LocalLock:
             time.sleep(0.05)
 
 
+@dataclasses.dataclass(frozen=True)
+class Vanished:
+    """What a heartbeat found where its lock object was: nothing (deleted, or lost by the store)."""
+
+
 class ObjectLock:
     """A lease object on an object store; see the module's docstring for its limits."""
 
     def __init__(self, fs: pafs.FileSystem, root: str, manifest_dir: str, run_id: str, where: str) -> None:
         self.fs, self.path = fs, f"{root}/{manifest_dir}/{run_id}{LOCK_SUFFIX}"
         self.run_id, self.where = run_id, where
-        self.lost: Holder | None = None  # set when another writer took the lock over
+        self.lost: Holder | Vanished | None = None  # set when another writer took the lock over, or it vanished
         self._me: Holder | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -253,13 +254,19 @@ class ObjectLock:
     def _beat(self) -> None:
         while not self._stop.wait(LEASE_S / 4):
             try:
-                current = self._read()
-                if current is None or current.token != self._me.token:
-                    self.lost = current
+                if not self.beat_once():
                     return
-                self._write(Holder.me(self._me.token, self._me.since))
             except Exception:  # noqa: BLE001 - a store that does not answer now, or answers garbage: the
                 continue  # thread must not die (the lease would lapse unnoticed); try again at the next beat
+
+    def beat_once(self) -> bool:
+        """Renew the lease if it is still ours (True); else set `lost`, the taker or Vanished (False)."""
+        current = self._read()
+        if current is None or current.token != self._me.token:
+            self.lost = current if current is not None else Vanished()
+            return False
+        self._write(Holder.me(self._me.token, self._me.since))
+        return True
 
     @staticmethod
     def _stale(holder: Holder) -> bool:

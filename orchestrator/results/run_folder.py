@@ -51,10 +51,13 @@ class RunFolder:
         """Stop before a write once another process took the run's lease over (an object store's
         lock whose heartbeats did not get through): two writers never write one run."""
         taker = getattr(self.lock, "lost", None)
-        if taker is not None:
-            raise RunStopped(f"run {self.run_id} in {self.location}: its lock was taken over by {taker.describe()} "
-                             "(this process's lease ran out while the object store did not answer); stopped without "
-                             "writing more, so that one process writes the run")
+        if taker is None:
+            return
+        why = (f"its lock was taken over by {taker.describe()} (this process's lease ran out while the object "
+               "store did not answer)") if getattr(taker, "token", None) else \
+            "its lock object was deleted while it held it (another process may take the run)"
+        raise RunStopped(f"run {self.run_id} in {self.location}: {why}; stopped without writing more, so that one "
+                         "process writes the run")
 
     def write_table(self, table: pa.Table, path: str) -> None:
         if not self.local:
