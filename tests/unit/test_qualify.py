@@ -397,3 +397,13 @@ def test_every_node_equally_slow_is_said_to_agree_never_healthy():
                      reference=Reference(pair=40.0, gate=40.0))
     assert _bad(known) == {i: "slow" for i in range(8)} and known.agreement() is None
     assert simulate(Model(8, ranks_per_node=1, nic_slow={3: 0.25}, noise=0.02)).agreement() is None  # one named
+
+
+def test_a_pass_after_a_slow_probe_was_cleared_still_says_what_agreement_means():
+    """A healthy 6-node lab failed the lab test once: a noisy probe read slow, its retests cleared
+    it, every node passed, and qualify said nothing of what a pass without an expected value means
+    (agreement None). Now it says it, and that probes were cleared."""
+    q = simulate(Model(6, ranks_per_node=1, noise=0.25, seed=5))
+    assert _bad(q) == {}
+    assert q.agreement().startswith("all 6 nodes agree at ") and "cleared by their retests" in q.agreement()
+    assert "--expected" in q.agreement()
