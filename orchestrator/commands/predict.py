@@ -14,7 +14,9 @@ from orchestrator.commands.render import render_csv, render_tables
 from orchestrator.errors import UsageError, renamed
 from orchestrator.operations.predict import (
     BUCKET_BYTES,
+    BUCKET_RANGE,
     DESCRIPTION,
+    DTYPES,
     LIMITS,
     MAX_PARAMS,
     RANKS_PER_NODE,
@@ -24,7 +26,7 @@ from orchestrator.operations.predict import (
     parse_count,
 )
 from orchestrator.operations.predict import predict as price
-from orchestrator.sweep.spec import ELEMENT_BYTES, MAX_MSG_BYTES, format_bytes
+from orchestrator.sweep.spec import MAX_MSG_BYTES
 
 
 def add_parser(sub) -> None:
@@ -66,11 +68,11 @@ def add_parser(sub) -> None:
     p.add_argument("--gpus-per-node", type=int, default=None, dest="old_ranks_per_node",
                    help="the old name of --ranks-per-node, taken until the next release")
     p.add_argument("--fsdp", action="store_true", help="fully sharded data parallel instead of gradient all_reduce")
-    p.add_argument("--dtype", choices=list(ELEMENT_BYTES), default="bfloat16",
+    p.add_argument("--dtype", choices=list(DTYPES), default="bfloat16",
                    help="communicated dtype (default: bfloat16)")
     p.add_argument("--bucket", metavar="SIZE", default=None,
-                   help=f"gradient bucket size, binary as -b and -e: 25M = 25 MiB, as DDP's bucket_cap_mb counts; 1 to "
-                   f"{format_bytes(MAX_MSG_BYTES)} (default: {format_bytes(BUCKET_BYTES)})")
+                   help=f"gradient bucket size, binary as -b and -e: 25M = 25 MiB, as DDP's bucket_cap_mb counts; "
+                   f"{BUCKET_RANGE}")
     p.add_argument("--bucket-mb", type=float, default=None,
                    help="the old spelling, in MB of 1e6 bytes: --bucket SIZE instead; taken until the next release")
     add_format(p)

@@ -16,8 +16,7 @@ from orchestrator.commands.options import add_doctor_option, add_expected_option
 from orchestrator.commands.render import render_tables
 from orchestrator.operations import COMMAND_LINE, Voice
 from orchestrator.operations.checks import PEER_THRESHOLD
-from orchestrator.operations.qualify import SWEEPS, NodeVerdict, QualifyOptions, qualify
-from orchestrator.sweep.spec import COLLECTIVES, ELEMENT_BYTES
+from orchestrator.operations.qualify import COLLECTIVES, DTYPES, SWEEPS, NodeVerdict, QualifyOptions, qualify
 
 
 def add_parser(sub) -> None:
@@ -37,7 +36,7 @@ def add_parser(sub) -> None:
     )
     add_spec_options(p, only=SWEEPS.fields, defaults=SWEEPS.defaults, helps={
         "collectives": "the one collective to probe with: " + ",".join(COLLECTIVES),
-        "dtypes": "the one element type to probe with: " + ",".join(ELEMENT_BYTES) + " (not all)"})
+        "dtypes": "the one element type to probe with: " + ",".join(DTYPES) + " (not all)"})
     p.add_argument("--threshold", type=float, default=PEER_THRESHOLD,
                    help="without an expected value, a probe this fraction below what the fastest agreeing probes "
                    f"delivered, and below the noise they show, is slow (gates: twice it) (default: {PEER_THRESHOLD:g})")

@@ -16,6 +16,7 @@ from orchestrator.sweep.spec import MAX_MSG_BYTES
 from workloads.dtypes import ELEMENT_BYTES
 
 DESCRIPTION = pricing.__doc__  # what `collbench predict --help` says of it
+DTYPES = tuple(ELEMENT_BYTES)  # what --dtype may name
 
 _SUFFIX = {"K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
 # Bounds that keep the arithmetic finite and quick (a group's ranks are listed to find its
@@ -25,6 +26,7 @@ LIMITS = {"dp": 1 << 20, "tp": 1 << 20, "pp": 1 << 20, "layers": 1 << 20, "hidde
 MAX_PARAMS = 1e15
 RANKS_PER_NODE = 8
 BUCKET_BYTES = 25 << 20  # DDP's bucket_cap_mb=25 is 25 MiB
+BUCKET_RANGE = f"1 to {format_bytes(MAX_MSG_BYTES)} (default: {format_bytes(BUCKET_BYTES)})"  # --bucket's help
 WHAT_IF_KEYS = ("dp", "tp", "pp", "layers", "hidden", "seq", "micro-batch", "micro-batches", "ranks-per-node",
                 "params", "bucket", "dtype", "fsdp")
 OLD_WHAT_IF_KEYS = {"gpus-per-node": "ranks-per-node", "bucket-mb": "bucket"}  # taken until the next release

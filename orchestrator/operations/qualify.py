@@ -19,8 +19,10 @@ from orchestrator.operations.sweeps import NONE, Sweeps
 from orchestrator.results.location import check_writable, resolve_output
 from orchestrator.sweep.qualify_types import NodeVerdict, Outcome
 from orchestrator.sweep.spec import ALL, SweepSpec
+from workloads.dtypes import ELEMENT_BYTES
+from workloads.registry import COLLECTIVES
 
-__all__ = ["DEFAULTS", "SWEEPS", "NodeVerdict", "Outcome", "Qualification", "QualifyOptions", "check_spec", "qualify",
+__all__ = ["COLLECTIVES", "DEFAULTS", "DTYPES", "SWEEPS", "NodeVerdict", "Outcome", "Qualification", "QualifyOptions", "check_spec", "qualify",
            "qualify_spec"]
 
 # The sweep qualify takes (its command line's sweep options, its --config keys, the API's keyword
@@ -34,6 +36,7 @@ SWEEPS = Sweeps("collbench qualify",
                 defaults=MappingProxyType({"collectives": ("all_reduce",), "min_bytes": 1 << 20,
                                            "max_bytes": 16 << 20, "iters": 5, "warmup": 1, "group_timeout_s": 60.0}))
 DEFAULTS = SWEEPS.defaults
+DTYPES = tuple(ELEMENT_BYTES)  # what --dtypes may name (one of them)
 
 
 @dataclass(frozen=True, kw_only=True)
