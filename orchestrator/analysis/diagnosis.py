@@ -359,21 +359,42 @@ def _gpu_pair_flags(frame: Frame, scores: pd.DataFrame, threshold: float) -> lis
         for node, on_node in slow.groupby("node_first", observed=True):
             mine = shape[shape.node_first == node]
             row = on_node.iloc[0]
+            best = _best_by_member(mine, "local_first", "local_last")
+            floor = float(mine.floor.iloc[0])
             if len(on_node) == len(mine):
                 out.append(_flag(FlagKind.SLOW_NODE, frame, row, [node], [], f"slow node {frame.label(node)} (every GPU "
                                  "pair inside it)"))
+                out += _standing_out(frame, node, row, mine, best, floor, threshold)
                 continue
             for pair in on_node.itertuples():
                 gpus = [int(pair.local_first), int(pair.local_last)]
                 out.append(_flag(FlagKind.SLOW_GPU_PAIR, frame, pair, [node], gpus,
                                  f"slow GPU pair {gpus[0]}-{gpus[1]} on {frame.label(node)}"))
-            best = _best_by_member(mine, "local_first", "local_last")
-            gpus_of_node = set(mine.local_first) | set(mine.local_last)
-            for gpu, ratio in best[_low(best, float(mine.floor.iloc[0]), threshold)].items():
-                if len(gpus_of_node) > 2:  # with two GPUs, the pair cannot say which
-                    out.append(Flag(FlagKind.SLOW_GPU, [frame.nodes[node]], [int(gpu)], row.collective, int(row.msg_bytes),
-                                    None, None, f"slow GPU {gpu} on {frame.label(node)}: its best pair at "
-                                    f"{ratio:.0%} of what the fastest pairs deliver", extra={"ratio": float(ratio)}))
+            if len(best) > 2:  # with two GPUs, the pair cannot say which
+                for gpu, ratio in best[_low(best, floor, threshold)].items():
+                    out.append(_gpu_flag(frame, node, row, gpu, ratio, "of what the fastest pairs deliver"))
+    return out
+
+
+def _gpu_flag(frame: Frame, node: int, row, gpu, ratio: float, of_what: str) -> Flag:
+    return Flag(FlagKind.SLOW_GPU, [frame.nodes[node]], [int(gpu)], row.collective, int(row.msg_bytes), None, None,
+                f"slow GPU {gpu} on {frame.label(node)}: its best pair at {ratio:.0%} {of_what}",
+                extra={"ratio": float(ratio)})
+
+
+def _standing_out(frame: Frame, node: int, row, pairs: pd.DataFrame, best: pd.Series, floor: float,
+                  threshold: float) -> list[Flag]:
+    """In a node every GPU pair of which is slow, the GPUs slower still: by the bottleneck rule a fault
+    of the node's fabric slows every pair alike, while a slow GPU holds back only its own pairs, so a
+    GPU whose best pair falls below the best pair without it by more than the shape's noise allows is
+    named too (three GPUs at least: with two, the pair cannot say which)."""
+    if len(best) < 3:
+        return []
+    out = []
+    for gpu, ratio in best.items():
+        without = pairs[(pairs.local_first != gpu) & (pairs.local_last != gpu)].ratio.median()
+        if without > 0 and _low(ratio / without, floor, threshold):
+            out.append(_gpu_flag(frame, node, row, gpu, ratio / without, "of the best pair without it on its node"))
     return out
 
 

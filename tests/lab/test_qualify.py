@@ -13,6 +13,7 @@ import pytest
 
 from orchestrator.lab import cluster as labmod
 from orchestrator.sweep.qualify import fresh_rounds
+from orchestrator.sweep.qualify_judging import DISAGREEING_PROBES_DECISIVE
 from tests.helpers import run_cli
 
 pytestmark = pytest.mark.lab
@@ -94,8 +95,15 @@ def test_a_healthy_lab_passes(lab2x2, tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     verdicts, summary = _verdicts(proc.stdout)
     assert set(verdicts) == set(lab2x2.node_ips) and all(v["verdict"] == "pass" for v in verdicts.values())
-    assert [e["phase"] for e in verdicts[lab2x2.node_ips[0]]["evidence"]] == ["intra", "pairs"]
-    assert summary["rounds"] == 2
+    # each node alone, then the pair; a node read decisively slow alone once on this noisy host is
+    # measured alone again until its own probes clear it (at most DISAGREEING_PROBES_DECISIVE): CI saw
+    # one node alone 12 times, every verdict still pass
+    phases = {ip: [e["phase"] for e in v["evidence"]] for ip, v in verdicts.items()}
+    for ip, seen in phases.items():
+        assert seen[-1] == "pairs" and set(seen[:-1]) == {"intra"}, phases
+        assert len(seen) - 1 <= DISAGREEING_PROBES_DECISIVE, phases
+    # the nodes alone side by side, then the pair: no more rounds than that, no fewer than one node's
+    assert max(map(len, phases.values())) <= summary["rounds"] <= sum(len(p) - 1 for p in phases.values()) + 1
 
 
 # -- undeclared clusters (issue 21): no expected rate, verdicts from measurements alone ----------

@@ -104,6 +104,16 @@ def test_one_bad_gpu_names_the_gpu_and_its_pairs(tmp_path):
         ("slow_gpu_pair", (IP[2],), pair) for pair in ((0, 1), (1, 2), (1, 3))}
 
 
+@pytest.mark.parametrize("ranks_per_node, gpu", [(3, 0), (4, 1), (8, 5)])
+def test_a_slow_gpu_in_a_node_whose_every_pair_is_slow_is_named_too(tmp_path, ranks_per_node, gpu):
+    """Every GPU pair of node 2 below its peers (its fabric at 40%, or noise that deep, as a held CPU
+    left it on the lab once) and one GPU at 5% on top: the node and the GPU, not the node alone."""
+    write_cluster_run(str(tmp_path), "r", ranks_per_node=ranks_per_node,
+                      faults=(("node_intra", 2, 0.4), ("gpu", 2, gpu, 0.05 / 0.4)))
+    rep, _ = _report(str(tmp_path), code=1)
+    assert _culprits(rep) == {("slow_node", (IP[2],), ()), ("slow_gpu", (IP[2],), (gpu,))}
+
+
 def test_one_slow_rail_names_the_rail_across_nodes(tmp_path):
     write_cluster_run(str(tmp_path), "r", patterns=("intra", "inter"), faults=(("rail", 2, 0.5),))
     rep, _ = _report(str(tmp_path), code=1)
