@@ -1,5 +1,5 @@
 """collbench from Python: the same sweeps, qualifications, reports and comparisons as the command
-line, for Ray users' own drivers and notebooks (README: "Python API").
+line, for Ray users' own drivers and notebooks (docs/guides/api.md).
 
     import ray
     from orchestrator import api

@@ -39,7 +39,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 # all_reduce busbw floors (GB/s) of 8-GPU NVLink nodes at >= 256 MiB, a margin under what the parts
-# reach (README: Expected values): H100/H200 SXM ~360-370 ring, A100 SXM ~230, B200 ~700. Applied
+# reach (docs/guides/expected.md): H100/H200 SXM ~360-370 ring, A100 SXM ~230, B200 ~700. Applied
 # only where every multi-GPU row's intra-node path is NVLink (PCIe cards share the names).
 FLOORS_8GPU = {"H100": 300.0, "H200": 300.0, "A100": 180.0, "B200": 550.0}
 MIN_BYTES = 256 << 20

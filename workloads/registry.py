@@ -85,7 +85,7 @@ class Collective(ABC):
     @staticmethod
     @abstractmethod
     def busbw_factor(n: int) -> float:
-        """nccl-tests' bus-bandwidth factor for n ranks (README: Bandwidth)."""
+        """nccl-tests' bus-bandwidth factor for n ranks (docs/concepts/bandwidth.md)."""
 
     def send_numel(self, c: Ctx) -> int:
         return c.count

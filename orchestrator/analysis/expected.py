@@ -4,7 +4,7 @@ Entries come from three places, the first that applies winning: the user's `--ex
 what the cluster declared when the run started (a collbench lab: its shaped link rate; in the
 manifest), and the table shipped with collbench (expected.yaml, each entry with its source).
 An entry applies to a row by platform tag, collective, topology, minimum size and world size and,
-where given, the transport NCCL used (README: Expected values); the most specific one wins.
+where given, the transport NCCL used (docs/guides/expected.md); the most specific one wins.
 Pure; no Ray, no I/O but reading the YAML files.
 """
 

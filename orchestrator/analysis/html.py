@@ -6,6 +6,7 @@ tables, and the run's header last. Pure given the report and its rows."""
 from __future__ import annotations
 
 import datetime as dt
+import math
 from html import escape
 
 from orchestrator.analysis import plots
@@ -33,14 +34,18 @@ def render(rep: Report, frame: Frame, scale: float) -> str:
     parts = [f"<h1>collbench report: run {_e(run.get('run_id'))}</h1>", _meta(run)]
     parts += [f'<div class="verdict warn">WARNING: {_e(w)}</div>' for w in rep.warnings]
     parts.append(_verdicts(rep))
+    empty = [name for name in TABLES if not rep.tables[name]]  # sections this run has nothing for: left out
     for name in _FIRST:
-        parts.append(f"<h2>{_e(title(name, rep.unit))}</h2>" + _table(name, rep.tables[name]))
+        if name not in empty:
+            parts.append(f"<h2>{_e(title(name, rep.unit))}</h2>" + _table(name, rep.tables[name]))
     figures = [f"<figure>{plots.svg(fig)}<figcaption>{_e(caption)}</figcaption></figure>"
                for _, caption, fig in plots.figures(frame, scale, rep.unit)]
     parts.append("<h2>Plots</h2>" + ("".join(figures) or "<p>(no plot: nothing measured ok)</p>"))
     for name in TABLES:
-        if name not in _FIRST:
+        if name not in _FIRST and name not in empty:
             parts.append(f"<h2>{_e(title(name, rep.unit))}</h2>" + _table(name, rep.tables[name]))
+    if empty:
+        parts.append(f'<p class="meta">Nothing in this run for: {_e(", ".join(empty))} (sections left out).</p>')
     parts.append("<h2>The run</h2>" + _kv(run))
     generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return ("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
@@ -99,13 +104,25 @@ def _cell(value, column: str) -> str:
     if column == "reasons":
         return f"<td>{_reasons(value or [])}</td>"
     if isinstance(value, float):
-        shown = "-" if value != value else f"{value:.4g}" if abs(value) < 1e4 else f"{value:.0f}"
+        shown = plain(value)
         return f'<td class="num">{shown}</td>'
     if isinstance(value, int) and not isinstance(value, bool):
         return f'<td class="num">{value}</td>'
     if isinstance(value, (list, tuple)):
         return f"<td>{_e(', '.join(map(str, value)))}</td>"
     return f"<td>{_e('-' if value is None else value)}</td>"
+
+
+def plain(value: float, digits: int = 4) -> str:
+    """A number in plain decimals to `digits` significant digits (0.0000973, 12.35, 48213), never
+    in exponent form; '-' for NaN."""
+    if value != value:
+        return "-"
+    if value == 0 or math.isinf(value):
+        return str(value) if math.isinf(value) else "0"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
+    shown = f"{value:.{decimals}f}"
+    return shown.rstrip("0").rstrip(".") if "." in shown else shown
 
 
 def _kv(run: dict) -> str:

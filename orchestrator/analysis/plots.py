@@ -18,7 +18,7 @@ matplotlib.rcParams["svg.hashsalt"] = "collbench"  # the same run draws the same
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from orchestrator.analysis import diagnosis  # noqa: E402
+from orchestrator.analysis import diagnosis, tables  # noqa: E402
 from orchestrator.analysis.frame import Frame  # noqa: E402
 from orchestrator.sweep.sizes import format_bytes  # noqa: E402
 
@@ -32,7 +32,7 @@ def figures(frame: Frame, scale: float, unit: str) -> Iterator[tuple[str, str, o
     for coll in dict.fromkeys(df.collective.dropna()):
         widest = diagnosis.ok_rows(df)[df.collective == coll].groupby("topology", observed=True).world_size.max()
         for value, ylabel, name in (("busbw_gbps", f"busbw ({unit})", "busbw"), ("time_us", "time (us)", "latency")):
-            rows = diagnosis.by_size(df, coll, value)
+            rows = tables.by_size(df, coll, value)
             if not rows:
                 continue
             fig, ax = plt.subplots(figsize=(7, 4))
@@ -41,12 +41,12 @@ def figures(frame: Frame, scale: float, unit: str) -> Iterator[tuple[str, str, o
                        if r.get(topo) is not None]
                 if pts:
                     ax.plot(*zip(*pts), marker="o", label=f"{topo} ({int(widest[topo])} ranks)")
-            ax.set_xscale("log", base=2)
+            sizes = [r["msg_bytes"] for r in rows]
+            _size_axis(ax, sizes)
             if value == "time_us":
                 ax.set_yscale("log")
-            sizes = [r["msg_bytes"] for r in rows]
             title = f"{coll}: {name} from {format_bytes(min(sizes))} to {format_bytes(max(sizes))}, run {run_id}"
-            ax.set_xlabel("msg_bytes")
+            ax.set_xlabel("message size")
             ax.set_ylabel(ylabel)
             ax.set_title(title, fontsize=9)
             ax.legend()
@@ -55,6 +55,15 @@ def figures(frame: Frame, scale: float, unit: str) -> Iterator[tuple[str, str, o
     for made in (_heatmap(frame, scale, unit), _gpu_pairs(frame, scale, unit), _rails(frame, scale, unit)):
         if made is not None:
             yield made
+
+
+def _size_axis(ax, sizes: list[int]) -> None:
+    """A log2 axis of message sizes labelled as the tables write them (16, 1K, 16M), at most ~10 ticks."""
+    ax.set_xscale("log", base=2)
+    ticks = sorted(set(sizes))
+    step = max(1, -(-len(ticks) // 10))
+    ax.set_xticks(ticks[::step], [format_bytes(t) for t in ticks[::step]])
+    ax.minorticks_off()
 
 
 def write(frame: Frame, out_dir: str, scale: float, unit: str) -> list[str]:

@@ -1,7 +1,7 @@
 """A run's report as data: the run's header, tables with fixed snake_case names, and flags.
 Pure: the command reads the dataset, this builds, `commands.render` formats.
 
-JSON form (README: "The report as JSON"): {"run": {...}, "unit": "GBps", "warnings": [...],
+JSON form (docs/guides/report.md): {"run": {...}, "unit": "GBps", "warnings": [...],
 "tables": {"busbw": [...], "latency": [...], "peaks": [...], "dtypes": [...], "fits": [...],
 "failures": [...], "expected": [...], "intra_vs_inter": [...], "replay_steps": [...],
 "replay_groups": [...], "all_to_allv": [...]}, "flags": [{"kind", "nodes",
@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from orchestrator.analysis import alltoallv, diagnosis, expected, fits, replay, stragglers
+from orchestrator.analysis import tables as by_size_tables
 from orchestrator.analysis.diagnosis import Flag, FlagKind
 from orchestrator.analysis.explain import COLUMNS as explain_columns
 from orchestrator.analysis.explain import Evidence, Rows, reasons
@@ -36,8 +37,8 @@ TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "fits": ("latency-bandwidth fits: time = alpha + bytes / bandwidth ({unit}, algorithm bandwidth)", ("bandwidth",)),
     "failures": ("failed, timed-out and skipped groups", ()),
     "expected": ("busbw ({unit}) beside the expected value for the platform (% of expected)", ("busbw", "expected")),
-    "intra_vs_inter": ("intra-node (NVLink) vs the network (and vs intra-domain: NVLink across nodes), measured and "
-                       "expected ({unit})",
+    "intra_vs_inter": ("inside a node vs across nodes (the net_topology column says which network group), "
+                       "measured and expected ({unit})",
                        ("intra_busbw", "intra_expected", "net_busbw", "net_expected")),
     "replay_steps": ("replayed steps: communication of the slowest rank per step, and its groups' parts", ()),
     "replay_groups": ("replayed process groups: time per step on the slowest rank, and share", ()),
@@ -171,11 +172,11 @@ def _size_tables(df: pd.DataFrame, collectives: list[str]) -> dict[str, list[dic
     """Every table (empty), with those by message size filled for each collective."""
     tables: dict[str, list[dict]] = {name: [] for name in TABLES}
     for coll in collectives:
-        busbw = diagnosis.by_size(df, coll, "busbw_gbps")
+        busbw = by_size_tables.by_size(df, coll, "busbw_gbps")
         tables["busbw"] += busbw
-        tables["latency"] += diagnosis.by_size(df, coll, "time_us")
-        tables["peaks"] += diagnosis.peaks(df, coll, busbw)
-        tables["dtypes"] += diagnosis.precision(df, coll)
+        tables["latency"] += by_size_tables.by_size(df, coll, "time_us")
+        tables["peaks"] += by_size_tables.peaks(df, coll, busbw)
+        tables["dtypes"] += by_size_tables.precision(df, coll)
     for row in tables["busbw"]:
         row["intra/inter"] = row["intra"] / row["inter"] if row["intra"] and row["inter"] else None
     return tables

@@ -65,6 +65,8 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError("--format csv: name one table with --table NAME")
     found = compare(options)
     concluded = found.conclusion
+    for note in found.picked:
+        print(f"collbench: compare: {note}", file=sys.stderr)
     tables = {"summary": [found.summary(args.unit)], "matched": found.rows(args.unit),
               "only_in_baseline": found.only_in_baseline.to_dict("records"),
               "only_in_new": found.only_in_new.to_dict("records")}

@@ -29,8 +29,8 @@ def add_parser(sub) -> None:
     p.add_argument("--format", choices=("table", "json"), default="table",
                    help='checks as tables, or JSON: {"cluster": [checks], "nodes": [{"node", "host", "checks": '
                    '[{"name", "status", "detail", "hint"}]}]} (default: table)')
-    p.add_argument("--all", action="store_true", help="list every check, the ones that passed too (default: "
-                   "what did not pass, and the cluster's checks)")
+    p.add_argument("--all", action="store_true", help="list every check of every node, the ones that passed or had "
+                   "nothing to read (skip) too (default: the warnings and failures, and the cluster's checks)")
     p.set_defaults(handler=main)
 
 
@@ -41,7 +41,7 @@ def main(args: argparse.Namespace) -> int:
     else:
         print(render_tables([("cluster", [c.to_json() for c in found.cluster])], "table"))
         rows = [{"node": n["node"], "host": n["host"], **c.to_json()} for n in found.nodes for c in n["checks"]
-                if args.all or c.status is not CheckStatus.OK]
+                if args.all or c.status in (CheckStatus.WARN, CheckStatus.FAIL)]
         print(render_tables([("nodes" if args.all else "nodes: what did not pass", rows)], "table"))
     status = found.status
     print(f"collbench: doctor: {len(found.nodes)} node(s) in {found.wall_s:.1f}s: {status}", file=sys.stderr)

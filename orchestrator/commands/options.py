@@ -13,16 +13,18 @@ FORMATS = ("table", "markdown", "csv", "json")
 
 
 def add_spec_options(p: argparse.ArgumentParser, only: tuple[str, ...] | None = None,
-                     defaults: dict | None = None, helps: dict[str, str] | None = None) -> None:
+                     defaults: dict | None = None, helps: dict[str, str] | None = None,
+                     names: dict[str, tuple[str, ...]] | None = None) -> None:
     """One option per SweepSpec field (or per field in `only`), from the field's own flags and
     help; `defaults` are the command's own (shown in the help, applied by spec_from_args), and
-    `helps` the command's own help of a field it accepts less of (qualify: one collective)."""
+    `helps` and `names` the command's own help and flags of a field it accepts less of (qualify:
+    one collective, `--collective`, the field's own flags still taken)."""
     g = p.add_argument_group("sweep options (also accepted as keys of a --config YAML file)")
     p.set_defaults(spec_defaults=defaults or {}, spec_only=only, spec_command=p.prog)
     for f in spec_fields():
         if only is not None and f.name not in only:
             continue
-        flags, kind = f.metadata["flags"], f.metadata["kind"]
+        flags, kind = (*(names or {}).get(f.name, ()), *f.metadata["flags"]), f.metadata["kind"]
         default = f.default if not callable(f.default_factory) else f.default_factory()  # type: ignore[misc]
         default = (defaults or {}).get(f.name, default)
         help_text = (helps or {}).get(f.name, f.metadata["help"])
@@ -33,9 +35,10 @@ def add_spec_options(p: argparse.ArgumentParser, only: tuple[str, ...] | None = 
         elif kind == "env":
             g.add_argument(*flags, dest=f.name, action="append", default=None, metavar="NAME=VALUE", help=help_text)
         else:
-            g.add_argument(*flags, dest=f.name, default=None, metavar=key_of(f).upper(), help=help_text)
+            metavar = (names[f.name][0].lstrip("-") if names and f.name in names else key_of(f)).upper()
+            g.add_argument(*flags, dest=f.name, default=None, metavar=metavar, help=help_text)
     p.add_argument("--config", metavar="YAML",
-                   help="sweep file: its keys are the long names of the sweep options above with underscores "
+                   help="sweep file: its keys are the long names of the sweep options (listed below) with underscores "
                    "(min_bytes: 1K for --min-bytes 1K, group_timeout: 5m); a key of an option this command does not "
                    "take is refused; options on the command line win")
 
@@ -80,7 +83,7 @@ def add_expected_options(p: argparse.ArgumentParser, what: str) -> None:
     """--expected and --min-fraction, for report and qualify."""
     p.add_argument("--expected", metavar="FILE",
                    help="YAML entries of expected busbw (collective, topology, min_bytes, busbw_gbps, optional "
-                   "platform, source) that add to and override the shipped table (README: Expected values)")
+                   "platform, source) that add to and override the shipped table (docs/guides/expected.md)")
     p.add_argument("--min-fraction", type=float, default=MIN_FRACTION,
                    help=f"{what} below this fraction of the expected value (default: {MIN_FRACTION:g})")
 

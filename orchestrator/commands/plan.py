@@ -16,8 +16,10 @@ def add_parser(sub) -> None:
     p = sub.add_parser(
         "plan",
         help="print the rounds and groups a run would form, without creating actors",
-        description="Print the rounds and groups a run with these options would form and the number of "
-        "measurements, against the live cluster (--address, $RAY_ADDRESS) or a described inventory.",
+        description="Print the rounds and groups a run with these options would form, the number of "
+        "measurements and an estimate of how long it would take, against the live cluster (--address, "
+        "$RAY_ADDRESS) or a described inventory. The estimate takes its rates from the latest finished run "
+        "in --output on the same nodes, else from stated defaults, and says which.",
     )
     add_spec_options(p, only=SWEEPS.fields)
     p.add_argument("--inventory", metavar="NxR", help="plan for N nodes of R GPUs (64x8) or R CPU ranks (4x2cpu); "
@@ -31,6 +33,7 @@ def main(args: argparse.Namespace) -> int:
     print(describe(planned, args.groups))
     print(f"total: {len(planned.plan)} groups in {len(planned.plan.rounds)} rounds, {planned.measurements} "
           "measurements")
+    print(planned.estimate.line())
     return 0
 
 

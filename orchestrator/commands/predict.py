@@ -130,6 +130,8 @@ def main(args: argparse.Namespace) -> int:
         print(render_csv(found.csv), end="")
     else:
         print(render_tables(found.titled, args.format))
+    for note in found.picked:
+        print(f"predict: {note}", file=sys.stderr)
     if found.incomplete:
         print(f"collbench: {found.incomplete}", file=sys.stderr)
     for old, now in said + found.renamed:  # once every check passed: a refusal stays one line

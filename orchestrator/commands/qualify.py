@@ -27,7 +27,7 @@ def add_parser(sub) -> None:
         "looked at six times), retests of suspects with partners that proved fast, then all nodes at once, "
         "bisected when slow or hung. Each node gets a verdict (pass, slow, intermittent, hang, failed, lost) "
         "with its evidence (`slow in k of m probes`); the probes' rows go to --output with a `phase` column. A "
-        "probe is slow below --min-fraction of the expected busbw where one applies (README: Expected values), "
+        "probe is slow below --min-fraction of the expected busbw where one applies (docs/guides/expected.md), "
         "else below what the fastest agreeing probes delivered (a probe is as fast as its slowest node: never "
         "the median, which is the slow level where most nodes are slow) by --threshold and the noise. Where "
         "nothing is slow and no expected value applies, it says that the nodes agree, and that only an "
@@ -36,7 +36,8 @@ def add_parser(sub) -> None:
     )
     add_spec_options(p, only=SWEEPS.fields, defaults=SWEEPS.defaults, helps={
         "collectives": "the one collective to probe with: " + ",".join(COLLECTIVES),
-        "dtypes": "the one element type to probe with: " + ",".join(DTYPES) + " (not all)"})
+        "dtypes": "the one element type to probe with: " + ",".join(DTYPES) + " (not all)"},
+        names={"collectives": ("--collective",), "dtypes": ("--dtype",)})
     p.add_argument("--threshold", type=float, default=PEER_THRESHOLD,
                    help="without an expected value, a probe this fraction below what the fastest agreeing probes "
                    f"delivered, and below the noise they show, is slow (gates: twice it) (default: {PEER_THRESHOLD:g})")

@@ -37,8 +37,7 @@ def add_parser(sub) -> None:
     p.add_argument("--csv-dir", metavar="DIR",
                    help="with --format csv (refused without it): write every table to DIR/NAME.csv")
     p.add_argument("--plots", metavar="DIR", nargs="?", const="",
-                   help="write PNG plots to DIR (default: PATH/_plots/RUN_ID, which readers of PATH skip); "
-                   "needs the plot extra: pip install 'collbench[plot]'")
+                   help="write PNG plots to DIR (default: PATH/_plots/RUN_ID, which readers of PATH skip)")
     add_expected_options(p, "flag measurements")
     add_analysis_options(p, threshold=PEER_THRESHOLD, formats=("html", "nccl-tests"),
                          formats_help="; html: one self-contained page to send (flags with their reasons first, "
@@ -65,11 +64,14 @@ def main(args: argparse.Namespace) -> int:
     if args.format == "nccl-tests":
         if args.table or args.csv_dir is not None or args.plots is not None:
             raise UsageError("--format nccl-tests: the run's rows in nccl-tests' layout; drop --table/--csv-dir/--plots")
-        print(render_nccl_tests(reporting.nccl_tests_blocks(options)), end="")
+        blocks, picked = reporting.nccl_tests_blocks(options)
+        _say_picked(picked, args.path)
+        print(render_nccl_tests(blocks), end="")
         return 0
     if args.plots is not None or args.format == "html":
         reporting.check_plotting()
     found = reporting.report(options)
+    _say_picked(found.picked, args.path)
     plots_dir = reporting.plots_dir(args.path, args.plots, found.run_id) if args.plots is not None else None
     if args.format == "html":
         print(found.html_page(), end="")
@@ -79,6 +81,13 @@ def main(args: argparse.Namespace) -> int:
         for path in found.write_plots(plots_dir):
             print(f"wrote {path}", file=sys.stderr)
     return 1 if found.report.flags else 0
+
+
+def _say_picked(picked, path: str) -> None:
+    """Which run a report without --run took, on stderr (the report itself on stdout)."""
+    note = picked.note(path) if picked is not None else None
+    if note:
+        print(f"report: {note}", file=sys.stderr)
 
 
 def _print(rep: Report, args: argparse.Namespace) -> None:

@@ -16,6 +16,7 @@ class CheckStatus(str, Enum):
     """How a doctor check came out (its JSON `status`: the word)."""
 
     OK = "ok"
+    SKIP = "skip"  # nothing to read (not a GPU node, a fact not read): said, judged neither way
     WARN = "warn"  # said, and a run goes on
     FAIL = "fail"  # a quick check that fails refuses the run
 
@@ -23,7 +24,7 @@ class CheckStatus(str, Enum):
         return self.value
 
 
-OK, WARN, FAIL = CheckStatus.OK, CheckStatus.WARN, CheckStatus.FAIL
+OK, SKIP, WARN, FAIL = CheckStatus.OK, CheckStatus.SKIP, CheckStatus.WARN, CheckStatus.FAIL
 SHM_MIN_BYTES = 1 << 30  # NCCL's SHM transport keeps buffers per peer pair in /dev/shm; docker's default is 64 MiB
 SHM_FAIL_BYTES = 256 << 20
 # clocks event (throttle) reasons, NVML's nvmlClocksEventReasons bits
@@ -71,7 +72,8 @@ def same_everywhere(nodes: list[NodeFacts]) -> tuple[list[Check], dict[str, list
         known = {ip: v for ip, v in values.items() if v is not None}
         if len(set(known.values())) <= 1:
             shown = next(iter(known.values()), "unknown")
-            cluster.append(Check(f"same {key}", OK, f"{key} {shown} on every node" if known else f"{key}: not read"))
+            cluster.append(Check(f"same {key}", OK, f"{key} {shown} on every node") if known
+                           else Check(f"same {key}", SKIP, f"{key}: not read on any node"))
             continue
         usual = _majority(known)
         odd = sorted(ip for ip, v in known.items() if v != usual)
@@ -103,7 +105,7 @@ def same_everywhere(nodes: list[NodeFacts]) -> tuple[list[Check], dict[str, list
 
 _SOFTWARE_HINT = {
     "nccl": "NCCL refuses, or hangs, between different builds: install the same torch (its NCCL) everywhere",
-    "torch": "one torch build everywhere (the cluster files pin it: README, GPU driver)",
+    "torch": "one torch build everywhere (the cluster files pin it: docs/deploy/cloud.md, GPU driver)",
     "driver": "the same NVIDIA driver on every node avoids differences in NCCL's paths and CUDA's behaviour",
     "collbench": "install the same collbench on every node (the wheel of this checkout)",
     "ray": "Ray refuses mixed versions in one cluster: install the same Ray everywhere",
@@ -117,7 +119,8 @@ def same_mtu(nodes: list[NodeFacts]) -> tuple[list[Check], dict[str, list[Check]
     per_node = {n.ip: [] for n in nodes}
     if len(set(values.values())) <= 1:
         shown = next(iter(values.values()), None)
-        return [Check("same MTU", OK, f"MTU {shown} on every node" if shown else "MTU not read")], per_node
+        return [Check("same MTU", OK, f"MTU {shown} on every node") if shown
+                else Check("same MTU", SKIP, "MTU not read on any node")], per_node
     usual = _majority(values)
     odd = sorted(ip for ip, v in values.items() if v != usual)
     for ip in odd:

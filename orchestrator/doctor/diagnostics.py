@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from orchestrator.doctor.checks import OK, Check
+from orchestrator.doctor.checks import OK, SKIP, Check
 from orchestrator.doctor.facts import NodeFacts
 
 MIN_NCCL = (2, 31)
@@ -28,12 +28,12 @@ def check(n: NodeFacts) -> Check:
     """Whether the node's NCCL runs its diagnostics at communicator set-up ("skipped: ..." where it
     cannot: no GPU, a version below 2.31 or none read). Never a warning: they are an aid."""
     if not n.gpus:
-        return Check(NAME, OK, "skipped: no GPU on the node")
+        return Check(NAME, SKIP, "skipped: no GPU on the node")
     version = _version(n.nccl)
     if version is None:
-        return Check(NAME, OK, "skipped: NCCL's version not read")
+        return Check(NAME, SKIP, "skipped: NCCL's version not read")
     if version < MIN_NCCL:
-        return Check(NAME, OK, f"skipped: NCCL {n.nccl} below {'.'.join(map(str, MIN_NCCL))}")
+        return Check(NAME, SKIP, f"skipped: NCCL {n.nccl} below {'.'.join(map(str, MIN_NCCL))}")
     on = [name for name in SWITCHES if n.env.get(name, "").strip() == "1"]
     if on:
         return Check(NAME, OK, f"NCCL {n.nccl} runs its diagnostics at every communicator set-up ({', '.join(on)}): "

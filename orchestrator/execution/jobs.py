@@ -19,9 +19,11 @@ from orchestrator.errors import UsageError
 from orchestrator.execution.events import RunObserver
 from orchestrator.execution.outcome import Tally
 from orchestrator.execution.voice import COMMAND_LINE, Voice
+from orchestrator.results.history import earlier_rates
 from orchestrator.results.location import new_run_id
 from orchestrator.results.schema import RunState
 from orchestrator.sweep import resume
+from orchestrator.sweep.estimate import estimate
 from orchestrator.sweep.planner import Group, Plan
 from orchestrator.sweep.spec import SweepSpec
 from workloads.messages import Case
@@ -114,6 +116,9 @@ def sweep(spec: SweepSpec, *, run_id: str | None = None, saved: resume.SavedRun 
         voice.say(f"collbench: run {run_id} on {session.where}: {len(inv.nodes)} node(s), "
                   f"{inv.world_size} rank(s), backend {backend}, {len(plan)} group(s) in {len(plan.rounds)} "
                   f"round(s); results -> {store.location}")
+        if planner is None:  # a replay's steps are priced by predict --trace, not here
+            rates = earlier_rates(session.spec.output, backend, [n.ip for n in inv.nodes])
+            voice.say(f"collbench: {estimate(plan, session.spec, inv, rates, frozenset(skip)).line()}")
         if resuming:
             again = " (failed, timed-out and skipped ones are measured again)" if retry_failed else ""
             voice.say(f"collbench: resuming: {len(skip)} group(s) already on disk are skipped{again}")
@@ -134,11 +139,19 @@ def sweep(spec: SweepSpec, *, run_id: str | None = None, saved: resume.SavedRun 
         lambda: Session(spec, run_id, now, placement_group=placement_group, partition=partition,
                         cpus_per_rank=cpus_per_rank, doctor=doctor, voice=voice),
         body, result, voice=voice, unit="group", resume_hint=resume_with,
-        interrupted_line=lambda s: (f"collbench: interrupted; finished groups are saved in {s.store.location}. "
-                                    f"Resume with:\n  {resume_with}"))
+        interrupted_line=lambda s: f"collbench: interrupted; {saved_line(s.store)}. Resume with:\n  {resume_with}")
     if finished:
         result.state, result.exit_code = RunState.FINISHED, closing_code(spec, result.outcome, voice)
     return _closed(result, session)
+
+
+def saved_line(store) -> str:
+    """What an interrupted run holds on disk, read back: whole groups, groups cut short, ok rows."""
+    whole, cut, ok_rows = store.saved()
+    if not whole and not cut:
+        return f"nothing was saved in {store.location} (no group had finished a case)"
+    shown = f"{whole} group(s)" + (f" and the finished cases of {cut} group(s) in flight" if cut else "")
+    return f"{shown} saved in {store.location}, {ok_rows} measurement(s)"
 
 
 def say_warnings(diagnosis, voice: Voice) -> None:

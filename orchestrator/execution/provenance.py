@@ -49,7 +49,7 @@ def manifest(spec: SweepSpec, inv: Inventory, infos: list[WorkerInfo], backend: 
         "inventory": json.dumps(inv.to_json()),
         "groups_total": groups_total,
         "groups_done": 0,
-        # a time_us_batch this close measures the loop, not the collective (README: Bandwidth)
+        # a time_us_batch this close measures the loop, not the collective (docs/concepts/bandwidth.md)
         "batch_floor_us": max(floors) if floors else None,
         "worker_niceness": max((i.niceness for i in infos if i.niceness is not None), default=None),
     }

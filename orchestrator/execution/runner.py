@@ -22,7 +22,7 @@ from orchestrator.execution import events as ev
 from orchestrator.execution import ras, rows, transport
 from orchestrator.execution.events import GroupFailure, Observers, RunObserver
 from orchestrator.execution.pool import ActorPool, PlacementError
-from orchestrator.results.store import ResultStore
+from orchestrator.results.store import CUT_SHORT, ResultStore
 from orchestrator.sweep.planner import Group, Plan, build_cases, case_deadline_s
 from orchestrator.sweep.spec import SweepSpec
 from workloads.messages import Case, Joined, JoinRequest, Stage, Status
@@ -100,11 +100,26 @@ class Runner:
             return
         self.observers.measuring(ev.Measuring(groups[0].round))
         owner = {}
-        for r in runs:
-            self._submit(r)
-            for ref in [x for refs in (*r.refs.values(), *r.case_refs) for x in refs]:
-                owner[ref] = r
-        self._event_loop(runs, owner)
+        try:
+            for r in runs:
+                self._submit(r)
+                for ref in [x for refs in (*r.refs.values(), *r.case_refs) for x in refs]:
+                    owner[ref] = r
+            self._event_loop(runs, owner)
+        except KeyboardInterrupt:  # Ctrl-C or a scheduler's SIGTERM: what the groups in flight finished is kept
+            for r in runs:
+                if not r.done and r.rows:
+                    self._cut_short(r)
+            raise
+
+    def _cut_short(self, r: _GroupRun) -> None:
+        """End a group an interrupt stopped with the cases it finished: whole where only leaving was
+        left, else with a row for each case it did not finish, error CUT_SHORT (so --resume
+        measures the group again whole)."""
+        if r.next_case >= len(r.cases):
+            self._end(r, Status.OK)
+        else:
+            self._end(r, Status.SKIPPED, (), CUT_SHORT)
 
     def _submit(self, r: _GroupRun) -> None:
         n = len(r.group.ranks)

@@ -5,7 +5,7 @@ earlier cycles of the same sweep here)."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import pandas as pd
@@ -58,6 +58,7 @@ class Comparison:
     new_run: str
     by: str
     conclusion: comparing.Conclusion
+    picked: list[str] = field(default_factory=list)  # which runs were taken where none was named, in words
 
     @property
     def flagged(self) -> pd.DataFrame:
@@ -98,7 +99,7 @@ class Comparison:
 def compare(options: CompareOptions) -> Comparison:
     """Compare the new run with the baseline run(s); UsageError when nothing matches."""
     baseline, new, by = options.baseline, options.new or options.baseline, options.by
-    base_runs, new_run = pick_runs(baseline, new, options.baseline_runs, options.new_run)
+    base_runs, new_run, picked = pick_runs(baseline, new, options.baseline_runs, options.new_run)
     base = pa.concat_tables([dataset.load_table(baseline, r, columns=comparing.COLUMNS) for r in base_runs])
     new_table = dataset.load_table(new, new_run, columns=comparing.COLUMNS)
     matched, only_base, only_new = comparing.compare(base, new_table, options.threshold, by)
@@ -113,16 +114,21 @@ def compare(options: CompareOptions) -> Comparison:
                                                          if by == "link" and not only_new.empty
                                                          and not only_base.empty else ""))
     return Comparison(matched, only_base, only_new, base_runs, new_run, by,
-                      comparing.conclusion(matched, base, new_table))
+                      comparing.conclusion(matched, base, new_table), picked)
 
 
 def pick_runs(baseline: str, new: str, baseline_runs: tuple[str, ...] = (), new_run: str | None = None
-              ) -> tuple[list[str], str]:
-    """(Baseline run ids, oldest first; the new run id) from the options and the datasets."""
+              ) -> tuple[list[str], str, list[str]]:
+    """(Baseline run ids, oldest first; the new run id; what was taken where nothing was named, in
+    words) from the options and the datasets. Unnamed, the new run is the new dataset's latest sweep
+    (a newer qualify or watch run passed over: dataset.latest_sweep), and the baseline every other run
+    of its sweep (sweep_key: the same command and spec); in one dataset a run of another sweep is no
+    baseline (one line says so), across two the baseline's latest sweep stands in where none matches."""
     same = baseline == new
     base_known = dataset.runs(baseline)
     new_known = base_known if same else dataset.runs(new)
     named = [r.strip() for r in baseline_runs]
+    notes: list[str] = []
     for r in named:
         _check_run("--baseline-run", r, baseline, base_known)
     if new_run is not None:
@@ -133,17 +139,31 @@ def pick_runs(baseline: str, new: str, baseline_runs: tuple[str, ...] = (), new_
         candidates = [r for r in new_known if not (same and r in named)]
         if not candidates:
             raise UsageError(f"{new}: holds no run besides the baseline run(s); name one with --new-run")
-        new_run = candidates[-1]
+        pick = dataset.latest_sweep(new, candidates)
+        new_run = pick.run_id
+        if pick.passed_over:
+            notes.append(f"new {pick.note(new)}")
     if named:
-        return list(dict.fromkeys(named)), new_run
+        return list(dict.fromkeys(named)), new_run, notes
     candidates = [r for r in base_known if not (same and r == new_run)]
     if not candidates:
         raise UsageError(f"{baseline}: holds {len(base_known)} run(s); name two with --baseline-run/--new-run")
-    primary = candidates[-1]
+    mine = sweep_of(new, new_run)
+    if mine is not None:
+        matching = [r for r in candidates if sweep_of(baseline, r) == mine]
+        if matching:
+            return matching, new_run, notes
+        if same:
+            raise UsageError(f"{baseline}: no other run of the sweep of run {new_run} ({mine[0] or 'command unknown'}"
+                             f" with the same options) to compare with among its {len(candidates)} other run(s); "
+                             "name one with --baseline-run")
+    primary = dataset.latest_sweep(baseline, candidates).run_id
     sweep = sweep_of(baseline, primary)
+    if mine is not None:
+        notes.append(f"baseline run {primary}: the latest sweep in {baseline}; none there is of the new run's sweep")
     if sweep is None:
-        return [primary], new_run
-    return [r for r in candidates if r == primary or sweep_of(baseline, r) == sweep], new_run
+        return [primary], new_run, notes
+    return [r for r in candidates if r == primary or sweep_of(baseline, r) == sweep], new_run, notes
 
 
 def sweep_key(command: str | None, spec: dict) -> tuple[str | None, str]:

@@ -6,16 +6,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from orchestrator.operations.sweeps import Sweeps
+from orchestrator.results.history import earlier_rates
+from orchestrator.results.location import check_writable
+from orchestrator.sweep.estimate import DEFAULTS, Estimate, estimate
 from orchestrator.sweep.inventory import Inventory, from_description
 from orchestrator.sweep.planner import Plan, build_cases, check_plan, make_plan
 from orchestrator.sweep.spec import DOMAIN_PATTERNS, SweepSpec, auto_backend, for_backend
 
 # What plan reads: the groups (patterns, group sizes, concurrency), the cases counted per group
 # (collectives, dtypes, ops, sizes), --root's check, and the live cluster (address, CPU ranks, and
-# the backend, which decides the dtypes). Timing, output and worker options do not change a plan.
+# the backend, which decides the dtypes); and for the estimate of how long the run would take, the
+# iterations and the output folder (an earlier run there on the same nodes gives its rates).
 SWEEPS = Sweeps("collbench plan", fields=("collectives", "dtypes", "ops", "min_bytes", "max_bytes", "step_factor",
                                           "root", "backend", "patterns", "group_sizes", "concurrent",
-                                          "ranks_per_node", "address"))
+                                          "ranks_per_node", "address", "iters", "warmup", "check_iters", "output"))
 
 
 @dataclass(frozen=True)
@@ -41,12 +45,15 @@ class Planned:
     inventory: Inventory
     sweep: SweepSpec
     measurements: int
+    estimate: Estimate
 
 
 def plan(options: PlanOptions) -> Planned:
     spec = options.sweep
+    check_writable(spec.output)  # what a run there would refuse (its earlier runs give the estimate's rates)
     inv = _inventory(options)
-    spec = for_backend(spec, auto_backend(spec.backend, inv.use_gpus))
+    backend = auto_backend(spec.backend, inv.use_gpus)
+    spec = for_backend(spec, backend)
     made = make_plan(spec, inv)
     check_plan(spec, made)
     per_size: dict[int, int] = {}
@@ -54,7 +61,10 @@ def plan(options: PlanOptions) -> Planned:
         n = len(g.ranks)
         if n not in per_size:
             per_size[n] = sum(len(c.counts) for c in build_cases(spec, n))
-    return Planned(made, inv, spec, sum(per_size[len(g.ranks)] for g in made.groups))
+    rates = earlier_rates(spec.output, backend, [n.ip for n in inv.nodes]) if options.inventory is None \
+        else DEFAULTS[backend]  # a described cluster has run nothing
+    return Planned(made, inv, spec, sum(per_size[len(g.ranks)] for g in made.groups),
+                   estimate(made, spec, inv, rates))
 
 
 def _inventory(options: PlanOptions) -> Inventory:

@@ -163,6 +163,7 @@ class Predicted:
     csv: list[dict]
     incomplete: str | None = None
     renamed: list[tuple[str, str]] = field(default_factory=list)
+    picked: list[str] = field(default_factory=list)  # which run was taken where none was named, in words
 
     @property
     def exit_code(self) -> int:
@@ -174,14 +175,15 @@ def predict(options: PredictOptions) -> Predicted:
 
 
 def _predict_layout(options: PredictOptions) -> Predicted:
-    fits_df = fit_rows(options.path, options.run)
+    picked: list[str] = []
+    fits_df = fit_rows(options.path, options.run, picked)
     summary, terms = _priced(options, pricing.fit_table(fits_df), fits_df.run_id.iloc[0])
     tables = {"summary": [summary], "terms": terms}
     titled = [("per-step communication", [summary]), ("terms", terms)]
     said: list[tuple[str, str]] = []
     if options.what_if or options.what_if_results:
         what_if, said = options.changed()
-        other = fit_rows(options.what_if_results[0], (list(options.what_if_results[1:]) or [None])[0]) \
+        other = fit_rows(options.what_if_results[0], (list(options.what_if_results[1:]) or [None])[0], picked) \
             if options.what_if_results else fits_df
         summary2, terms2 = _priced(what_if, pricing.fit_table(other), other.run_id.iloc[0])
         summary2["what_if"] = " ".join(options.what_if) + (f" fits of {options.what_if_results[0]} run "
@@ -200,11 +202,17 @@ def _predict_layout(options: PredictOptions) -> Predicted:
     missing = [t for t in terms if t["time_ms"] is None]
     incomplete = (f"incomplete: {len(missing)} term(s) not measured: " + ", ".join(t["term"] for t in missing)
                   if missing else None)
-    return Predicted(tables, titled, tables.get("what_if_terms", terms), incomplete, said)
+    return Predicted(tables, titled, tables.get("what_if_terms", terms), incomplete, said, picked)
 
 
-def fit_rows(path: str, run: str | None):
-    """The rows a run's fits are made from: a sweep's (a replay's ops are not fitted)."""
+def fit_rows(path: str, run: str | None, picked: list[str] | None = None):
+    """The rows a run's fits are made from: a sweep's (a replay's ops are not fitted); without `run`
+    the latest sweep (dataset.latest_sweep), said in `picked` where the dataset holds more than one."""
+    if run is None:
+        pick = dataset.latest_sweep(path)
+        run, note = pick.run_id, pick.note(path)
+        if note and picked is not None:
+            picked.append(note)
     df = dataset.load(path, run, columns=["run_id", "status", "collective", "topology", "world_size", "msg_bytes",
                                           "time_us", "time_us_p50", "time_us_p99", "time_us_min", "pattern"])
     if (df.pattern == "replay").all():
@@ -242,7 +250,8 @@ def _predict_trace(options: PredictOptions) -> Predicted:
 
     loaded = trace.load(list(options.trace))
     program, notes = trace.program(loaded, trace.find_steps(loaded.ops[0], options.ops_per_step), gaps=False)
-    df = fit_rows(options.path, options.run)
+    picked: list[str] = []
+    df = fit_rows(options.path, options.run, picked)
     steps, terms = pricing.trace_steps(program, pricing.fit_table(df), options.ranks_per_node)
     missing = [t for t in terms if t["time_ms"] is None]
     predicted = sorted(s["comm_ms"] for s in steps)[len(steps) // 2] if steps and not missing else None
@@ -264,7 +273,7 @@ def _predict_trace(options: PredictOptions) -> Predicted:
                   + ", ".join(t["term"] for t in missing)) if missing else None
     return Predicted({"summary": [summary], "terms": terms},
                      [("per-step communication of the traced job (median step)", [summary]),
-                      ("terms (per step)", terms)], terms, incomplete)
+                      ("terms (per step)", terms)], terms, incomplete, picked=picked)
 
 
 def bucket_bytes(text: str) -> int:

@@ -85,7 +85,7 @@ def qualify_spec(base: SweepSpec | None = None, options: Mapping[str, Any] = NON
 def check_spec(spec: SweepSpec) -> SweepSpec:
     """`spec`, refused unless it measures one collective and one element type: the verdicts
     compare like with like (`-d all` is every dtype the backend has)."""
-    for name, values in (("--collectives", spec.collectives), ("--dtypes", spec.dtypes)):
+    for name, values in (("--collective", spec.collectives), ("--dtype", spec.dtypes)):
         if len(values) != 1 or ALL in values:
             raise UsageError(f"{name} {','.join(values)}: qualify measures one (the verdicts compare like with like)")
     return spec

@@ -18,7 +18,7 @@ from orchestrator.results.location import check_writable, is_uri
 from workloads.messages import Status
 
 __all__ = ["TABLES", "TABLE_COLUMNS", "Report", "ReportOptions", "Reported", "check_plotting", "nccl_tests_blocks",
-           "plots_dir", "read_report", "report", "run_frame", "title"]
+           "plots_dir", "read_report", "report", "run_frame", "title", "which_run"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,6 +52,7 @@ class Reported:
 
     frame: Frame
     report: reports.Report
+    picked: dataset.Pick | None = None  # the run taken where none was named
 
     @property
     def run_id(self) -> str:
@@ -75,7 +76,8 @@ def check_plotting() -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise UsageError("--plots and --format html need matplotlib: pip install 'collbench[plot]'") from None
+        raise UsageError("--plots and --format html need matplotlib (a dependency of collbench): "
+                         "pip install 'matplotlib>=3.7'") from None
 
 
 def plots_dir(path: str, plots: str, run_id: str) -> str:
@@ -97,11 +99,19 @@ def plots_dir(path: str, plots: str, run_id: str) -> str:
 
 
 def report(options: ReportOptions) -> Reported:
-    """The report of the run `options` name; UsageError for a dataset, run or file that cannot be used."""
+    """The report of the run `options` name (the latest sweep where none is: `which_run`);
+    UsageError for a dataset, run or file that cannot be used."""
     user = user_expected(options.expected)
-    frame = run_frame(options.path, options.run_id, options.collective)
+    picked = which_run(options.path, options.run_id)
+    frame = run_frame(options.path, picked.run_id if picked else options.run_id, options.collective)
     return Reported(frame, read_report(options.path, frame, options.threshold, options.unit, options.collective,
-                                       user, options.min_fraction))
+                                       user, options.min_fraction), picked)
+
+
+def which_run(path: str, run_id: str | None) -> dataset.Pick | None:
+    """None where a run is named; else the latest sweep of the dataset (a qualify or watch run newer
+    than it passed over, and said: `Pick.note`)."""
+    return None if run_id is not None else dataset.latest_sweep(path)
 
 
 def run_frame(path: str, run_id: str | None = None, collective: str | None = None) -> Frame:
@@ -127,13 +137,15 @@ def read_report(path: str, frame: Frame, threshold: float = PEER_THRESHOLD, unit
                          manifest_problem=problem)
 
 
-def nccl_tests_blocks(options: ReportOptions) -> list[dict]:
+def nccl_tests_blocks(options: ReportOptions) -> tuple[list[dict], dataset.Pick | None]:
     """The run's rows in nccl-tests' layout (`collbench report --format nccl-tests`): one block per
-    collective, dtype, op and group shape (only `options.collective`'s where one is named)."""
-    frame = run_frame(options.path, options.run_id, options.collective)
+    collective, dtype, op and group shape (only `options.collective`'s where one is named); and the
+    run taken where none was named."""
+    picked = which_run(options.path, options.run_id)
+    frame = run_frame(options.path, picked.run_id if picked else options.run_id, options.collective)
     if options.collective:  # checked by run_frame: the run has it
         frame.df = frame.df[frame.df.collective == options.collective]
-    return _blocks(frame)
+    return _blocks(frame), picked
 
 
 _BLOCK = ["collective", "dtype", "op", "topology", "world_size", "n_nodes"]

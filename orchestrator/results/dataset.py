@@ -14,6 +14,7 @@ import datetime as dt
 import json
 import posixpath
 import warnings
+from dataclasses import dataclass
 
 import pandas as pd
 import pyarrow as pa
@@ -179,6 +180,55 @@ def runs(path: str) -> list[str]:
     """Run ids in the dataset, oldest first."""
     df = load(path, latest=False, columns=["run_id", "started_at"]).drop_duplicates()
     return list(df.sort_values("started_at").run_id)
+
+
+PROBE_COMMANDS = ("qualify", "watch")  # runs that probe the cluster for a verdict, not sweeps to read
+
+
+@dataclass(frozen=True)
+class Pick:
+    """The run a command took where none was named: the latest sweep, and the newer probes it passed over."""
+
+    run_id: str
+    runs: int = 1  # runs the dataset holds
+    passed_over: tuple[tuple[str, str], ...] = ()  # (run id, command), newest first
+
+    def note(self, path: str) -> str | None:
+        """One line: which run was taken, and why not a newer one; None where the dataset holds one run."""
+        if not self.passed_over:
+            return f"run {self.run_id}: the latest of {self.runs} in {path}" if self.runs > 1 else None
+        kinds = ", ".join(f"{n} {c}" for c, n in _counted(c for _, c in self.passed_over))
+        return (f"run {self.run_id}: the latest sweep in {path} (passed over {kinds} run(s) newer than it, "
+                f"{self.passed_over[0][0]} the newest)")
+
+
+def _counted(items) -> list[tuple[str, int]]:
+    out: dict[str, int] = {}
+    for x in items:
+        out[x] = out.get(x, 0) + 1
+    return list(out.items())
+
+
+def command_of(path: str, run_id: str) -> str | None:
+    """The command that made a stored run (its manifest's), None when its manifest is missing or unreadable."""
+    try:
+        m = manifest(path, run_id)
+    except CorruptManifest:
+        return None
+    return m.get("command") if m else None
+
+
+def latest_sweep(path: str, known: list[str] | None = None) -> Pick:
+    """The latest run of `path` that is not a probe (PROBE_COMMANDS: qualify's rounds, watch's cycles);
+    the latest of all where every run is one. `known`: the dataset's runs, oldest first, where read."""
+    known = runs(path) if known is None else known
+    passed: list[tuple[str, str]] = []
+    for run_id in reversed(known):
+        command = command_of(path, run_id)
+        if command not in PROBE_COMMANDS:
+            return Pick(run_id, len(known), tuple(passed))
+        passed.append((run_id, command))
+    return Pick(known[-1], len(known))
 
 
 def manifest(path: str, run_id: str) -> dict | None:

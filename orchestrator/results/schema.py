@@ -46,9 +46,9 @@ ROW_SCHEMA = pa.schema(
         ("devices", _str_list),
         ("pids", pa.list_(pa.int64())),  # worker process ids, by group rank
         ("pair_nodes", _str_list),  # pairwise only: the two node ids
-        # what the backend really used (null where unknown; README: Transport)
+        # what the backend really used (null where unknown; docs/concepts/transport.md)
         ("gpu_model", pa.string()),  # null on CPU ranks
-        ("platform", pa.string()),  # the platform tags its nodes share, joined by + (README: Expected values)
+        ("platform", pa.string()),  # the platform tags its nodes share, joined by + (docs/guides/expected.md)
         ("nccl_version", pa.string()),  # of the library loaded by the workers, from NCCL's own log
         ("net_transport", pa.string()),  # inter-node path: IB, Socket/eth0, AWS Libfabric/GDRDMA, gloo/tcp/eth0
         ("intra_transport", pa.string()),  # intra-node paths NCCL connected: P2P, SHM, NVLS, NET (joined by +)
@@ -69,7 +69,7 @@ ROW_SCHEMA = pa.schema(
         ("busbw_gbps_batch", pa.float64()),
         ("n_wrong", pa.int64()),  # mismatched elements summed over ranks
         # GPU only: the most torch allocated on any rank for this size (buffers, check scratch), and
-        # the memory check's estimate of it (README: Reliability)
+        # the memory check's estimate of it (docs/concepts/reliability.md)
         ("mem_peak_bytes", pa.int64()),
         ("mem_estimate_bytes", pa.int64()),
         ("status", pa.string()),  # ok | failed | timeout | skipped
@@ -88,7 +88,7 @@ ROW_SCHEMA = pa.schema(
         ("seq", pa.int32()),
         ("process_group", pa.string()),
         ("trace_time_us", pa.float64()),
-        # all_to_allv only (README: Traffic): the matrix's source (a file, moe:..., nccl-tests:spread=S)
+        # all_to_allv only (docs/guides/traffic.md): the matrix's source (a file, moe:..., nccl-tests:spread=S)
         # and digest (workloads.traffic), its bytes at this size in all and of the busiest rank (the
         # larger of what it sends and receives: algbw's bytes), that rank, and the heaviest pair
         ("traffic_source", pa.string()),
@@ -109,7 +109,7 @@ ROW_SCHEMA = pa.schema(
         ("steal_frac", pa.float64()),
         ("iter_time_us", pa.list_(pa.float64())),  # slowest rank per iteration
         ("rank_time_us", pa.list_(pa.float64())),  # each rank's mean, by group rank
-        # the build NCCL ran with, from its log (null where it did not say; README: Transport)
+        # the build NCCL ran with, from its log (null where it did not say; docs/concepts/transport.md)
         ("nccl_git_hash", pa.string()),  # NCCL 2.29+: `NCCL git version <branch> <hash>`
         ("nccl_net_plugin", pa.string()),  # loaded (not always used), "Libfabric (v11) aws-ofi-nccl 1.18.0", "internal"
         ("nccl_tuner_plugin", pa.string()),  # "nccl_ofi_tuner (v3)", "internal"
@@ -117,7 +117,7 @@ ROW_SCHEMA = pa.schema(
         ("nccl_cta_policy", pa.string()),  # as NCCL_CTA_POLICY set it: DEFAULT, EFFICIENCY, ZERO
         ("nccl_buffers_registered", pa.string()),  # kinds of user buffers registered: COLLNET, IPC, NET, NVLS (+)
         # the NCCL Inspector's own (kernel-timed) account where --env loads the plugin, null where it is not
-        # (README: Transport; workloads.inspector): medians over its records of this collective and size in
+        # (docs/concepts/transport.md; workloads.inspector): medians over its records of this collective and size in
         # the group, every rank's pooled, and how many records (0: loaded, but none of this size)
         ("inspector_busbw_gbps", pa.float64()),
         ("inspector_time_us", pa.float64()),

@@ -34,6 +34,10 @@ from orchestrator.results.run_folder import RunFolder
 from orchestrator.results.schema import MANIFEST_SCHEMA, SCHEMA_VERSION, rows_table
 from workloads.messages import Status
 
+# The error of a row an interrupt left unmeasured in a group it cut short (the group's finished
+# cases are kept beside it; --resume measures the whole group again)
+CUT_SHORT = "not measured: the run was interrupted in this group (--resume measures it again)"
+
 
 class ResultStore(RunFolder):
     """A run's folder (run_folder.py) that holds rows of ROW_SCHEMA and a manifest."""
@@ -58,16 +62,34 @@ class ResultStore(RunFolder):
 
     def finished_groups(self, ok_only: bool = False) -> set[str]:
         """Group ids of this run already on disk (for --resume), in group files and compacted
-        rows; with `ok_only`, only the groups whose every row is ok (--retry-failed)."""
-        infos = self.fs.get_file_info(pafs.FileSelector(self.run_dir, allow_not_found=True))
-        if not any(row_file(i.base_name) for i in infos):
+        rows, less the groups an interrupt cut short (rows with error CUT_SHORT: --resume measures
+        them again whole); with `ok_only`, only the groups whose every row is ok (--retry-failed)."""
+        table = self._groups_table()
+        if table is None:
             return set()
-        table = load_table(self.location_of_run(), columns=["group_id", "status"])
         groups = set(table.column("group_id").to_pylist())
+        cut = pc.filter(table.column("group_id"), pc.equal(table.column("error"), CUT_SHORT))
+        groups -= set(cut.to_pylist())
         if ok_only:
             bad = pc.filter(table.column("group_id"), pc.not_equal(table.column("status"), Status.OK.value))
             groups -= set(bad.to_pylist())
         return groups
+
+    def saved(self) -> tuple[int, int, int]:
+        """What this run holds on disk: (groups saved whole, groups an interrupt cut short, ok rows)."""
+        table = self._groups_table()
+        if table is None:
+            return 0, 0, 0
+        ids = table.column("group_id")
+        cut = set(pc.filter(ids, pc.equal(table.column("error"), CUT_SHORT)).to_pylist())
+        ok = int(pc.sum(pc.equal(table.column("status"), Status.OK.value)).as_py() or 0)
+        return len(set(ids.to_pylist()) - cut), len(cut), ok
+
+    def _groups_table(self):
+        infos = self.fs.get_file_info(pafs.FileSelector(self.run_dir, allow_not_found=True))
+        if not any(row_file(i.base_name) for i in infos):
+            return None
+        return load_table(self.location_of_run(), columns=["group_id", "status", "error"])
 
     def acquire(self, wait_s: float = 0.0) -> None:
         """Become the run's one writer (lock.py): refused in one line naming the holder when another

@@ -94,7 +94,7 @@ def driver_problem(caps: DeviceCaps, ray_gpus: int) -> str | None:
                   f"an NVIDIA driver for CUDA {int(seen.group(1)) // 1000}.{int(seen.group(1)) % 1000 // 10}")
         return (f"has {driver}; {built} is built for CUDA {_dotted(caps.torch_cuda)}, which needs driver "
                 f"{floor} or newer (CUDA {caps.torch_cuda[0]}.x): upgrade the driver or install a torch "
-                "built for the driver's CUDA (README: GPU driver)")
+                "built for the driver's CUDA (docs/deploy/cloud.md, GPU driver)")
     if caps.torch_problem:
         return f"has {ray_gpus} GPUs but torch cannot use them ({caps.torch_problem})"
     if caps.torch_version is not None and caps.torch_cuda is None:

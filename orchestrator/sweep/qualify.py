@@ -94,6 +94,10 @@ class QualifyStep(Enum):
     DONE = "done"
 
 
+# A passing node's detail where none of its probes could be judged for speed
+UNJUDGED = "completed; its speed was not judged (nothing to compare it with: give --expected)"
+
+
 @dataclass
 class Qualifier:
     n_nodes: int
@@ -368,8 +372,13 @@ class Qualifier:
         cleared = " (the probes that did not pass were cleared by their retests)" if any(
             r.status is not Outcome.PASS for r in j.all_judged()) else ""
         return (f"all {self.n_nodes} nodes agree at {level.reference:.4g} GB/s{cleared}; no expected value covers "
-                "this platform: declare one with --expected (README: Expected values) to tell a healthy fabric from "
+                "this platform: declare one with --expected (docs/guides/expected.md) to tell a healthy fabric from "
                 "one equally slow everywhere")
+
+    def _unjudged_pass(self, node: int) -> bool:
+        mine = self.evidence.get(node, [])
+        return self.verdicts.get(node, Outcome.PASS) is Outcome.PASS and bool(mine) and all(
+            e.status is Outcome.PASS and e.reference is None for e in mine)
 
     def unjudged_note(self) -> str | None:
         """Why some speed was not judged, or None when every probe had a reference."""
@@ -378,12 +387,14 @@ class Qualifier:
             kinds = " and ".join(sorted(k.value for k in self.unjudged))
             notes.append(f"the speed of some {kinds} probes was not judged: without an expected value a probe needs "
                          "another of its kind to compare with, and a node whose only partners failed cannot be told "
-                         "apart; give --expected (README: Expected values); those verdicts say only that it completed")
+                         "apart; give --expected (docs/guides/expected.md); those verdicts say only that it completed")
         return "; ".join(notes) or None
 
     def summary(self) -> list[dict]:
-        """A verdict per node with its evidence (phase, partners, status, busbw)."""
-        return [{"node": i, "verdict": self.verdicts.get(i, Outcome.PASS).value, "detail": self._why.get(i, ""),
+        """A verdict per node with its evidence (phase, partners, status, busbw); a node that passed
+        without any probe of it judged for speed says so (it completed, nothing more is known)."""
+        return [{"node": i, "verdict": self.verdicts.get(i, Outcome.PASS).value, "detail": self._why.get(i, "")
+                 or (UNJUDGED if self._unjudged_pass(i) else ""),
                  "evidence": [{"phase": e.probe.phase.value, "group_id": e.group_id, "nodes": list(e.probe.nodes),
                                "status": e.status.value, "busbw_gbps": e.busbw, "reference_gbps": e.reference,
                                "detail": e.detail}

@@ -36,8 +36,9 @@ DRIVER = textwrap.dedent("""
     pre = api.preflight(pg, output=out, min_bytes="64K", max_bytes="256K")
     remove_placement_group(pg)
     q = api.qualify(nodes=[node], output=out, min_bytes="64K", max_bytes="256K", ranks_per_node=2)
-    said.update(
-        still_initialised=ray.is_initialized(), same_session=ray.get_runtime_context().gcs_address == gcs,
+    latest, again = api.report(out), api.compare(out)  # no run named: the sweeps, not the qualify runs
+    said.update(after=[latest.run["run_id"], again.baseline_runs, again.new_run, again.picked], second=second.run_id,
+                still_initialised=ray.is_initialized(), same_session=ray.get_runtime_context().gcs_address == gcs,
         states=[first.state, second.state], codes=[first.exit_code, second.exit_code],
         rows=len(rows), sizes=sorted(set(rows.msg_bytes)), ok=bool((rows.status == "ok").all()),
         wrong=int(rows.n_wrong.sum()), run_ids=sorted(set(rows.run_id)), first=first.run_id,
@@ -68,3 +69,9 @@ def test_the_api_in_a_callers_ray_session(ray_head, tmp_path):
     ok, exclude, verdicts, state = said["preflight"]
     assert state == "finished" and verdicts == ["pass"] and ok is True and exclude == []
     assert said["qualify"][0] == "finished" and said["qualify"][2] == 0
+    # after the preflight and the qualify into the same folder, report and compare without a run id
+    # take the two sweeps and say which (issue 45)
+    report_run, baseline_runs, new_run, picked = said["after"]
+    assert (report_run, baseline_runs, new_run) == (said["second"], [said["first"]], said["second"])
+    assert len(picked) == 1 and picked[0].startswith(f"new run {said['second']}: the latest sweep in ") and \
+        "passed over 2 qualify run(s) newer than it" in picked[0], picked

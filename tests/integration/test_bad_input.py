@@ -69,8 +69,8 @@ def test_pattern_needing_more_nodes_than_exist(ray_head, tmp_path):
 
 
 OTHER_COMMANDS = [
-    (["qualify", "-d", "all"], "--dtypes all: qualify measures one"),
-    (["qualify", "--collectives", "all_reduce,broadcast"], "--collectives all_reduce,broadcast: qualify measures one"),
+    (["qualify", "-d", "all"], "--dtype all: qualify measures one"),
+    (["qualify", "--collectives", "all_reduce,broadcast"], "--collective all_reduce,broadcast: qualify measures one"),
     (["plan", "--inventory", "2x2cpu", "--backend", "nccl"], "--backend nccl: the cluster has no GPU"),
     (["plan", "--inventory", ""], "--inventory"),
 ]

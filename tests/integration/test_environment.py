@@ -109,7 +109,7 @@ def test_a_grpc_server_that_never_serves_is_given_up_on_at_the_deadline(tmp_path
 
 
 def test_the_job_server_address_is_named_as_such(tmp_path):
-    # the address the README exports for `ray job submit`; nothing listens there
+    # the address docs/deploy/cloud.md exports for `ray job submit`; nothing listens there
     line, _ = _fails_in_one_line(["plan"], {"RAY_ADDRESS": "http://127.0.0.1:8265"}, tmp_path, within_s=20)
     assert line.startswith("collbench: error: $RAY_ADDRESS http://127.0.0.1:8265: a Ray job-server (dashboard) "
                            "address; collbench joins the cluster's GCS address (HOST:6379)")

@@ -159,6 +159,43 @@ def test_ctrl_c_saves_finished_groups_and_says_how_to_resume(ray_head, tmp_path)
     assert not worker_pids()  # actors released
 
 
+def test_ctrl_c_in_a_group_keeps_its_finished_cases_and_resume_measures_it_whole(ray_head, tmp_path):
+    """Issue 45: Ctrl-C during a one-group run said "finished groups are saved" and saved none. The
+    group's first case (all_reduce) is done when the signal comes, its second (all_gather) is not:
+    the all_reduce rows are kept, the all_gather ones are rows saying the interrupt cut them, the
+    closing line counts that, the report reads the run, and --resume measures the group whole."""
+    out = tmp_path / "results"
+    run = LiveRun(["run", "--ranks-per-node", "2", "--patterns", "intra", "--collectives", "all_reduce,all_gather",
+                   "-b", "1M", "-e", "1M", "-n", "3000", "-w", "1", "-c", "1", "--output", str(out)],
+                  env=ray_head.env())
+    try:
+        run.wait_for("all_reduce", timeout=180)  # its row, printed as the case ends
+        time.sleep(0.5)
+        run.proc.send_signal(signal.SIGINT)
+        run.returncode = run.finish(timeout=60)
+    finally:
+        run.kill()
+    assert run.returncode == 130, "".join(run.stderr)[-2000:]
+    run_id, files = _groups_on_disk(out)
+    assert files == ["r0-g0.parquet"]
+    df = pd.read_parquet(out)
+    kept = df[df.status == "ok"]
+    assert list(kept.collective) == ["all_reduce"] and (kept.n_wrong == 0).all()
+    cut = df[df.status != "ok"]
+    assert list(cut.collective) == ["all_gather"] and cut.error.str.startswith("not measured: the run was "
+                                                                               "interrupted").all()
+    said = "".join(run.stderr)
+    assert f"interrupted; 0 group(s) and the finished cases of 1 group(s) in flight saved in {out}" in said, said
+    assert "1 measurement(s)" in said
+    report = run_cli(["report", str(out), "--run", run_id, "--format", "json"])
+    assert report.returncode in (0, 1) and '"run_id": "' + run_id in report.stdout, report.stderr[-2000:]
+    resumed = run_cli(_resume_command(run)[1:], env=ray_head.env(), timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "resuming: 0 group(s) already on disk are skipped" in resumed.stdout
+    df = pd.read_parquet(out)
+    assert sorted(df.collective) == ["all_gather", "all_reduce"] and (df.status == "ok").all()
+
+
 @pytest.mark.parametrize(
     "config, message",
     [

@@ -66,11 +66,19 @@ def test_full_sweep_every_collective_dtype_and_op(ray_head, tmp_path):
 def test_two_runs_make_one_dataset(ray_head, tmp_path):
     out = tmp_path / "results"
     args = ["run", "--output", str(out), "--collectives", "all_reduce,broadcast", "-b", "1K", "-e", "4K", "-n", "2"]
+    said = []
     for _ in range(2):
         proc = run_cli(args, env=ray_head.env())
         assert proc.returncode == 0, proc.stderr[-2000:]
+        said.append([line for line in (proc.stdout + proc.stderr).splitlines() if "estimate: about" in line])
     df = pd.read_parquet(out)
     assert df["run_id"].nunique() == 2
+    # each run says how long it will take before it starts: the first at the stated defaults, the
+    # second at the rates the first measured on these hosts (issue 45)
+    first_run = df.sort_values("started_at").run_id.iloc[0]
+    assert len(said[0]) == 1 and said[0][0].endswith("(default rates for gloo on CPUs (0.5 GB/s inside a node, "
+                                                     "0.05 across, 150-400 us a call, 1.5 s a round))"), said
+    assert len(said[1]) == 1 and said[1][0].endswith(f"(rates of run {first_run} on these hosts)"), said
     assert len(df) == 2 * 2 * 2  # runs x collectives x sizes (1K, 4K)
     # how contended the host was while each size was measured (Linux: /proc), read back by compare
     assert (df.cpu_busy_frac > 0).all() and (df.cpu_wait_frac >= 0).all() and (df.load_per_cpu > 0).all()

@@ -1,4 +1,4 @@
-"""What README.md's "Running on your own GPU machines" says, done on the lab: three namespaces
+"""What docs/deploy/onprem.md ("Running on your own GPU machines") says, done on the lab: three namespaces
 each running `sshd`, `ray up` of examples/onprem.yaml by Ray's own launcher (local provider), the
 workers started over SSH by Ray's autoscaler, `ray dashboard` for the job server, `ray job submit`
 of a small sweep, the rows read back. Every Ray process of the lab is ended by killing the
@@ -121,7 +121,7 @@ def test_ray_up_of_the_onprem_example_runs_a_sweep(tmp_path):
         token = work / "auth_token"
         env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
         env.update(raynodes.auth_env(str(token)), RAY_UP_enable_autoscaler_v2="0")
-        # README: the wheel that file_mounts sends to the nodes
+        # docs/deploy/onprem.md: the wheel that file_mounts sends to the nodes
         wheel = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
                                 "-w", str(work / "dist"), str(ROOT)], capture_output=True, text=True, timeout=300)
         assert wheel.returncode == 0, wheel.stderr[-2000:]
@@ -140,14 +140,14 @@ def test_ray_up_of_the_onprem_example_runs_a_sweep(tmp_path):
         assert alive == N_WORKERS + 1, f"{max(alive - 1, 0)} of {N_WORKERS} workers joined; ray up: {up.stdout[-1500:]}" \
             f"; monitor log: {_monitor_log(work)}"
 
-        port = raynodes.free_port()  # README: `ray dashboard` forwards the head's job server over SSH
+        port = raynodes.free_port()  # docs/deploy/onprem.md: `ray dashboard` forwards the head's job server over SSH
         forward = subprocess.Popen([ray_bin, "dashboard", "--no-config-cache", "-n", name, "-p", str(port), str(config)],
                                    env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                    stdin=subprocess.DEVNULL, start_new_session=True)
         assert raynodes.wait_port("127.0.0.1", port, 60), "ray dashboard did not forward the job server"
         out = work / "results"
         job = subprocess.run(
-            # README: the entrypoint names the nodes' environment (a login shell's pyenv or conda
+            # docs/deploy/onprem.md: the entrypoint names the nodes' environment (a login shell's pyenv or conda
             # init may put another `python` first on the job's PATH, as on this machine)
             [ray_bin, "job", "submit", "--address", f"http://127.0.0.1:{port}", "--",
              os.path.join(os.path.dirname(sys.executable), "collbench"), "run", "--ranks-per-node", "1", "--patterns", "inter", "--collectives", "all_reduce", "-b", "1K", "-e",

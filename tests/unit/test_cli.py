@@ -33,10 +33,11 @@ def test_every_option_states_its_default_at_most_once(command):
 
 def test_plan_lists_only_the_options_it_uses():
     help_text = _commands()["plan"].format_help()
+    # --iters, --warmup, --check and --output for its estimate of how long the run would take
     for used in ("--collectives", "--dtypes", "--min-bytes", "--patterns", "--group-sizes", "--address",
-                 "--inventory", "--config"):
+                 "--inventory", "--config", "--iters", "--warmup", "--check", "--output"):
         assert used in help_text
-    for unused in ("--iters", "--warmup", "--output", "--group-timeout", "--env", "--resume", "--expected"):
+    for unused in ("--group-timeout", "--env", "--resume", "--expected", "--deadline-rate"):
         assert unused not in help_text
 
 

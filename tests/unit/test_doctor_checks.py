@@ -36,6 +36,11 @@ def test_the_node_that_differs_is_named_with_the_others_value():
     assert mtu_nodes[IPS[4]][0].detail == "MTU 1280 on eth0 where the others have 1500"
     assert "ip link set dev eth0 mtu 1500" in mtu_nodes[IPS[4]][0].hint
     assert ck.same_mtu([_node(ip) for ip in IPS])[0][0].status == "ok"
+    # a fact no node gave is said as read nowhere, `skip`, not `ok`
+    unread, _ = ck.same_mtu([_node(ip, mtu=None) for ip in IPS])
+    assert (unread[0].status, unread[0].detail) == ("skip", "MTU not read on any node")
+    nccl = next(c for c in ck.same_everywhere([_node(ip) for ip in IPS])[0] if c.name == "same nccl")
+    assert (nccl.status, nccl.detail) == ("skip", "nccl: not read on any node")
 
 
 @pytest.mark.parametrize("n", [2, 5, 16, 17, 100])

@@ -49,7 +49,7 @@ def test_a_driver_too_old_for_torchs_cuda_fails_with_both_versions():
     assert reason == ("nvidia-smi lists 8 x NVIDIA H100 80GB HBM3 (driver 535.104.05) but torch 2.13.0 cannot use "
                       "CUDA: this machine has NVIDIA driver 535.104.05; torch 2.13.0 is built for CUDA 13.0, which "
                       "needs driver 580.65.06 or newer (CUDA 13.x): upgrade the driver or install a torch built for "
-                      "the driver's CUDA (README: GPU driver)")
+                      "the driver's CUDA (docs/deploy/cloud.md, GPU driver)")
 
 
 def test_other_reasons_torch_cannot_use_a_present_gpu():

@@ -50,7 +50,8 @@ SPEC_OPTIONS = {
                  "{cfg_nested}", "{cfg_unknown}", "{cfg_flops_nan}", "{cfg_iters_huge}", "{cfg_python}",
                  "{cfg_keys}", "{cfg_output_int}", "{bad_utf8}"],
 }
-PLAN_OPTIONS = ("--collectives", "--dtypes", "--op", "--min-bytes", "--max-bytes", "--step-factor", "--root",
+PLAN_OPTIONS = ("--collectives", "--dtypes", "--op", "--min-bytes", "--max-bytes", "--step-factor", "--root", "--iters",
+                "--warmup", "--check", "--output",
                 "--backend", "--patterns", "--group-sizes", "--ranks-per-node", "--config")
 QUALIFY_OPTIONS = ("--collectives", "--dtypes", "--min-bytes", "--max-bytes", "--step-factor", "--iters", "--warmup",
                    "--check", "--backend", "--ranks-per-node", "--group-timeout", "--deadline-rate", "--output",
@@ -84,7 +85,7 @@ def _cases() -> list[tuple[str, list[str]]]:
         "8x" + "9" * 40, "2x2cpu\x00", "💥")]
     cases += [(f"plan {a!r}", ["plan", *_PLAN, *a]) for a in (
         ["--backend", "nccl"], ["--group-sizes", "64"], ["--patterns", "pairwise", "--inventory", "1x2cpu"],
-        ["--root", "5"], ["--iters", "5"], ["--output", "x"])]
+        ["--root", "5"], ["--group-timeout", "5"], ["--env", "A=1"])]
     cases += [(f"qualify {a!r}", ["qualify", *a]) for a in (
         ["-d", "all"], ["-d", "float32,float16"], ["--collectives", "all_reduce,broadcast"], ["--threshold", "nan"],
         ["--threshold", "inf"], ["--threshold", "0"], ["--threshold", "5"], ["--min-fraction", "nan"],

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from orchestrator.analysis import diagnosis, expected
+from orchestrator.analysis import expected, tables
 from orchestrator.errors import UsageError
 from orchestrator.execution import rows
 from orchestrator.sweep.fabric import GpuFabric, node_domain, parse_fabric
@@ -218,11 +218,11 @@ def _rows(topologies: list[tuple[str, int, float]]) -> pd.DataFrame:
 
 def test_the_busbw_table_has_an_intra_domain_column_only_where_rows_have_it():
     plain = _rows([("intra", 4, 700.0), ("inter", 2, 45.0)])
-    [row] = diagnosis.by_size(plain, "all_reduce", "busbw_gbps")
+    [row] = tables.by_size(plain, "all_reduce", "busbw_gbps")
     assert list(row) == ["collective", "msg_bytes", "size", "intra", "inter", "mixed"]
     rack = _rows([("intra", 4, 700.0), ("inter", 2, 45.0), ("intra-domain", 72, 820.0), ("intra-domain", 8, 800.0)])
-    [row] = diagnosis.by_size(rack, "all_reduce", "busbw_gbps")
+    [row] = tables.by_size(rack, "all_reduce", "busbw_gbps")
     assert list(row)[-1] == "intra-domain" and row["intra-domain"] == 820.0  # the widest group
-    peaks = diagnosis.peaks(rack, "all_reduce", [row])
+    peaks = tables.peaks(rack, "all_reduce", [row])
     assert [(p["topology"], p["world_size"], p["peak_busbw"]) for p in peaks] == [
         ("intra", 4, 700.0), ("inter", 2, 45.0), ("intra-domain", 72, 820.0)]

@@ -50,9 +50,9 @@ def test_compare_and_qualify_options_check_themselves(tmp_path):
 
 def test_qualify_measures_one_collective_and_one_dtype_from_either_face():
     assert check_spec(SweepSpec(**DEFAULTS)).collectives == ("all_reduce",)
-    with pytest.raises(UsageError, match=r"^--collectives all_reduce,broadcast: qualify measures one"):
+    with pytest.raises(UsageError, match=r"^--collective all_reduce,broadcast: qualify measures one"):
         check_spec(SweepSpec(collectives=("all_reduce", "broadcast")))
-    with pytest.raises(UsageError, match=r"^--dtypes all: qualify measures one"):
+    with pytest.raises(UsageError, match=r"^--dtype all: qualify measures one"):
         api.qualify(dtypes=["all"])
 
 
@@ -93,20 +93,22 @@ def test_plan_is_one_operation_under_both_faces(argv, options):
     done = run_main(["plan", *argv])
     planned = api.plan(**options)
     assert done.returncode == 0
-    assert done.stdout.splitlines()[-1] == (f"total: {len(planned.plan)} groups in {len(planned.plan.rounds)} rounds, "
-                                           f"{planned.measurements} measurements")
+    assert done.stdout.splitlines()[-2:] == [f"total: {len(planned.plan)} groups in {len(planned.plan.rounds)} "
+                                             f"rounds, {planned.measurements} measurements", planned.estimate.line()]
 
 
 def test_a_sweep_made_by_api_spec_plans_as_given():
     """A sweep from api.spec (its output made absolute) is taken by a command that writes nothing."""
     planned = api.plan(api.spec(patterns=["pairwise"]), inventory="4x2cpu")
     assert {g.pattern for g in planned.plan.groups} == {"pairwise"}
-    with pytest.raises(UsageError, match=r"^collbench.api: iters 7 in the sweep given: not an option of collbench plan"):
-        api.plan(api.spec(iters=7), inventory="4x2cpu")
+    with pytest.raises(UsageError, match=r"^collbench.api: group_timeout 7.0 in the sweep given: not an option of "
+                                         "collbench plan"):
+        api.plan(api.spec(group_timeout=7), inventory="4x2cpu")
 
 
 @pytest.mark.parametrize("call, said", [
-    (lambda: api.plan(inventory="64x8", iters=5), "collbench.api: key 'iters' is not an option of collbench plan"),
+    (lambda: api.plan(inventory="64x8", group_timeout=5),
+     "collbench.api: key 'group_timeout' is not an option of collbench plan"),
     (lambda: api.plan(inventory="64y8"), "--inventory '64y8': expected NODESxRANKS"),
     (lambda: api.doctor(patterns=["ring"]), "collbench.api: key 'patterns' is not an option of collbench doctor"),
     (lambda: api.doctor(nodes="10.0.0.1"), "nodes '10.0.0.1': a list of nodes, not one string"),

@@ -11,6 +11,7 @@ from benchmarks.qualify_simulator import Model, simulate
 from orchestrator.sweep.qualify import (
     DISAGREEING_PROBES,
     LOOKS,
+    UNJUDGED,
     Outcome,
     Phase,
     Probe,
@@ -50,6 +51,19 @@ def _drive(q: Qualifier, outcome) -> list[list[Probe]]:
         rounds.append(probes)
         q.record([outcome(p) for p in probes])
     return rounds
+
+
+def test_one_node_passes_as_completed_and_says_its_speed_was_not_judged():
+    """Issue 45: on one node (its ranks alone, nothing to compare with, no expected value) the
+    verdict is pass, and the node's own detail says what that pass means; with an expected value
+    its probe is judged, and the detail says nothing more."""
+    q = Qualifier(1, 2, seed=0)
+    _drive(q, lambda p: Result(p, Outcome.PASS, 1.0))
+    (only,) = q.summary()
+    assert (only["verdict"], only["detail"]) == ("pass", UNJUDGED) and q.unjudged_note()
+    known = Qualifier(1, 2, seed=0, reference=Reference(intra=1.0))
+    _drive(known, lambda p: Result(p, Outcome.PASS, 1.0))
+    assert [(s["verdict"], s["detail"]) for s in known.summary()] == [("pass", "")]
 
 
 def test_a_hung_pair_names_the_member_that_did_not_answer_and_clears_the_other():

@@ -41,9 +41,15 @@ def test_the_page_is_self_contained(page_file):
     for outside in ("<script", "http://", "https://", "<link", "@import", "<metadata"):
         assert outside not in bare, outside
     assert not re.search(r"url\((?!#)", bare)  # only the SVGs' own clip paths (url(#id))
-    order = [text.index(h) for h in ("<h2>Verdicts and flags</h2>", "<h2>intra-node", "<h2>busbw (GBps) beside",
-                                     "<h2>Plots</h2>", "<h2>The run</h2>")]
+    order = [text.index(h) for h in ("<h2>Verdicts and flags</h2>", "<h2>Plots</h2>", "<h2>busbw (GBps) by message",
+                                     "<h2>The run</h2>")]
     assert order == sorted(order)  # verdicts first, the run's header last
+    # a section with nothing to show is left out, and one line names them (issue 45: 8 of 12 said "(none)");
+    # no NVLink where no transport said NVLink, no number in exponent form
+    assert "(none)" not in text and "NVLink" not in text
+    left_out = re.search(r"Nothing in this run for: ([a-z_, ]+) \(sections left out\)", text)
+    assert left_out and {"expected", "replay_steps", "replay_groups", "all_to_allv"} <= set(left_out.group(1).split(", "))
+    assert not re.search(r"<td[^>]*>-?\d+(\.\d+)?e[-+]\d+</td>", text)
     assert all(f["message"].split(":")[0] in text for f in flags)
 
 

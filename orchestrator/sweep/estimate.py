@@ -1,0 +1,140 @@
+"""How long a run will take, said before it starts (`collbench plan` and `collbench run`). Pure.
+
+A run is its start-up, then its rounds one after another; the groups of a round run side by side,
+so a round lasts as long as its slowest group. A group's time is its calls (every warm-up, timed
+and check iteration of every size, as the harness makes them: `case_deadline_s` counts the same)
+at a per-call latency plus the bytes at a bus bandwidth (nccl-tests' definition, so
+`time = latency + msg_bytes * busbw_factor(n) / busbw`), plus what a round costs beyond its calls
+(forming the process groups, allocating and checking buffers).
+
+The rates come from an earlier run of the same backend on the same hosts where the output folder
+holds one (`Rates.learned`: its own measured latency and bus bandwidth inside nodes and across
+them, and its own wall time less its calls, per round), else from stated defaults (`DEFAULTS`):
+an estimate, said with where its rates came from, never a promise.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass
+
+import pandas as pd
+
+from orchestrator.sweep.inventory import Inventory
+from orchestrator.sweep.planner import Plan, build_cases
+from orchestrator.sweep.spec import SweepSpec
+from workloads import registry
+from workloads.dtypes import ELEMENT_BYTES
+
+
+@dataclass(frozen=True)
+class Rates:
+    """What a call and a round cost: per-call latency (us) and bus bandwidth (GB/s) inside a node
+    and across nodes, seconds a round costs beyond its calls, seconds to start; where they came from."""
+
+    latency_us: dict[str, float]  # "intra" / "inter"
+    busbw_gbps: dict[str, float]
+    round_s: float
+    start_s: float
+    basis: str
+
+    @classmethod
+    def learned(cls, rows: pd.DataFrame, manifest: dict, fallback: Rates) -> Rates | None:
+        """From an earlier run's ok rows and manifest (start, finish, start-up times); None where
+        they cannot say (no ok row, no finish time)."""
+        ok = rows[rows.status == "ok"]
+        started, finished = manifest.get("started_at"), manifest.get("finished_at")
+        if ok.empty or started is None or finished is None:
+            return None
+        latency, busbw = dict(fallback.latency_us), dict(fallback.busbw_gbps)
+        for where, mine in ok.groupby(ok.topology.map(_where)):
+            small, large = mine[mine.msg_bytes == mine.msg_bytes.min()], mine[mine.msg_bytes == mine.msg_bytes.max()]
+            latency[where] = float(small.time_us.median())
+            busbw[where] = max(float(large.busbw_gbps.median()), 1e-6)
+        start_s = sum(float(manifest.get(k) or 0.0) for k in
+                      ("startup_connect_s", "startup_probe_s", "startup_workers_s", "startup_first_join_s"))
+        wall_s = (pd.Timestamp(finished) - pd.Timestamp(started)).total_seconds()
+        calls = ok.assign(call_s=ok.time_us * _calls(ok) / 1e6).groupby(["round", "group_id"]).call_s.sum()
+        rounds = ok["round"].nunique()
+        round_s = max(0.0, (wall_s - start_s - float(calls.groupby(level=0).max().sum())) / max(rounds, 1))
+        return cls(latency, busbw, round_s, start_s or fallback.start_s,
+                   f"rates of run {manifest.get('run_id')} on these hosts")
+
+
+def _where(topology: str) -> str:
+    return "intra" if topology == "intra" else "inter"
+
+
+def _calls(rows: pd.DataFrame) -> pd.Series:
+    """Calls a row's measurement made: warm-up, timed twice, checks (the spec's, where the rows lack them)."""
+    def col(name: str, default: int) -> pd.Series:
+        return rows[name].fillna(default) if name in rows else pd.Series(default, index=rows.index)
+    return col("warmup", 5) + 2 * col("iters", 20) + col("check_iters", 1)
+
+
+DEFAULTS = {
+    # gloo on CPU ranks, as this project's 2-core test machines run the default sweep (docs/PERFORMANCE.md)
+    "gloo": Rates({"intra": 150.0, "inter": 400.0}, {"intra": 0.5, "inter": 0.05}, 1.5, 8.0,
+                  "default rates for gloo on CPUs (0.5 GB/s inside a node, 0.05 across, 150-400 us a call, "
+                  "1.5 s a round)"),
+    # NCCL on current GPUs: NVLink and 400G InfiniBand, nccl-tests' usual figures (docs/guides/expected.md)
+    "nccl": Rates({"intra": 15.0, "inter": 30.0}, {"intra": 300.0, "inter": 40.0}, 3.0, 30.0,
+                  "default rates for NCCL (300 GB/s inside a node, 40 across, 15-30 us a call, 3 s a round)"),
+}
+
+
+@dataclass(frozen=True)
+class Estimate:
+    seconds: float
+    basis: str
+
+    def line(self) -> str:
+        return f"estimate: about {duration(self.seconds)} ({self.basis})"
+
+
+def duration(seconds: float) -> str:
+    """12 s, 3 min 20 s, 2 h 05 min, 3.2 days: as a person reads a wait."""
+    s = max(0, int(math.ceil(seconds)))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    if s < 86400 * 2:
+        return f"{s // 3600} h {s % 3600 // 60:02d} min"
+    return f"{s / 86400:.1f} days"
+
+
+def estimate(plan: Plan, spec: SweepSpec, inv: Inventory, rates: Rates, done: frozenset[str] = frozenset()
+             ) -> Estimate:
+    """The run's duration at `rates`: start-up, then each round as long as its slowest group (the
+    groups in `done`, already on disk where a run resumes, left out)."""
+    firsts = inv.first_rank()
+    cases: dict[int, list] = {}
+    group_s: dict[tuple[int, str], float] = {}
+    total = rates.start_s
+    for rnd in plan.rounds:
+        left = [g for g in rnd if g.group_id not in done]
+        if not left:
+            continue
+        slowest = 0.0
+        for g in left:
+            n = len(g.ranks)
+            nodes = {bisect.bisect_right(firsts, r) - 1 for r in g.ranks}
+            where = "intra" if len(nodes) == 1 else "inter"
+            key = (n, where)
+            if key not in group_s:
+                mine = cases.setdefault(n, build_cases(spec, n))
+                group_s[key] = sum(_case_s(c, n, rates.latency_us[where], rates.busbw_gbps[where]) for c in mine)
+            slowest = max(slowest, group_s[key])
+        total += slowest + rates.round_s
+    return Estimate(total, rates.basis)
+
+
+def _case_s(case, n: int, latency_us: float, busbw_gbps: float) -> float:
+    if case.replay is not None:
+        return 0.0  # a replay's steps are priced by predict, not here
+    factor = registry.collective_of(case.collective).busbw_factor(n)
+    calls = case.warmup + 2 * case.iters + case.check_iters
+    return sum(calls * (latency_us / 1e6 + c * ELEMENT_BYTES[case.dtype] * factor / (busbw_gbps * 1e9))
+               for c in case.counts)
