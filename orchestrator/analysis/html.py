@@ -25,6 +25,7 @@ vertical-align:top} th{background:#f2f4f7} td.num{text-align:right;font-variant-
 .warn{background:#fff6e0;border:1px solid #e7c36a} ul.reasons{margin:.2em 0;padding-left:1.2em}
 ul.reasons li span{color:#555} figure{margin:1.2em 0} figure svg{max-width:100%;height:auto}
 figcaption{color:#555;font-size:12px}
+.plots{display:grid;grid-template-columns:repeat(auto-fill,minmax(480px,1fr));gap:0 1.2em}
 """
 _FIRST = ("intra_vs_inter", "expected")
 
@@ -40,7 +41,8 @@ def render(rep: Report, frame: Frame, scale: float) -> str:
             parts.append(f"<h2>{_e(title(name, rep.unit))}</h2>" + _table(name, rep.tables[name]))
     figures = [f"<figure>{plots.svg(fig)}<figcaption>{_e(caption)}</figcaption></figure>"
                for _, caption, fig in plots.figures(frame, scale, rep.unit)]
-    parts.append("<h2>Plots</h2>" + ("".join(figures) or "<p>(no plot: nothing measured ok)</p>"))
+    parts.append("<h2>Plots</h2>" + (f'<div class="plots">{"".join(figures)}</div>' if figures
+                                     else "<p>(no plot: nothing measured ok)</p>"))
     for name in TABLES:
         if name not in _FIRST and name not in empty:
             parts.append(f"<h2>{_e(title(name, rep.unit))}</h2>" + _table(name, rep.tables[name]))
