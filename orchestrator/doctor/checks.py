@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 from enum import Enum
 
 from orchestrator.doctor.facts import NodeFacts
+from workloads.comm_env import IFNAME_VARS
 
 
 class CheckStatus(str, Enum):
@@ -83,7 +84,9 @@ def same_everywhere(nodes: list[NodeFacts]) -> tuple[list[Check], dict[str, list
         for ip in odd:
             per_node[ip].append(Check(f"same {key}", severity, f"{key} {known[ip]} where the others have {usual}",
                                       _SOFTWARE_HINT.get(key, "install the same version on every node")))
-    names = sorted({k for n in nodes for k in n.env})
+    # the interface variables name each node's own NIC (collbench pins them per node where unset;
+    # NIC names differ between nodes): `interface` checks each node's value against its NICs instead
+    names = sorted({k for n in nodes for k in n.env} - set(IFNAME_VARS))
     differ = []
     for name in names:
         values = {n.ip: n.env.get(name) for n in nodes}
@@ -150,7 +153,7 @@ def node_checks(n: NodeFacts, ray_gpus: int = 0) -> list[Check]:
 
 
 def _interface(n: NodeFacts) -> Check:
-    for var in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
+    for var in reversed(IFNAME_VARS):  # NCCL's first
         value = n.env.get(var)
         if value and not socket_ifname_matches(value, n.interfaces):
             return Check("interface", FAIL, f"{var}={value} names no interface of the node ({', '.join(n.interfaces)})",

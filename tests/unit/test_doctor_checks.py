@@ -166,3 +166,19 @@ def test_a_lone_gpus_inactive_nvlinks_are_no_peers_not_a_fault():
     assert "GPU 1 NVLink" not in mixed
     half = Gpu(0, "NVIDIA H200", "00000000:00:1e.0", nvlinks_active=9, nvlinks_inactive=9)
     assert {c.name: c for c in ck.node_checks(_node(IPS[0], gpus=(half,)))}["GPU 0 NVLink"].status == "fail"
+
+
+def test_interface_names_that_differ_per_node_are_no_warning_but_each_is_checked_on_its_node():
+    """Issue 44: doctor warned `GLOO_SOCKET_IFNAME=slm2n where the others have slm1n` on a cluster whose
+    NICs are named per node (the values collbench pins itself); the interface check reads each node's
+    value against its own NICs instead, and still fails one that names none."""
+    nodes = [_node(ip, interfaces=(f"n{i}", "lo"), interface=f"n{i}",
+                   env={"GLOO_SOCKET_IFNAME": f"n{i}", "NCCL_SOCKET_IFNAME": f"n{i}", "NCCL_DEBUG": "WARN"})
+             for i, ip in enumerate(IPS)]
+    same, per_node = ck.same_everywhere(nodes)
+    assert next(c for c in same if c.name == "same variables").status == "ok"
+    assert all(not checks for checks in per_node.values())
+    assert all(ck.node_checks(n)[0].status == "ok" for n in nodes)
+    wrong = _node(IPS[0], interfaces=("n0", "lo"), interface="n0", env={"GLOO_SOCKET_IFNAME": "n1"})
+    (check, *_) = ck.node_checks(wrong)
+    assert check.status == "fail" and check.detail == "GLOO_SOCKET_IFNAME=n1 names no interface of the node (n0, lo)"
