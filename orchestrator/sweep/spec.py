@@ -41,6 +41,15 @@ DEFAULT_COLLECTIVES = tuple(c for c in COLLECTIVES if c != "all_to_allv")
 ALL = "all"  # -d all: every dtype the backend supports, known once the backend is (for_backend)
 
 
+def nodes_to_wait_for(wait_nodes: int | None, environ: dict[str, str]) -> tuple[int, str]:
+    """How many nodes a run waits for before planning, and why (for its line): --wait-nodes where
+    given, else a Slurm job's node count (the driver runs inside the allocation), else 0 (none)."""
+    if wait_nodes is not None:
+        return wait_nodes, "--wait-nodes"
+    raw = environ.get("SLURM_JOB_NUM_NODES") or environ.get("SLURM_NNODES") or ""
+    return (int(raw), "the Slurm job's nodes, $SLURM_JOB_NUM_NODES") if raw.strip().isdigit() else (0, "")
+
+
 def _opt(default: Any, flags: tuple[str, ...], help: str, kind: str = "str", **extra: Any) -> Any:
     meta = {"flags": flags, "help": help, "kind": kind, **extra}
     if isinstance(default, (list, dict)):
@@ -98,6 +107,12 @@ class SweepSpec:
     )
     exclude: tuple[str, ...] = _opt(
         (), ("--exclude",), "leave these nodes out, comma-separated: IP address, host name or Ray node id", "list",
+    )
+    wait_nodes: int | None = _opt(
+        None, ("--wait-nodes",),
+        "wait, up to --group-timeout, until this many nodes that can hold a rank have joined, and stop (exit 1) "
+        "naming those that did where fewer did; 0 takes whatever has joined (default: inside a Slurm job, its "
+        "node count, $SLURM_JOB_NUM_NODES; elsewhere 0)", "int",
     )
     group_timeout_s: float = _opt(
         300.0, ("--group-timeout",),
@@ -173,6 +188,8 @@ class SweepSpec:
                 raise UsageError(f"{_flag(name)} {value!r}: must be between {low:g} and {high:g}")
         for size in self.group_sizes:
             _check_at_least("group_sizes", size, 1, MAX_RANKS)
+        if self.wait_nodes is not None:
+            _check_at_least("wait_nodes", self.wait_nodes, 0, MAX_RANKS)
         if not self.patterns:
             raise UsageError(f"{_flag('patterns')}: empty list (choose from auto,{','.join(PATTERNS)},kbatch:K)")
         for pattern in self.patterns:

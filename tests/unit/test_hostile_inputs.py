@@ -37,7 +37,7 @@ BAD_TEXT = ["", " ", "\t", "\x00", "a\x00b", "x" * 5000, "\u202e"]
 SPEC_OPTIONS = {
     "--min-bytes": BAD_BYTES, "--max-bytes": BAD_BYTES + ["2T"], "--step-factor": BAD_INT + ["0", "1"],
     "--iters": BAD_INT + ["0"], "--warmup": BAD_INT, "--check": BAD_INT, "--root": BAD_INT,
-    "--ranks-per-node": BAD_INT + ["0"], "--group-timeout": BAD_FLOAT + ["0"], "--deadline-rate": BAD_FLOAT + ["0"],
+    "--ranks-per-node": BAD_INT + ["0"], "--wait-nodes": BAD_INT + ["99999999"], "--group-timeout": BAD_FLOAT + ["0"], "--deadline-rate": BAD_FLOAT + ["0"],
     "--compute-flops": BAD_FLOAT, "--group-sizes": [v for v in BAD_INT if v != "1,5"] + ["0", "2,,x", ","], "--collectives": BAD_LIST,
     "--dtypes": BAD_LIST, "--op": BAD_LIST, "--backend": BAD_LIST, "--patterns": BAD_PATTERN, "--env": BAD_ENV,
     "--expect-net": BAD_TEXT, "--output": ["", "\x00", "a\x00b", "x" * 300, "{tmp}/" + "y" * 300 + "/z",
@@ -54,7 +54,7 @@ PLAN_OPTIONS = ("--collectives", "--dtypes", "--op", "--min-bytes", "--max-bytes
                 "--warmup", "--check", "--output",
                 "--backend", "--patterns", "--group-sizes", "--ranks-per-node", "--config")
 QUALIFY_OPTIONS = ("--collectives", "--dtypes", "--min-bytes", "--max-bytes", "--step-factor", "--iters", "--warmup",
-                   "--check", "--backend", "--ranks-per-node", "--group-timeout", "--deadline-rate", "--output",
+                   "--check", "--backend", "--ranks-per-node", "--wait-nodes", "--group-timeout", "--deadline-rate", "--output",
                    "--address", "--env", "--expect-net", "--config")
 BAD_PATHS = ["", " ", "\x00", "{missing}", "{bin}", "{empty}", "{dir}", "/proc/self/mem", "/dev/null",
              "{truncated}", "{garbage_parquet}", "{only_foreign}", "{newer}", "x" * 5000, "{tmp}/" + "y" * 300]

@@ -189,3 +189,16 @@ def test_predict_is_one_operation_under_both_faces(tmp_path):
     assert refused.returncode == 2 and refused.stderr == f"collbench: error: {said.value}\n"
     with pytest.raises(UsageError, match=r"^collbench.api: key 'gpus' is not an option of collbench predict"):
         api.predict(out, params=7e9, gpus=8)
+
+
+def test_the_nodes_a_run_waits_for_come_from_the_option_or_the_slurm_job():
+    """Issue 44: inside a Slurm job the driver knows the allocation's size; --wait-nodes overrides it."""
+    from orchestrator.sweep.spec import nodes_to_wait_for
+
+    slurm = {"SLURM_JOB_NUM_NODES": "3", "SLURM_JOB_ID": "7"}
+    assert nodes_to_wait_for(None, slurm) == (3, "the Slurm job's nodes, $SLURM_JOB_NUM_NODES")
+    assert nodes_to_wait_for(None, {"SLURM_NNODES": "2"}) == (2, "the Slurm job's nodes, $SLURM_JOB_NUM_NODES")
+    assert nodes_to_wait_for(0, slurm) == (0, "--wait-nodes") and nodes_to_wait_for(5, {}) == (5, "--wait-nodes")
+    assert nodes_to_wait_for(None, {}) == (0, "") and nodes_to_wait_for(None, {"SLURM_JOB_NUM_NODES": "x"}) == (0, "")
+    with pytest.raises(UsageError, match=r"^--wait-nodes -1: must be at least 0"):
+        api.spec(wait_nodes=-1)
