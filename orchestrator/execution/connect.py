@@ -63,7 +63,15 @@ def _join_or_start(address: str | None) -> str:
     # "local" always starts a new instance: never attach to another user's cluster by accident. Its
     # workers measure at nice 0, not Ray's 15 (lab.raynodes.MEASURING_NICENESS)
     os.environ.update({k: v for k, v in MEASURING_NICENESS.items() if k not in os.environ})
-    ray.init(address="local", include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
+    # Ray (2.60 and later) logs a WARNING on every local start where it chose the token-auth mode
+    # itself (on where a token exists, else off); for the run's own instance that is noise (issue 45)
+    notice = logging.getLogger("ray._private.authentication.authentication_token_setup")
+    level = notice.level
+    notice.setLevel(logging.ERROR)
+    try:
+        ray.init(address="local", include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
+    finally:
+        notice.setLevel(level)
     return "embedded Ray instance"
 
 

@@ -118,7 +118,7 @@ def sweep(spec: SweepSpec, *, run_id: str | None = None, saved: resume.SavedRun 
                   f"round(s); results -> {store.location}")
         if planner is None:  # a replay's steps are priced by predict --trace, not here
             rates = earlier_rates(session.spec.output, backend, [n.ip for n in inv.nodes])
-            voice.say(f"collbench: {estimate(plan, session.spec, inv, rates, frozenset(skip)).line()}")
+            voice.say(f"collbench: {estimate(plan, session.spec, inv, rates, backend, frozenset(skip)).line()}")
         if resuming:
             again = " (failed, timed-out and skipped ones are measured again)" if retry_failed else ""
             voice.say(f"collbench: resuming: {len(skip)} group(s) already on disk are skipped{again}")

@@ -64,7 +64,7 @@ def plan(options: PlanOptions) -> Planned:
     rates = earlier_rates(spec.output, backend, [n.ip for n in inv.nodes]) if options.inventory is None \
         else DEFAULTS[backend]  # a described cluster has run nothing
     return Planned(made, inv, spec, sum(per_size[len(g.ranks)] for g in made.groups),
-                   estimate(made, spec, inv, rates))
+                   estimate(made, spec, inv, rates, backend))
 
 
 def _inventory(options: PlanOptions) -> Inventory:

@@ -11,7 +11,7 @@ from orchestrator.results import dataset
 from orchestrator.sweep.estimate import DEFAULTS, Rates
 
 LOOK_BACK = 5  # runs read at most, newest first: a folder of thousands stays quick
-COLUMNS = ["run_id", "status", "topology", "msg_bytes", "time_us", "busbw_gbps", "round", "group_id", "iters",
+COLUMNS = ["run_id", "status", "backend", "collective", "topology", "msg_bytes", "time_us", "busbw_gbps", "round", "group_id", "iters",
            "warmup", "check_iters"]
 
 

@@ -33,25 +33,38 @@ class Rates:
     """What a call and a round cost: per-call latency (us) and bus bandwidth (GB/s) inside a node
     and across nodes, seconds a round costs beyond its calls, seconds to start; where they came from."""
 
-    latency_us: dict[str, float]  # "intra" / "inter"
+    latency_us: dict[str, float]  # "intra" / "inter", and "intra:all_gather" ... where one run measured it
     busbw_gbps: dict[str, float]
     round_s: float
     start_s: float
     basis: str
 
+    def of(self, where: str, collective: str) -> tuple[float, float]:
+        """(latency us, bus bandwidth GB/s) of `collective` inside a node or across: its own where
+        measured, else its kind's."""
+        key = f"{where}:{collective}"
+        return self.latency_us.get(key, self.latency_us[where]), self.busbw_gbps.get(key, self.busbw_gbps[where])
+
     @classmethod
     def learned(cls, rows: pd.DataFrame, manifest: dict, fallback: Rates) -> Rates | None:
-        """From an earlier run's ok rows and manifest (start, finish, start-up times); None where
+        """From an earlier run's ok rows and manifest (start, finish, start-up times): each
+        collective's latency (its smallest size's time) and bus bandwidth (at its largest size)
+        inside nodes and across, their medians for the collectives it did not measure; None where
         they cannot say (no ok row, no finish time)."""
         ok = rows[rows.status == "ok"]
         started, finished = manifest.get("started_at"), manifest.get("finished_at")
         if ok.empty or started is None or finished is None:
             return None
         latency, busbw = dict(fallback.latency_us), dict(fallback.busbw_gbps)
-        for where, mine in ok.groupby(ok.topology.map(_where)):
-            small, large = mine[mine.msg_bytes == mine.msg_bytes.min()], mine[mine.msg_bytes == mine.msg_bytes.max()]
-            latency[where] = float(small.time_us.median())
-            busbw[where] = max(float(large.busbw_gbps.median()), 1e-6)
+        ok = ok.assign(where=ok.topology.map(_where))
+        for where, mine in ok.groupby("where"):
+            per = {}
+            for collective, its in mine.groupby("collective"):
+                small, large = its[its.msg_bytes == its.msg_bytes.min()], its[its.msg_bytes == its.msg_bytes.max()]
+                per[collective] = (float(small.time_us.median()), max(float(large.busbw_gbps.median()), 1e-6))
+                latency[f"{where}:{collective}"], busbw[f"{where}:{collective}"] = per[collective]
+            latency[where] = float(pd.Series([v[0] for v in per.values()]).median())
+            busbw[where] = float(pd.Series([v[1] for v in per.values()]).median())
         start_s = sum(float(manifest.get(k) or 0.0) for k in
                       ("startup_connect_s", "startup_probe_s", "startup_workers_s", "startup_first_join_s"))
         wall_s = (pd.Timestamp(finished) - pd.Timestamp(started)).total_seconds()
@@ -66,17 +79,26 @@ def _where(topology: str) -> str:
     return "intra" if topology == "intra" else "inter"
 
 
+def timed_passes(backend: str) -> int:
+    """How often the harness runs the timed iterations: once on a host clock (gloo), twice on a GPU
+    (each call between events, then the batch: workloads/harness.py)."""
+    return 1 if backend == "gloo" else 2
+
+
 def _calls(rows: pd.DataFrame) -> pd.Series:
-    """Calls a row's measurement made: warm-up, timed twice, checks (the spec's, where the rows lack them)."""
+    """Calls a row's measurement made: warm-up, the timed passes, checks (the spec's, where the rows lack them)."""
     def col(name: str, default: int) -> pd.Series:
         return rows[name].fillna(default) if name in rows else pd.Series(default, index=rows.index)
-    return col("warmup", 5) + 2 * col("iters", 20) + col("check_iters", 1)
+    passes = rows.backend.map(timed_passes) if "backend" in rows else 2
+    return col("warmup", 5) + passes * col("iters", 20) + col("check_iters", 1)
 
 
 DEFAULTS = {
-    # gloo on CPU ranks, as this project's 2-core test machines run the default sweep (docs/PERFORMANCE.md)
-    "gloo": Rates({"intra": 150.0, "inter": 400.0}, {"intra": 0.5, "inter": 0.05}, 1.5, 8.0,
-                  "default rates for gloo on CPUs (0.5 GB/s inside a node, 0.05 across, 150-400 us a call, "
+    # gloo on CPU ranks: what the default sweep measured on this project's 2-core machines (all_reduce
+    # 16M about 1.1 GB/s inside a node, 16 bytes about 400 us; docs/PERFORMANCE.md, section 12), and a
+    # 10-gigabit host network across nodes
+    "gloo": Rates({"intra": 400.0, "inter": 500.0}, {"intra": 1.0, "inter": 0.5}, 1.5, 5.0,
+                  "default rates for gloo on CPUs (1 GB/s inside a node, 0.5 across, 400-500 us a call, "
                   "1.5 s a round)"),
     # NCCL on current GPUs: NVLink and 400G InfiniBand, nccl-tests' usual figures (docs/guides/expected.md)
     "nccl": Rates({"intra": 15.0, "inter": 30.0}, {"intra": 300.0, "inter": 40.0}, 3.0, 30.0,
@@ -105,10 +127,11 @@ def duration(seconds: float) -> str:
     return f"{s / 86400:.1f} days"
 
 
-def estimate(plan: Plan, spec: SweepSpec, inv: Inventory, rates: Rates, done: frozenset[str] = frozenset()
-             ) -> Estimate:
-    """The run's duration at `rates`: start-up, then each round as long as its slowest group (the
-    groups in `done`, already on disk where a run resumes, left out)."""
+def estimate(plan: Plan, spec: SweepSpec, inv: Inventory, rates: Rates, backend: str,
+             done: frozenset[str] = frozenset()) -> Estimate:
+    """The run's duration at `rates` on `backend`: start-up, then each round as long as its slowest
+    group (the groups in `done`, already on disk where a run resumes, left out)."""
+    passes = timed_passes(backend)
     firsts = inv.first_rank()
     cases: dict[int, list] = {}
     group_s: dict[tuple[int, str], float] = {}
@@ -125,16 +148,16 @@ def estimate(plan: Plan, spec: SweepSpec, inv: Inventory, rates: Rates, done: fr
             key = (n, where)
             if key not in group_s:
                 mine = cases.setdefault(n, build_cases(spec, n))
-                group_s[key] = sum(_case_s(c, n, rates.latency_us[where], rates.busbw_gbps[where]) for c in mine)
+                group_s[key] = sum(_case_s(c, n, *rates.of(where, c.collective), passes) for c in mine)
             slowest = max(slowest, group_s[key])
         total += slowest + rates.round_s
     return Estimate(total, rates.basis)
 
 
-def _case_s(case, n: int, latency_us: float, busbw_gbps: float) -> float:
+def _case_s(case, n: int, latency_us: float, busbw_gbps: float, passes: int) -> float:
     if case.replay is not None:
         return 0.0  # a replay's steps are priced by predict, not here
     factor = registry.collective_of(case.collective).busbw_factor(n)
-    calls = case.warmup + 2 * case.iters + case.check_iters
+    calls = case.warmup + passes * case.iters + case.check_iters
     return sum(calls * (latency_us / 1e6 + c * ELEMENT_BYTES[case.dtype] * factor / (busbw_gbps * 1e9))
                for c in case.counts)

@@ -76,8 +76,8 @@ def test_two_runs_make_one_dataset(ray_head, tmp_path):
     # each run says how long it will take before it starts: the first at the stated defaults, the
     # second at the rates the first measured on these hosts (issue 45)
     first_run = df.sort_values("started_at").run_id.iloc[0]
-    assert len(said[0]) == 1 and said[0][0].endswith("(default rates for gloo on CPUs (0.5 GB/s inside a node, "
-                                                     "0.05 across, 150-400 us a call, 1.5 s a round))"), said
+    assert len(said[0]) == 1 and said[0][0].endswith("(default rates for gloo on CPUs (1 GB/s inside a node, "
+                                                     "0.5 across, 400-500 us a call, 1.5 s a round))"), said
     assert len(said[1]) == 1 and said[1][0].endswith(f"(rates of run {first_run} on these hosts)"), said
     assert len(df) == 2 * 2 * 2  # runs x collectives x sizes (1K, 4K)
     # how contended the host was while each size was measured (Linux: /proc), read back by compare

@@ -32,18 +32,21 @@ def test_an_estimate_is_its_start_then_each_round_as_long_as_its_slowest_group()
     inv = from_description("2x2cpu")
     plan = make_plan(spec, inv)
     rates = Rates({"intra": 100.0, "inter": 400.0}, {"intra": 1.0, "inter": 0.25}, 2.0, 5.0, "by hand")
-    # all_reduce's bus factor 2(n-1)/n: 1 for two ranks; 2 + 2 x 10 + 1 calls per size
+    # all_reduce's bus factor 2(n-1)/n: 1 for two ranks; on NCCL 2 + 2 x 10 + 1 calls per size (the
+    # timed iterations twice: each call, then the batch), on gloo 2 + 10 + 1 (one pass on a host clock)
     intra = 23 * (100e-6 + (1 << 20) * 1.0 / 1e9)
     inter = 23 * (400e-6 + (1 << 20) * 1.0 / 0.25e9)
     rounds = [[(g.pattern, g.ranks) for g in rnd] for rnd in plan.rounds]
     # the two nodes alone side by side, then each local rank with its peer on the other node
     assert rounds == [[("intra", (0, 1)), ("intra", (2, 3))], [("inter", (0, 2)), ("inter", (1, 3))]]
-    got = estimate(plan, spec, inv, rates)
+    got = estimate(plan, spec, inv, rates, "nccl")
     assert got.seconds == pytest.approx(5.0 + (intra + 2.0) + (inter + 2.0), rel=1e-12)
     assert got.line() == f"estimate: about {duration(got.seconds)} (by hand)"
+    gloo = estimate(plan, spec, inv, rates, "gloo").seconds
+    assert gloo == pytest.approx(5.0 + (intra * 13 / 23 + 2.0) + (inter * 13 / 23 + 2.0), rel=1e-12)
     # resumed with the first round on disk: only the second
     done = frozenset(g.group_id for g in plan.rounds[0])
-    assert estimate(plan, spec, inv, rates, done).seconds == pytest.approx(5.0 + inter + 2.0, rel=1e-12)
+    assert estimate(plan, spec, inv, rates, "nccl", done).seconds == pytest.approx(5.0 + inter + 2.0, rel=1e-12)
 
 
 def _earlier_run(out: str, run_id: str, *, start_s: float, round_s: float, minute: int = 0, backend: str = "gloo",
@@ -53,7 +56,7 @@ def _earlier_run(out: str, run_id: str, *, start_s: float, round_s: float, minut
     write_cluster_run(out, run_id, nodes=2, ranks_per_node=2, patterns=("intra", "inter"), intra_gbps=4.0,
                       inter_gbps=1.0, alpha_us=50.0, minute=minute, backend=backend)
     rows = dataset.load(out, run_id)
-    calls = rows.time_us * (rows.warmup + 2 * rows.iters + rows.check_iters) / 1e6
+    calls = rows.time_us * (rows.warmup + (1 if backend == "gloo" else 2) * rows.iters + rows.check_iters) / 1e6
     per_group = rows.assign(call_s=calls).groupby(["round", "group_id"]).call_s.sum()
     rounds = per_group.groupby(level=0).max()
     wall = start_s + float(rounds.sum()) + round_s * len(rounds)
@@ -81,7 +84,7 @@ def test_rates_learned_from_an_earlier_run_give_back_its_own_wall_time(tmp_path)
     spec = SweepSpec(collectives=("all_reduce",), min_bytes=SIZES[0], max_bytes=SIZES[-1], step_factor=4,
                      patterns=("intra", "inter"), iters=20, warmup=5, check_iters=1)
     inv = from_description("2x2")
-    got = estimate(make_plan(spec, inv), spec, inv, rates).seconds
+    got = estimate(make_plan(spec, inv), spec, inv, rates, "gloo").seconds
     assert got == pytest.approx(wall, rel=0.05), (got, wall)
 
 
