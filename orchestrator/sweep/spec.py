@@ -303,6 +303,8 @@ def _check_env(item: str) -> None:
 def convert(f: dataclasses.Field, value: Any) -> Any:
     """One raw value (a CLI string or a YAML scalar/list) to the field's type, or UsageError."""
     kind, flag = f.metadata["kind"], f.metadata["flags"][-1]
+    if value is None and f.default is None:  # a field unset by default: a saved spec's null, YAML's `key: null`
+        return None
     try:
         if kind in ("list", "ints", "env") and isinstance(value, (list, tuple)) and \
                 not all(isinstance(v, (str, int, float)) for v in value):

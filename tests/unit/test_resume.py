@@ -79,6 +79,7 @@ def test_resumed_spec_keeps_the_sweep_and_takes_what_may_change(tmp_path):
                       dtypes=("int32", "float32"), min_bytes=1024)
     spec = resume.resumed_spec(saved, today, {"group_timeout_s", "allow_failures", "address", "min_bytes"}, RUN)
     assert spec.min_bytes == 1024 and spec.ranks_per_node == 4 and spec.deadline_rate_gbps == 0.1
+    assert spec.wait_nodes is None  # a field unset by default reads back unset (the saved JSON's null)
     assert (spec.output, spec.address, spec.group_timeout_s, spec.allow_failures) == \
         ("/elsewhere", "10.0.0.9:6379", 900.0, True)
     with pytest.raises(UsageError, match=r"--dtypes int32,float32 \(the run's: float32,int32\): a resumed run"):
