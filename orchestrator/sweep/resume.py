@@ -117,12 +117,14 @@ def cluster_change(saved: tuple[tuple[str, int], ...], inv: Inventory) -> str | 
     return f"{len(saved)} node(s) then, {len(now)} now; " + "; ".join(parts)
 
 
-def resume_command(run_id: str, output: str, address: str | None) -> str:
+def resume_command(run_id: str, output: str, address: str | None, environ: dict[str, str] | None = None) -> str:
     """The command that finishes the run: its --output and, for a run on a named cluster, its
-    --address (given, or $RAY_ADDRESS), so that it joins the same cluster."""
-    address = address or os.environ.get("RAY_ADDRESS")
+    --address (given, or $RAY_ADDRESS), so that it joins the same cluster; inside a Slurm job none
+    (issue 44): the next job's Ray cluster has another head, which that job's $RAY_ADDRESS names."""
+    environ = os.environ if environ is None else environ
+    address = address or environ.get("RAY_ADDRESS")
     words = ["collbench", "run", "--resume", run_id, "--output", output]
-    if address:
+    if address and not environ.get("SLURM_JOB_ID"):
         words += ["--address", address]
     return shlex.join(words)
 

@@ -147,3 +147,12 @@ def test_the_api_resumes_as_the_command_line_does(tmp_path, monkeypatch):
     with pytest.raises(UsageError, match=r"^--retry-failed: only with --resume RUN_ID"):
         api.run(retry_failed=True, output=out)
     assert len(reached) == 2
+
+
+def test_inside_a_slurm_job_the_resume_command_names_no_address():
+    """Issue 44: the line said the old allocation's head; the next job's Ray has another, which its
+    own $RAY_ADDRESS (or --address) names."""
+    slurm = {"SLURM_JOB_ID": "4242", "RAY_ADDRESS": "10.0.0.2:6379"}
+    assert resume.resume_command(RUN, "/r", "10.0.0.1:6379", slurm) == f"collbench run --resume {RUN} --output /r"
+    assert resume.resume_command(RUN, "/r", None, slurm) == f"collbench run --resume {RUN} --output /r"
+    assert resume.resume_command(RUN, "/r", None, {"RAY_ADDRESS": "10.0.0.2:6379"}).endswith("--address 10.0.0.2:6379")
