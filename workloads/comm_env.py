@@ -17,6 +17,17 @@ IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
 COMM_ENV_PREFIXES = ("NCCL_", "GLOO_", "FI_", "UCX_", "CUDA_", "TORCH_")
 
 
+# Where a node's name in its scheduler is: Slurm sets SLURMD_NODENAME in every job step (a `srun ...
+# ray start` on that node, so Ray's workers inherit it); under Kubernetes the pod spec passes the
+# node's name through the downward API (env COLLBENCH_NODE_NAME, fieldRef spec.nodeName)
+SCHEDULER_NODE_VARS = ("SLURMD_NODENAME", "COLLBENCH_NODE_NAME")
+
+
+def scheduler_node_name(environ) -> str | None:
+    """The node's name as its scheduler knows it (the name an operator drains), or None."""
+    return next((environ[v].strip() for v in SCHEDULER_NODE_VARS if environ.get(v, "").strip()), None)
+
+
 def interface_for_ip(ip: str, ip_addr_output: str) -> str | None:
     """Parse lines like `2: eth0    inet 10.0.0.5/24 brd ... scope global eth0` and return the
     name of the interface whose IPv4 address is `ip`."""

@@ -194,6 +194,7 @@ class WorkerInfo:
     batch_floor_us: float | None = None
     gpu_batch_floor_us: float | None = None
     niceness: int | None = None  # the process's nice value (Ray starts workers at 15 unless told otherwise)
+    scheduler_node: str | None = None  # the node's name in its scheduler (comm_env.scheduler_node_name)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 from workloads import inspector, nccl_log
-from workloads.comm_env import COMM_ENV_PREFIXES, pin_interfaces
+from workloads.comm_env import COMM_ENV_PREFIXES, pin_interfaces, scheduler_node_name
 from workloads.harness import batch_floor_us, run_case
 from workloads.messages import Case, Joined, JoinRequest, NcclLog, ReplayTiming, Sample, Transport, WorkerInfo
 
@@ -65,6 +65,7 @@ class BenchWorker:
             batch_floor_us=self._floor_us,
             gpu_batch_floor_us=self._gpu_floor_us,
             niceness=os.nice(0),
+            scheduler_node=scheduler_node_name(os.environ),
         )
 
     def use_gpu(self, visible_devices: str, local_index: int) -> WorkerInfo:

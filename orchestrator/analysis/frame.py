@@ -15,7 +15,7 @@ SCALARS = ["run_id", "started_at", "collective", "backend", "dtype", "op", "in_p
            "platform", "step", "seq", "process_group", "trace_time_us", "traffic_source", "traffic_digest",
            "traffic_busiest_bytes", "traffic_busiest_rank", "traffic_heaviest_bytes"]
 LISTS = ["ranks", "local_ranks", "hosts", "node_ips", "rank_time_us", "failed_ranks", "traffic_heaviest_pair",
-         "traffic_rank_bytes"]
+         "traffic_rank_bytes", "scheduler_nodes"]
 COLUMNS = SCALARS + LISTS
 # the string columns that key the report's groupings, read as Arrow dictionaries (as Parquet holds
 # them): categoricals in `df`, group_id as the integer codes `group`
@@ -65,7 +65,9 @@ class Frame:
         if len(rises) != len(self.nodes) or np.any(codes[rises] != np.arange(len(self.nodes))):
             rises = np.unique(codes, return_index=True)[1]  # an encoder that numbers otherwise: each code's first
         hosts = table.column("hosts").combine_chunks().values.take(pa.array(rises, pa.int64())).to_pylist()
-        self.labels = [f"{h} ({ip})" if h else ip for h, ip in zip(hosts, self.nodes)]
+        names = _scheduler_names(table)  # the name an operator drains by, where a scheduler gave one
+        self.labels = [f"{names[ip]} ({h or '?'}, {ip})" if ip in names else f"{h} ({ip})" if h else ip
+                       for h, ip in zip(hosts, self.nodes)]
         local_first = local_last = np.full(n, -1)
         if table.column("local_ranks").null_count < n:  # results written before local_ranks existed have none
             loffs, lflat, lfirst, llast = _ends(table.column("local_ranks"))
@@ -127,3 +129,15 @@ class Frame:
                 ranks.values.to_numpy(zero_copy_only=False)[np.repeat(keep, rank_len)],
                 times.values.to_numpy(zero_copy_only=False)[np.repeat(keep, time_len)],
                 self._codes[np.repeat(keep, node_len)])
+
+
+def _scheduler_names(table: pa.Table) -> dict[str, str]:
+    """Node IP -> its name in the scheduler, from the rows that carry `scheduler_nodes` (Slurm's
+    SLURMD_NODENAME, Kubernetes' node name); empty for rows written outside one, or before the column."""
+    if "scheduler_nodes" not in table.column_names or table.column("scheduler_nodes").null_count == table.num_rows:
+        return {}
+    named = table.filter(pc.is_valid(table.column("scheduler_nodes")))
+    pairs = pa.table({"ip": pc.list_flatten(named.column("node_ips")),
+                      "name": pc.list_flatten(named.column("scheduler_nodes"))})
+    pairs = pairs.filter(pc.is_valid(pairs.column("name"))).group_by(["ip", "name"]).aggregate([])
+    return dict(zip(pairs.column("ip").to_pylist(), pairs.column("name").to_pylist()))

@@ -76,7 +76,8 @@ def _table_row(v: NodeVerdict) -> dict:
     """The verdict with the evidence that decided it."""
     e = v.deciding()
     partners = [ip for ip in e.get("nodes", []) if ip != v.node]
-    return {"node": v.node, "host": v.host, "verdict": v.verdict.value, "phase": e.get("phase"),
+    return {"node": v.node, "host": v.host + (f" ({v.name})" if v.name else ""), "verdict": v.verdict.value,
+            "phase": e.get("phase"),
             "with": ",".join(partners[:3]) + (f",+{len(partners) - 3}" if len(partners) > 3 else ""),
             "busbw": e.get("busbw_gbps"), "reference": e.get("reference_gbps"),
             "detail": "; ".join(filter(None, [v.detail, e.get("detail") or e.get("status")]))}

@@ -70,6 +70,7 @@ def group_base(run: RunRef, backend: str, group, groups_in_round: int, workers: 
         "hosts": [w.hostname for w in workers],
         "node_ips": [w.node_ip for w in workers],
         "node_ids": [w.node_id for w in workers],
+        "scheduler_nodes": [w.scheduler_node for w in workers] if any(w.scheduler_node for w in workers) else None,
         "devices": [_device(w) for w in workers],
         "pids": [w.pid for w in workers],
         "pair_nodes": pair_nodes,
@@ -200,6 +201,8 @@ def replay_rows(base: dict, case: Case, per_rank: Sequence[Sequence[ReplayTiming
         op, times = first[key], members[key]
         js = sorted(times)
         where = {c: [base[c][j] for j in js] for c in _PER_RANK}
+        if base.get("scheduler_nodes"):
+            where["scheduler_nodes"] = [base["scheduler_nodes"][j] for j in js]
         per_node = Counter(where["node_ids"])
         count = op.out_numel if kind == "all_gather" else op.in_numel
         row = {**base, **where, "world_size": len(js), "n_nodes": len(per_node),

@@ -106,6 +106,7 @@ def qualification(spec: SweepSpec, *, threshold: float = PEER_THRESHOLD, min_fra
             done["groups"] += len(probes)
             voice.say(_round_line(rnd, probes, judged, runner.spec.group_timeout_s, q))
         session.manifest["groups_total"] = done["groups"]
+        done["names"] = {i.node_ip: i.scheduler_node for i in session.pool.infos() if i.scheduler_node}
         session.finish(outcome)
 
     session, finished = live(
@@ -115,7 +116,7 @@ def qualification(spec: SweepSpec, *, threshold: float = PEER_THRESHOLD, min_fra
         interrupted_line=lambda s: f"collbench: interrupted; the probes so far are in {s.store.location}")
     if finished:
         q, inv = done["q"], done["inv"]
-        result.nodes = _verdicts(q, inv)
+        result.nodes = _verdicts(q, inv, done.get("names", {}))
         result.state, result.rounds = RunState.FINISHED, q.rounds
         result.speed_judged, result.unjudged, result.agreement = not q.unjudged, q.unjudged_note(), q.agreement()
         result.exit_code = 1 if result.failing else 0
@@ -236,12 +237,13 @@ def _round_line(rnd: int, probes: list[Probe], judged: list[Result], limit_s: fl
             f"deadline {limit_s:.0f}s; {q.named()} node(s) named so far")
 
 
-def _verdicts(q: Qualifier, inv: Inventory) -> list[NodeVerdict]:
-    """The qualifier's summary with nodes as operators know them (IP, host, Ray node id)."""
+def _verdicts(q: Qualifier, inv: Inventory, names: dict[str, str]) -> list[NodeVerdict]:
+    """The qualifier's summary with nodes as operators know them (IP, host, Ray node id, and the
+    scheduler's name where the workers were started under one: `names`, by IP)."""
     out = []
     for item in q.summary():
         node = inv.nodes[item["node"]]
         evidence = [{**e, "nodes": [inv.nodes[i].ip for i in e["nodes"]]} for e in item["evidence"]]
         out.append(NodeVerdict(node.ip, node.hostname, node.node_id, Outcome(item["verdict"]), item["detail"],
-                               tuple(evidence)))
+                               tuple(evidence), names.get(node.ip)))
     return out

@@ -43,6 +43,8 @@ ROW_SCHEMA = pa.schema(
         ("hosts", _str_list),  # by group rank
         ("node_ips", _str_list),
         ("node_ids", _str_list),
+        # per rank, its node's name in the scheduler (Slurm's, Kubernetes'); null outside one
+        ("scheduler_nodes", _str_list),
         ("devices", _str_list),
         ("pids", pa.list_(pa.int64())),  # worker process ids, by group rank
         ("pair_nodes", _str_list),  # pairwise only: the two node ids

@@ -56,6 +56,7 @@ class NodeVerdict:
     detail: str
     evidence: tuple[dict, ...]
     """Each of its probes, in order: phase, group_id, nodes (IPs), status, busbw_gbps, reference_gbps, detail."""
+    name: str | None = None  # its name in the scheduler (Slurm's, Kubernetes'): what an operator drains
 
     @property
     def passed(self) -> bool:
@@ -70,8 +71,8 @@ class NodeVerdict:
 
     def to_json(self) -> dict:
         """As `collbench qualify --format json` writes it."""
-        return {"node": self.node, "host": self.host, "node_id": self.node_id, "verdict": self.verdict.value,
-                "detail": self.detail, "evidence": list(self.evidence)}
+        return {"node": self.node, "host": self.host, "node_id": self.node_id, "name": self.name,
+                "verdict": self.verdict.value, "detail": self.detail, "evidence": list(self.evidence)}
 
 
 @dataclass(frozen=True)

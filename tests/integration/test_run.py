@@ -123,3 +123,23 @@ def test_ranks_niced_by_ray_are_said(tmp_path):
     df = pd.read_parquet(out)
     assert dataset.manifest(str(out), df.run_id.iloc[0])["worker_niceness"] == 15
     assert "collbench: warning: the ranks run at nice 15 (Ray's default for its workers)" in proc.stderr
+
+
+def test_under_slurm_rows_and_verdicts_carry_the_node_name_it_drains_by(tmp_path):
+    """Issue 44: an embedded instance started inside a Slurm step (SLURMD_NODENAME in its
+    environment, as `srun ... ray start` gives each node's Ray): the rows' scheduler_nodes and
+    qualify's verdicts name the node as Slurm does; the table shows it beside the host name."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["SLURMD_NODENAME"] = "slm7"
+    out = tmp_path / "results"
+    proc = run_cli(["run", "--output", str(out), "--collectives", "all_reduce", "-b", "1K", "-e", "1K", "-n", "2"],
+                   env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    df = pd.read_parquet(out)
+    assert [list(s) for s in df.scheduler_nodes] == [["slm7", "slm7"]] * len(df)
+    q = run_cli(["qualify", "--output", str(out), "-b", "64K", "-e", "64K", "-n", "2", "--format", "json"], env=env)
+    assert q.returncode == 0, q.stderr[-3000:]
+    (verdict,) = json.loads(q.stdout)["nodes"]
+    assert verdict["name"] == "slm7" and verdict["verdict"] == "pass"

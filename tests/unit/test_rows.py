@@ -149,3 +149,38 @@ def test_a_rank_reads_its_own_contention():
     # /proc/stat's aggregate line: user nice system idle iowait irq softirq steal guest guest_nice
     assert steal_and_total("cpu  100 0 50 800 10 0 5 35 0 0\ncpu0 1 2 3 4 5 6 7 8\n") == (35, 1000)
     assert steal_and_total("cpu  100 0 50 800\n") is None  # a kernel that does not count steal
+
+
+def test_rows_name_nodes_as_their_scheduler_does_and_the_report_drains_by_that_name():
+    """Issue 44: rows and flags named the slow node by IP and host name only, never by the name an
+    operator drains (Slurm's SLURMD_NODENAME in the workers' environment; Kubernetes' node name
+    through COLLBENCH_NODE_NAME). Outside a scheduler the column is null."""
+    from dataclasses import replace
+
+    import pyarrow as pa
+
+    from orchestrator.analysis import diagnosis
+    from orchestrator.analysis.frame import Frame
+    from workloads.comm_env import scheduler_node_name
+
+    assert scheduler_node_name({"SLURMD_NODENAME": "slm2", "COLLBENCH_NODE_NAME": "k8s-1"}) == "slm2"
+    assert scheduler_node_name({"COLLBENCH_NODE_NAME": " gke-pool-7 "}) == "gke-pool-7"
+    assert scheduler_node_name({"SLURMD_NODENAME": " "}) is None and scheduler_node_name({}) is None
+    assert _base()["scheduler_nodes"] is None  # no scheduler: null, not a list of nulls
+    named = [replace(_worker(n, 100 + i), scheduler_node=f"slm{n[-1]}") for i, n in enumerate(("n1", "n1", "n2"))]
+    base = rows.group_base(RUN, "gloo", Group("r3-g1", "mixed", 3, (4, 5, 6)), 2, named, [0, 1, 0], None)
+    assert base["scheduler_nodes"] == ["slm1", "slm1", "slm2"]
+    # six nodes' pairs, node 4 at a quarter: the flag names it by its Slurm name first
+    ips, n = [f"10.0.0.{10 + i}" for i in range(6)], 6
+    pairs = [(a, b) for a in range(n) for b in range(a + 1, n)]
+    busbw = [10.0 * (0.25 if 4 in p else 1.0) * (1 + 0.01 * k % 3) for k, p in enumerate(pairs)]
+    table = pa.table({
+        "run_id": ["r"] * len(pairs), "collective": ["all_reduce"] * len(pairs), "backend": ["gloo"] * len(pairs),
+        "dtype": ["float32"] * len(pairs), "op": ["sum"] * len(pairs), "in_place": [True] * len(pairs),
+        "msg_bytes": [16 << 20] * len(pairs), "world_size": [2] * len(pairs), "ranks_per_node": [1] * len(pairs),
+        "topology": ["inter"] * len(pairs), "pattern": ["pairwise"] * len(pairs), "status": ["ok"] * len(pairs),
+        "group_id": [f"g{i}" for i in range(len(pairs))], "busbw_gbps": busbw,
+        "node_ips": [[ips[a], ips[b]] for a, b in pairs], "hosts": [[f"h-slm{a}", f"h-slm{b}"] for a, b in pairs],
+        "local_ranks": [[0, 0]] * len(pairs), "scheduler_nodes": [[f"slm{a}", f"slm{b}"] for a, b in pairs]})
+    (flag,) = [f for f in diagnosis.flags(Frame(table), 0.10) if f.kind == "slow_node"]
+    assert flag.nodes == [ips[4]] and flag.message.startswith("slow node slm4 (h-slm4, 10.0.0.14)"), flag.message
