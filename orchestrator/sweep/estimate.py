@@ -2,8 +2,8 @@
 
 A run is its start-up, then its rounds one after another; the groups of a round run side by side,
 so a round lasts as long as its slowest group. A group's time is its calls (every warm-up, timed
-and check iteration of every size, as the harness makes them: `case_deadline_s` counts the same)
-at a per-call latency plus the bytes at a bus bandwidth (nccl-tests' definition, so
+and check iteration of every size, as the harness makes them: the timed ones once on a host clock,
+twice on a GPU) at a per-call latency plus the bytes at a bus bandwidth (nccl-tests' definition, so
 `time = latency + msg_bytes * busbw_factor(n) / busbw`), plus what a round costs beyond its calls
 (forming the process groups, allocating and checking buffers).
 
