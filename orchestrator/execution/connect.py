@@ -17,11 +17,12 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import ray
 
-from orchestrator.errors import ConnectTimeout, UsageError, first_line
+from orchestrator.errors import ConnectTimeout, RunStopped, UsageError, first_line
 from orchestrator.lab.raynodes import MEASURING_NICENESS
 from orchestrator.timeouts import connect_timeout_s
 
@@ -73,6 +74,37 @@ def _join_or_start(address: str | None) -> str:
     finally:
         notice.setLevel(level)
     return "embedded Ray instance"
+
+
+def nodes_to_wait_for(wait_nodes: int | None, environ: dict[str, str]) -> tuple[int, str]:
+    """How many nodes a run waits for before planning, and why (for its line): --wait-nodes where
+    given, else a Slurm job's node count (the driver runs inside the allocation), else 0 (none)."""
+    if wait_nodes is not None:
+        return wait_nodes, "--wait-nodes"
+    raw = environ.get("SLURM_JOB_NUM_NODES") or environ.get("SLURM_NNODES") or ""
+    return (int(raw), "the Slurm job's nodes, $SLURM_JOB_NUM_NODES") if raw.strip().isdigit() else (0, "")
+
+
+def joined_nodes(spec, say: Callable[[str], None]):
+    """The nodes that can hold a rank, once as many as the run waits for have joined (--wait-nodes,
+    or a Slurm job's node count: a worker still starting must not shrink the sweep silently), up
+    to --group-timeout; RunStopped naming those that joined where fewer did."""
+    from orchestrator.sweep import inventory
+
+    wanted, why = nodes_to_wait_for(spec.wait_nodes, dict(os.environ))
+    inv = inventory.from_ray_nodes(ray.nodes(), spec.ranks_per_node)
+    if len(inv.nodes) >= wanted:
+        return inv
+    say(f"collbench: waiting for {wanted} node(s) ({why}): {len(inv.nodes)} joined")
+    deadline = time.monotonic() + spec.group_timeout_s
+    while len(inv.nodes) < wanted and time.monotonic() < deadline:
+        time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+        inv = inventory.from_ray_nodes(ray.nodes(), spec.ranks_per_node)
+    if len(inv.nodes) < wanted:
+        joined = ", ".join(f"{n.hostname} ({n.ip})" for n in inv.nodes) or "none"
+        raise RunStopped(f"{wanted} node(s) expected ({why}), {len(inv.nodes)} joined in {spec.group_timeout_s:g} s: "
+                         f"{joined}; start the missing nodes' Ray, or give --wait-nodes {len(inv.nodes)} to measure those")
+    return inv
 
 
 def disconnect(connection: Connection | None) -> None:

@@ -17,7 +17,7 @@ import time
 
 import ray
 
-from orchestrator.errors import RunStopped, UsageError
+from orchestrator.errors import UsageError
 from orchestrator.execution import connect, doctor, probe, provenance
 from orchestrator.execution.events import GroupEnded, GroupJoined, RunObserver
 from orchestrator.execution.metrics import RunMetrics
@@ -32,7 +32,7 @@ from orchestrator.sweep import inventory
 from orchestrator.sweep.devices import FLOAT8, check_driver, check_memory, float8_for_cluster
 from orchestrator.sweep.inventory import Inventory
 from orchestrator.sweep.sizes import format_bytes
-from orchestrator.sweep.spec import ALL, SweepSpec, auto_backend, for_backend, nodes_to_wait_for
+from orchestrator.sweep.spec import ALL, SweepSpec, auto_backend, for_backend
 
 
 class Session:
@@ -106,7 +106,7 @@ class Session:
         if self.placement_group is not None:
             inv = inventory.from_placement_group(ray.nodes(), placement_bundles(self.placement_group))
         else:
-            inv = self._joined_nodes()
+            inv = connect.joined_nodes(self.spec, self.voice.say)
         inv = inventory.select(inv, self.spec.nodes, self.spec.exclude)
         if not inv.nodes:
             raise UsageError("the Ray cluster has no node that can hold a rank")
@@ -116,26 +116,6 @@ class Session:
         self.spec = for_backend(self.spec, backend)  # `-d all` known now
         self.inv, self.backend = inv, backend
         return inv, backend
-
-    def _joined_nodes(self) -> Inventory:
-        """The nodes that can hold a rank, once as many as the run waits for have joined (--wait-nodes,
-        or a Slurm job's node count: a worker still starting must not shrink the sweep silently), up
-        to --group-timeout; RunStopped naming those that joined where fewer did."""
-        wanted, why = nodes_to_wait_for(self.spec.wait_nodes, dict(os.environ))
-        inv = inventory.from_ray_nodes(ray.nodes(), self.spec.ranks_per_node)
-        if len(inv.nodes) >= wanted:
-            return inv
-        self.voice.say(f"collbench: waiting for {wanted} node(s) ({why}): {len(inv.nodes)} joined")
-        deadline = time.monotonic() + self.spec.group_timeout_s
-        while len(inv.nodes) < wanted and time.monotonic() < deadline:
-            time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
-            inv = inventory.from_ray_nodes(ray.nodes(), self.spec.ranks_per_node)
-        if len(inv.nodes) < wanted:
-            joined = ", ".join(f"{n.hostname} ({n.ip})" for n in inv.nodes) or "none"
-            raise RunStopped(f"{wanted} node(s) expected ({why}), {len(inv.nodes)} joined in "
-                             f"{self.spec.group_timeout_s:g} s: {joined}; start the missing nodes' Ray, or give "
-                             f"--wait-nodes {len(inv.nodes)} to measure those")
-        return inv
 
     def check_devices(self, group_sizes: set[int]) -> None:
         """What every node is (probe task), and whether the sweep fits and can run there."""

@@ -61,10 +61,10 @@ from orchestrator.sweep.qualify_judging import (
     circle_round,
     circle_rounds,
 )
-from orchestrator.sweep.qualify_types import Deadlines, Outcome, Phase, Probe, Reference, Result, Verdict
+from orchestrator.sweep.qualify_types import UNJUDGED, Deadlines, Outcome, Phase, Probe, Reference, Result, Verdict
 
-__all__ = ["DISAGREEING_PROBES", "Cut", "Deadlines", "Outcome", "Phase", "Probe", "Qualifier", "Reference", "Result",
-           "Verdict", "circle_rounds", "fresh_rounds"]
+__all__ = ["DISAGREEING_PROBES", "UNJUDGED", "Cut", "Deadlines", "Outcome", "Phase", "Probe", "Qualifier", "Reference",
+           "Result", "Verdict", "circle_rounds", "fresh_rounds"]
 
 _MAX_GATES = 3
 LOOKS = 6  # fresh pairs every node is in (a fault in half its probes shows twice in 6 in 89% of nodes)
@@ -92,10 +92,6 @@ class QualifyStep(Enum):
     PAIRS = "pairs"  # fresh pairs and retests, until both are done
     GATES = "gates"  # gates and bisections, and the retests they raise
     DONE = "done"
-
-
-# A passing node's detail where none of its probes could be judged for speed
-UNJUDGED = "completed; its speed was not judged (nothing to compare it with: give --expected)"
 
 
 @dataclass

@@ -43,6 +43,8 @@ class Outcome(str, Enum):
 
 
 Verdict = Outcome  # a node's verdict is an outcome (the name commands and tests use)
+# A passing node's detail where none of its probes could be judged for speed
+UNJUDGED = "completed; its speed was not judged (nothing to compare it with: give --expected)"
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from typing import Any
 from orchestrator.errors import UsageError, renamed
 from orchestrator.sweep import traffic
 from orchestrator.sweep.sizes import format_bytes, parse_bytes, sweep
+from orchestrator.sweep.spec_values import KIND_WORDS, brief_repr, env_value, strict_int
 from orchestrator.sweep.units import format_duration, parse_duration
 from workloads.comm_env import COMM_ENV_PREFIXES as ENV_PREFIXES
 from workloads.dtypes import BACKEND_DTYPES, DTYPE_ALIASES, ELEMENT_BYTES, OPS, unsupported_pair
@@ -39,15 +40,6 @@ BACKENDS = ("auto", "nccl", "gloo")
 # a default sweep: every even collective (all_to_allv's traffic is a choice of its own: --traffic)
 DEFAULT_COLLECTIVES = tuple(c for c in COLLECTIVES if c != "all_to_allv")
 ALL = "all"  # -d all: every dtype the backend supports, known once the backend is (for_backend)
-
-
-def nodes_to_wait_for(wait_nodes: int | None, environ: dict[str, str]) -> tuple[int, str]:
-    """How many nodes a run waits for before planning, and why (for its line): --wait-nodes where
-    given, else a Slurm job's node count (the driver runs inside the allocation), else 0 (none)."""
-    if wait_nodes is not None:
-        return wait_nodes, "--wait-nodes"
-    raw = environ.get("SLURM_JOB_NUM_NODES") or environ.get("SLURM_NNODES") or ""
-    return (int(raw), "the Slurm job's nodes, $SLURM_JOB_NUM_NODES") if raw.strip().isdigit() else (0, "")
 
 
 def _opt(default: Any, flags: tuple[str, ...], help: str, kind: str = "str", **extra: Any) -> Any:
@@ -108,12 +100,9 @@ class SweepSpec:
     exclude: tuple[str, ...] = _opt(
         (), ("--exclude",), "leave these nodes out, comma-separated: IP address, host name or Ray node id", "list",
     )
-    wait_nodes: int | None = _opt(
-        None, ("--wait-nodes",),
-        "wait, up to --group-timeout, until this many nodes that can hold a rank have joined, and stop (exit 1) "
-        "naming those that did where fewer did; 0 takes whatever has joined (default: inside a Slurm job, its "
-        "node count, $SLURM_JOB_NUM_NODES; elsewhere 0)", "int",
-    )
+    wait_nodes: int | None = _opt(None, ("--wait-nodes",), "wait, up to --group-timeout, for this many nodes, and stop (exit "
+                                  "1) naming those that joined where fewer did; 0: what has joined (default: a Slurm "
+                                  "job's $SLURM_JOB_NUM_NODES, else 0)", "int")
     group_timeout_s: float = _opt(
         300.0, ("--group-timeout",),
         "time a group may take to form, to leave, and for each case on top of its bytes' time (--deadline-rate): "
@@ -318,18 +307,18 @@ def convert(f: dataclasses.Field, value: Any) -> Any:
             return tuple(dict.fromkeys(names))
         if kind == "ints":
             items = value.split(",") if isinstance(value, str) else list(value)
-            sizes = tuple(_strict_int(v) for v in items if str(v).strip())
+            sizes = tuple(strict_int(v) for v in items if str(v).strip())
             if isinstance(value, str) and not sizes:  # `--group-sizes ''` would silently mean every size
                 raise ValueError
             return sizes
         if kind == "env":
             if isinstance(value, dict):  # YAML `env: {NCCL_ALGO: Ring}`
-                return tuple(f"{name}={_env_value(name, v)}" for name, v in value.items())
+                return tuple(f"{name}={env_value(name, v)}" for name, v in value.items())
             return tuple(map(str, value)) if isinstance(value, (list, tuple)) else (str(value),)
         if kind == "bytes":
             return parse_bytes(value)
         if kind == "int":
-            return _strict_int(value)
+            return strict_int(value)
         if kind == "duration":
             return parse_duration(value, flag, MAX_TIMEOUT_S)
         if kind == "float":
@@ -346,47 +335,7 @@ def convert(f: dataclasses.Field, value: Any) -> Any:
     except UsageError:
         raise
     except (ValueError, TypeError):
-        raise UsageError(f"{flag} {brief_repr(value)}: expected {_KIND_WORDS[kind]}") from None
-
-
-def brief_repr(value: Any) -> str:
-    """A bad value as the one line names it: its repr, cut short (a YAML list may nest a billion items)."""
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        text = repr(value)
-        return text if len(text) <= 80 else text[:77] + "..."
-    return f"(a YAML {type(value).__name__})"
-
-
-_KIND_WORDS = {
-    "list": "a comma-separated list",
-    "ints": "a comma-separated list of integers",
-    "env": "NAME=VALUE items",
-    "bytes": "a byte size such as 8, 1K, 64M or 1G",
-    "int": "an integer",
-    "float": "a number",
-    "duration": "a duration such as 30s, 5m or 1h",
-    "bool": "true or false",
-    "str": "a string",
-}
-
-
-def _env_value(name: Any, value: Any) -> str:
-    """One value of a YAML env mapping as the text the variable gets; YAML's booleans (true, yes,
-    on) are refused rather than guessed at (NCCL wants 1, a shell would pass True)."""
-    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise UsageError(f"--env {name}: {value!r} is not a string or number (quote it in YAML: {name}: '1')")
-    return str(value)
-
-
-def _strict_int(value: Any) -> int:
-    if isinstance(value, bool):
-        raise ValueError
-    if isinstance(value, int):
-        return value
-    text = str(value).strip()
-    if not re.fullmatch(r"[+-]?\d+", text):
-        raise ValueError
-    return int(text)
+        raise UsageError(f"{flag} {brief_repr(value)}: expected {KIND_WORDS[kind]}") from None
 
 
 def key_of(f: dataclasses.Field) -> str:

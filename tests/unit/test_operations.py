@@ -193,7 +193,7 @@ def test_predict_is_one_operation_under_both_faces(tmp_path):
 
 def test_the_nodes_a_run_waits_for_come_from_the_option_or_the_slurm_job():
     """Issue 44: inside a Slurm job the driver knows the allocation's size; --wait-nodes overrides it."""
-    from orchestrator.sweep.spec import nodes_to_wait_for
+    from orchestrator.execution.connect import nodes_to_wait_for
 
     slurm = {"SLURM_JOB_NUM_NODES": "3", "SLURM_JOB_ID": "7"}
     assert nodes_to_wait_for(None, slurm) == (3, "the Slurm job's nodes, $SLURM_JOB_NUM_NODES")
