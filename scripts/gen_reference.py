@@ -112,7 +112,7 @@ def config_markdown() -> str:
         lines.append(f"- flags: {', '.join(_code(flag) for flag in meta['flags'])}")
         if f.name != key:
             lines.append(f"- old key (taken until the next release): {_code(f.name)}")
-        lines.append(f"- type: {_code(str(f.type))}, {spec._KIND_WORDS[meta['kind']]}")
+        lines.append(f"- type: {_code(str(f.type))}, {spec.KIND_WORDS[meta['kind']]}")
         lines.append(f"- default: {_code(shown) if shown else 'none'}")
         lines += ["", meta["help"], ""]
     return "\n".join(lines).rstrip("\n") + "\n"
