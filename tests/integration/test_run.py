@@ -112,15 +112,7 @@ def test_one_rank_group_runs_end_to_end(ray_head, tmp_path):
 
 def test_ranks_niced_by_ray_are_said(tmp_path):
     """An embedded instance where the user set Ray's own default, nice 15: measured, and said."""
-    import os
-
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env["RAY_worker_niceness"] = "15"
-    out = tmp_path / "results"
-    proc = run_cli(["run", "--output", str(out), "--collectives", "all_reduce", "-b", "1K", "-e", "1K", "-n", "2"],
-                   env=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    df = pd.read_parquet(out)
+    out, proc, df = _embedded_run(tmp_path, RAY_worker_niceness="15")
     assert dataset.manifest(str(out), df.run_id.iloc[0])["worker_niceness"] == 15
     assert "collbench: warning: the ranks run at nice 15 (Ray's default for its workers)" in proc.stderr
 
@@ -129,17 +121,27 @@ def test_under_slurm_rows_and_verdicts_carry_the_node_name_it_drains_by(tmp_path
     """Issue 44: an embedded instance started inside a Slurm step (SLURMD_NODENAME in its
     environment, as `srun ... ray start` gives each node's Ray): the rows' scheduler_nodes and
     qualify's verdicts name the node as Slurm does; the table shows it beside the host name."""
-    import os
-
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env["SLURMD_NODENAME"] = "slm7"
-    out = tmp_path / "results"
-    proc = run_cli(["run", "--output", str(out), "--collectives", "all_reduce", "-b", "1K", "-e", "1K", "-n", "2"],
-                   env=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    df = pd.read_parquet(out)
+    out, _, df = _embedded_run(tmp_path, SLURMD_NODENAME="slm7")
     assert [list(s) for s in df.scheduler_nodes] == [["slm7", "slm7"]] * len(df)
-    q = run_cli(["qualify", "--output", str(out), "-b", "64K", "-e", "64K", "-n", "2", "--format", "json"], env=env)
+    q = run_cli(["qualify", "--output", str(out), "-b", "64K", "-e", "64K", "-n", "2", "--format", "json"],
+                env=_embedded_env(SLURMD_NODENAME="slm7"))
     assert q.returncode == 0, q.stderr[-3000:]
     (verdict,) = json.loads(q.stdout)["nodes"]
     assert verdict["name"] == "slm7" and verdict["verdict"] == "pass"
+
+
+def _embedded_env(**extra: str) -> dict:
+    """This process's environment without RAY_ADDRESS (each run starts its own instance), with `extra`."""
+    import os
+
+    return {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, **extra}
+
+
+def _embedded_run(tmp_path, **extra: str):
+    """A one-size all_reduce run on an embedded instance with `extra` in its environment: (output, the
+    finished process, its rows)."""
+    out = tmp_path / "results"
+    proc = run_cli(["run", "--output", str(out), "--collectives", "all_reduce", "-b", "1K", "-e", "1K", "-n", "2"],
+                   env=_embedded_env(**extra))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out, proc, pd.read_parquet(out)
