@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import re
 import shlex
@@ -189,7 +190,11 @@ def test_ctrl_c_in_a_group_keeps_its_finished_cases_and_resume_measures_it_whole
     assert f"interrupted; 0 group(s) and the finished cases of 1 group(s) in flight saved in {out}" in said, said
     assert "1 measurement(s)" in said
     report = run_cli(["report", str(out), "--run", run_id, "--format", "json"])
-    assert report.returncode in (0, 1) and '"run_id": "' + run_id in report.stdout, report.stderr[-2000:]
+    read = json.loads(report.stdout)
+    # the run reads, and the cases the interrupt cut are its one failure: exit 1, said as skipped
+    assert report.returncode == 1 and read["run"]["run_id"] == run_id, report.stderr[-2000:]
+    assert [(r["group_id"], r["status"], r["error"].split(" (")[0]) for r in read["tables"]["failures"]] == \
+        [("r0-g0", "skipped", "not measured: the run was interrupted in this group")], read["tables"]["failures"]
     resumed = run_cli(_resume_command(run)[1:], env=ray_head.env(), timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "resuming: 0 group(s) already on disk are skipped" in resumed.stdout
