@@ -52,7 +52,7 @@ from orchestrator.operations.predict import Predicted
 from orchestrator.operations.qualify import Qualification
 from orchestrator.operations.report import Report
 from orchestrator.operations.run import RunResult
-from orchestrator.sweep.spec import SweepSpec, field_of, spec_fields
+from orchestrator.operations.sweeps import SweepSpec, field_of, spec_fields
 
 __all__ = ["Comparison", "Planned", "Predicted", "Preflight", "Qualification", "Report", "RunResult", "UsageError",
            "Watched", "compare", "doctor", "import_nccl_tests", "plan", "predict", "preflight", "qualify", "replay",

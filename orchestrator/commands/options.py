@@ -6,8 +6,15 @@ from __future__ import annotations
 import argparse
 
 from orchestrator.operations.checks import MIN_FRACTION, UNITS
-from orchestrator.operations.sweeps import resolved
-from orchestrator.sweep.spec import SweepSpec, convert, field_of, from_mapping, key_of, read_config, shown, spec_fields
+from orchestrator.operations.sweeps import (
+    SweepSpec,
+    field_of,
+    from_command_line,
+    key_of,
+    read_config,
+    shown,
+    spec_fields,
+)
 
 FORMATS = ("table", "markdown", "csv", "json")
 
@@ -44,17 +51,10 @@ def add_spec_options(p: argparse.ArgumentParser, only: tuple[str, ...] | None = 
 
 
 def spec_from_args(args: argparse.Namespace) -> SweepSpec:
-    """Defaults (the command's own over the spec's), then the --config file, then command-line
-    options; the output resolved as the API's (operations.sweeps)."""
-    values = dict(getattr(args, "spec_defaults", {}))
-    if args.config:
-        values.update(from_mapping(read_config(args.config), source=f"--config {args.config}",
-                                   only=getattr(args, "spec_only", None), command=getattr(args, "spec_command", None)))
-    for f in spec_fields():
-        raw = getattr(args, f.name, None)
-        if raw is not None:
-            values[f.name] = convert(f, raw)
-    return resolved(SweepSpec(**values))
+    """The command's sweep from its parsed options (operations.sweeps.from_command_line)."""
+    return from_command_line({f.name: getattr(args, f.name, None) for f in spec_fields()}, args.config,
+                             getattr(args, "spec_defaults", {}), getattr(args, "spec_only", None),
+                             getattr(args, "spec_command", None))
 
 
 def given_fields(args: argparse.Namespace) -> frozenset[str]:

@@ -26,7 +26,7 @@ from orchestrator.operations.predict import (
     parse_count,
 )
 from orchestrator.operations.predict import predict as price
-from orchestrator.sweep.spec import MAX_MSG_BYTES
+from orchestrator.operations.sweeps import MAX_MSG_BYTES
 
 
 def add_parser(sub) -> None:

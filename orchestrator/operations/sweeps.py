@@ -10,7 +10,23 @@ from typing import Any
 
 from orchestrator.errors import UsageError
 from orchestrator.results.location import resolve_output
-from orchestrator.sweep.spec import SweepSpec, brief_repr, from_mapping, key_of, spec_fields
+from orchestrator.sweep.spec import (
+    MAX_MSG_BYTES,
+    SweepSpec,
+    brief_repr,
+    convert,
+    field_of,
+    from_mapping,
+    key_of,
+    read_config,
+    shown,
+    spec_fields,
+)
+
+# The options' declaration as the faces read it (their parsers, helps and the API's keywords): through
+# this use-case module, so that a face imports nothing of the driver below operations/
+__all__ = ["MAX_MSG_BYTES", "NONE", "SweepSpec", "Sweeps", "field_of", "from_command_line", "key_of", "read_config",
+           "resolved", "shown", "spec_fields"]
 
 NONE: Mapping[str, Any] = MappingProxyType({})
 
@@ -56,3 +72,17 @@ def resolved(spec: SweepSpec) -> SweepSpec:
     """`spec` with its output where it will be written (a local folder made absolute), as both
     faces give it to an operation."""
     return dataclasses.replace(spec, output=resolve_output(spec.output))
+
+
+def from_command_line(raw: Mapping[str, Any], config: str | None, defaults: Mapping[str, Any] = NONE,
+                      only: tuple[str, ...] | None = None, command: str | None = None) -> SweepSpec:
+    """A command line's sweep: the command's `defaults` (over the spec's), then the --config file
+    (its keys checked against `only`, named as `command`'s), then the options given (`raw`: field
+    name -> the text typed, None where absent); the output resolved as the API's."""
+    values = dict(defaults)
+    if config:
+        values.update(from_mapping(read_config(config), source=f"--config {config}", only=only, command=command))
+    for f in spec_fields():
+        if raw.get(f.name) is not None:
+            values[f.name] = convert(f, raw[f.name])
+    return resolved(SweepSpec(**values))

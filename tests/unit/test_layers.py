@@ -91,10 +91,11 @@ def test_nothing_under_the_use_cases_imports_them():
     assert upward == []
 
 
-# What a face may import of the driver (issue 43): the use cases, the errors, the options'
-# declaration, and the faces' own modules (the command line's parsers and renderers). The worker
+# What a face may import of the driver (issue 43): the use cases (the options' declaration too,
+# through operations.sweeps), the errors, and the faces' own modules (the command line's parsers and
+# renderers). The worker
 # package (workloads/) is not the driver: a face may name its collectives in a help.
-FACE_MAY_IMPORT = ("orchestrator.operations", "orchestrator.errors", "orchestrator.sweep.spec", FACES, "workloads")
+FACE_MAY_IMPORT = ("orchestrator.operations", "orchestrator.errors", FACES, "workloads")
 
 
 def _may(target: str, allowed: tuple[str, ...]) -> bool:
