@@ -14,6 +14,7 @@ import datetime as dt
 import json
 import posixpath
 import warnings
+from collections import Counter
 from dataclasses import dataclass
 
 import pandas as pd
@@ -197,16 +198,9 @@ class Pick:
         """One line: which run was taken, and why not a newer one; None where the dataset holds one run."""
         if not self.passed_over:
             return f"run {self.run_id}: the latest of {self.runs} in {path}" if self.runs > 1 else None
-        kinds = ", ".join(f"{n} {c}" for c, n in _counted(c for _, c in self.passed_over))
+        kinds = ", ".join(f"{n} {c}" for c, n in Counter(c for _, c in self.passed_over).items())
         return (f"run {self.run_id}: the latest sweep in {path} (passed over {kinds} run(s) newer than it, "
                 f"{self.passed_over[0][0]} the newest)")
-
-
-def _counted(items) -> list[tuple[str, int]]:
-    out: dict[str, int] = {}
-    for x in items:
-        out[x] = out.get(x, 0) + 1
-    return list(out.items())
 
 
 def command_of(path: str, run_id: str) -> str | None:
