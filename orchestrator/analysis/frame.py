@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 
 SCALARS = ["run_id", "started_at", "collective", "backend", "dtype", "op", "in_place", "msg_bytes", "count",
            "world_size", "n_nodes", "ranks_per_node", "topology", "pattern", "group_id", "status", "error", "time_us",
-           "time_us_p50", "time_us_p99", "time_us_min",
+           "time_us_p50", "time_us_p99", "time_us_min", "time_us_max",
            "busbw_gbps", "algbw_gbps", "n_wrong", "gpu_model", "nccl_version", "net_transport", "intra_transport",
            "platform", "step", "seq", "process_group", "trace_time_us", "traffic_source", "traffic_digest",
            "traffic_busiest_bytes", "traffic_busiest_rank", "traffic_heaviest_bytes"]

@@ -6,12 +6,12 @@ tables, and the run's header last. Pure given the report and its rows."""
 from __future__ import annotations
 
 import datetime as dt
-import math
 from html import escape
 
 from orchestrator.analysis import plots
 from orchestrator.analysis.frame import Frame
 from orchestrator.analysis.report import COLUMNS, TABLES, Report, title
+from orchestrator.analysis.tables import plain
 
 _STYLE = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em auto;max-width:1100px;
@@ -26,7 +26,10 @@ vertical-align:top} th{background:#f2f4f7} td.num{text-align:right;font-variant-
 ul.reasons li span{color:#555} figure{margin:1.2em 0} figure svg{max-width:100%;height:auto}
 figcaption{color:#555;font-size:12px}
 .plots{display:grid;grid-template-columns:repeat(auto-fill,minmax(480px,1fr));gap:0 1.2em}
+.plots figure.wide{grid-column:1/-1} details summary{cursor:pointer;color:#335;margin:.4em 0}
 """
+WIDE = ' class="wide"'
+FOLD_ROWS = 12  # a longer table is folded (<details>): the plots above show it, its numbers are a click away
 _FIRST = ("intra_vs_inter", "expected")
 
 
@@ -39,8 +42,9 @@ def render(rep: Report, frame: Frame, scale: float) -> str:
     for name in _FIRST:
         if name not in empty:
             parts.append(f"<h2>{_e(title(name, rep.unit))}</h2>" + _table(name, rep.tables[name]))
-    figures = [f"<figure>{plots.svg(fig)}<figcaption>{_e(caption)}</figcaption></figure>"
-               for _, caption, fig in plots.figures(frame, scale, rep.unit)]
+    figures = [f"<figure{WIDE if name in plots.BY_SIZE else ''}>{plots.svg(fig)}"
+               f"<figcaption>{_e(caption)}</figcaption></figure>"
+               for name, caption, fig in plots.figures(frame, scale, rep.unit)]
     parts.append("<h2>Plots</h2>" + (f'<div class="plots">{"".join(figures)}</div>' if figures
                                      else "<p>(no plot: nothing measured ok)</p>"))
     for name in TABLES:
@@ -94,12 +98,22 @@ def _reasons(reasons: list[dict]) -> str:
 
 
 def _table(name: str, rows: list[dict]) -> str:
-    columns = list(dict.fromkeys([*COLUMNS[name], *(k for r in rows for k in r)]))
+    """The rows as a table, less the columns no row has a value in (a one-node run's inter column);
+    folded where longer than FOLD_ROWS."""
+    columns = [c for c in dict.fromkeys([*COLUMNS[name], *(k for r in rows for k in r)])
+               if any(_shown(r.get(c)) for r in rows)]
     if not rows:
         return "<p>(none)</p>"
     head = "".join(f"<th>{_e(c)}</th>" for c in columns)
     body = "".join("<tr>" + "".join(_cell(r.get(c), c) for c in columns) + "</tr>" for r in rows)
-    return f"<table><tr>{head}</tr>{body}</table>"
+    table = f"<table><tr>{head}</tr>{body}</table>"
+    return table if len(rows) <= FOLD_ROWS else f"<details><summary>{len(rows)} rows: show</summary>{table}</details>"
+
+
+def _shown(value) -> bool:
+    """Whether a cell has something to show (None, '' and an empty list have not)."""
+    return value is not None and not (isinstance(value, str) and value == "") and not (
+        hasattr(value, "__len__") and not isinstance(value, str) and len(value) == 0)
 
 
 def _cell(value, column: str) -> str:
@@ -113,18 +127,6 @@ def _cell(value, column: str) -> str:
     if isinstance(value, (list, tuple)):
         return f"<td>{_e(', '.join(map(str, value)))}</td>"
     return f"<td>{_e('-' if value is None else value)}</td>"
-
-
-def plain(value: float, digits: int = 4) -> str:
-    """A number in plain decimals to `digits` significant digits (0.0000973, 12.35, 48213), never
-    in exponent form; '-' for NaN."""
-    if value != value:
-        return "-"
-    if value == 0 or math.isinf(value):
-        return str(value) if math.isinf(value) else "0"
-    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
-    shown = f"{value:.{decimals}f}"
-    return shown.rstrip("0").rstrip(".") if "." in shown else shown
 
 
 def _kv(run: dict) -> str:

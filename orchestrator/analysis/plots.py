@@ -1,11 +1,13 @@
-"""Plots of a run: busbw and latency versus message size per collective (one line per topology,
-its world size in the legend), a node-by-node heatmap of pairwise busbw at a fixed figure size
+"""Plots of a run: busbw and latency versus message size, one figure each with a panel per
+collective sharing axes (per topology the median, the iterations' range and the fit, each point's
+value on hover), a node-by-node heatmap of pairwise busbw at a fixed figure size
 whatever the node count, and where measured the busbw of every GPU pair inside the nodes and of
 every rail across them. `figures` builds them; `write` saves them as PNG files (report --plots),
-`svg` renders one inline (report --format html). Needs matplotlib (the `plot` extra)."""
+`svg` renders one inline (report --format html)."""
 
 from __future__ import annotations
 
+import html
 import io
 import os
 from collections.abc import Iterator
@@ -19,42 +21,90 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from orchestrator.analysis import diagnosis, tables  # noqa: E402
+from orchestrator.analysis.fits import fit_groups  # noqa: E402
 from orchestrator.analysis.frame import Frame  # noqa: E402
 from orchestrator.sweep.sizes import format_bytes  # noqa: E402
 
 HEATMAP_INCHES = 10  # the heatmap's size: more nodes make smaller cells, not a bigger figure
 LABELLED_NODES = 64  # above this many nodes the axes carry no node names
+BY_SIZE = ("busbw.png", "latency.png")  # the figures of small multiples (one panel a collective)
+PANELS_A_ROW = 4
 
 
 def figures(frame: Frame, scale: float, unit: str) -> Iterator[tuple[str, str, object]]:
     """(file name, caption, matplotlib figure) of every plot the run's rows allow."""
     df, run_id = frame.df, frame.df.run_id.iloc[0]
-    for coll in dict.fromkeys(df.collective.dropna()):
-        widest = diagnosis.ok_rows(df)[df.collective == coll].groupby("topology", observed=True).world_size.max()
-        for value, ylabel, name in (("busbw_gbps", f"busbw ({unit})", "busbw"), ("time_us", "time (us)", "latency")):
-            rows = tables.by_size(df, coll, value)
-            if not rows:
-                continue
-            fig, ax = plt.subplots(figsize=(7, 4))
-            for topo in diagnosis.topologies(df[df.collective == coll]):
-                pts = [(r["msg_bytes"], r[topo] * (scale if value == "busbw_gbps" else 1)) for r in rows
-                       if r.get(topo) is not None]
-                if pts:
-                    ax.plot(*zip(*pts), marker="o", label=f"{topo} ({int(widest[topo])} ranks)")
-            sizes = [r["msg_bytes"] for r in rows]
-            _size_axis(ax, sizes)
-            if value == "time_us":
-                ax.set_yscale("log")
-            title = f"{coll}: {name} from {format_bytes(min(sizes))} to {format_bytes(max(sizes))}, run {run_id}"
-            ax.set_xlabel("message size")
-            ax.set_ylabel(ylabel)
-            ax.set_title(title, fontsize=9)
-            ax.legend()
-            ax.grid(True, alpha=0.3)
-            yield f"{name}_{coll}.png", title, fig
+    collectives = [c for c in dict.fromkeys(df.collective.dropna()) if tables.by_size(df, c, "busbw_gbps")]
+    if collectives:
+        fits = {(c, t, n): fit for c, t, n, _, fit in fit_groups(df) if not fit.poor}
+        for value, name in (("busbw_gbps", "busbw"), ("time_us", "latency")):
+            title = (f"{name} by message size, {len(collectives)} collective(s), run {run_id}: the median of the "
+                     "widest group of each topology, its iterations' range shaded, the fit dashed")
+            yield f"{name}.png", title, _by_size(df, collectives, value, fits, scale, unit)
     for made in (_heatmap(frame, scale, unit), _gpu_pairs(frame, scale, unit), _rails(frame, scale, unit)):
         if made is not None:
             yield made
+
+
+def _by_size(df, collectives: list[str], value: str, fits: dict, scale: float, unit: str):
+    """Small multiples, one panel per collective sharing both axes: per topology the median line,
+    the band from the fastest to the slowest iteration, and the accepted fit; every point carries
+    its value as a tooltip (an SVG <title>: no script)."""
+    cols = min(PANELS_A_ROW, len(collectives))
+    rows = -(-len(collectives) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols + 0.6, 2.6 * rows + 0.3), sharex=True, sharey=True,
+                             squeeze=False)
+    busbw = value == "busbw_gbps"
+    tips: dict[str, list[str]] = {}
+    ok = diagnosis.ok_rows(df)
+    for ax, coll in zip(axes.flat, collectives):
+        d = ok[ok.collective == coll]
+        d = d[d.world_size == d.groupby("topology", observed=True).world_size.transform("max")]
+        for topo in diagnosis.topologies(d):
+            g = d[d.topology == topo]
+            if g.empty:
+                continue
+            spread = {"time_us_min", "time_us_max"} <= set(g) and g[["time_us_min", "time_us_max"]].notna().all(axis=None)
+            if spread:  # each row's fastest and slowest iteration; busbw: the same bytes over those times
+                g = g.assign(lo=g.time_us_min, hi=g.time_us_max) if not busbw else g.assign(
+                    lo=g.busbw_gbps * g.time_us / g.time_us_max, hi=g.busbw_gbps * g.time_us / g.time_us_min)
+            per = g.groupby("msg_bytes", observed=True).agg(
+                mid=(value, "median"), factor=("busbw_gbps", "median"), alg=("algbw_gbps", "median"),
+                **({"lo": ("lo", "median"), "hi": ("hi", "median")} if spread else {}))
+            x = per.index.values.astype(float)
+            y = per.mid.values * (scale if busbw else 1)
+            n = int(g.world_size.max())
+            line, = ax.plot(x, y, marker="o", markersize=4, label=f"{topo} ({n} ranks)")
+            gid = f"pts-{len(tips)}"
+            line.set_gid(gid)
+            tips[gid] = [f"{coll} {topo} ({n} ranks), {format_bytes(int(s))}: "
+                         + f"{tables.plain(v)} {unit if busbw else 'us'}" for s, v in zip(x, y)]
+            if spread:
+                scaled = scale if busbw else 1
+                ax.fill_between(x, per.lo.values * scaled, per.hi.values * scaled, color=line.get_color(), alpha=0.18,
+                                linewidth=0)
+            fit = fits.get((coll, topo, n))
+            if fit is not None:
+                fx = np.geomspace(x.min(), x.max(), 60)
+                ft = fit.alpha_us + fx / (fit.bandwidth_gbps * 1e3)
+                ratio = float(np.nanmedian(per.factor.values / per.alg.values)) if busbw else 1.0
+                fy = fx / ft / 1e3 * ratio * scale if busbw else ft
+                ax.plot(fx, fy, linestyle="--", linewidth=1, color=line.get_color())
+        _size_axis(ax, sorted(set(d.msg_bytes.astype(int))))
+        if not busbw:
+            ax.set_yscale("log")
+        ax.set_title(coll, fontsize=9)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    for ax in axes.flat[len(collectives):]:
+        ax.set_visible(False)
+    for ax in axes[-1]:
+        ax.set_xlabel("message size")
+    for ax in axes[:, 0]:
+        ax.set_ylabel(f"busbw ({unit})" if busbw else "time (us)")
+    fig.tight_layout()
+    fig.collbench_tips = tips
+    return fig
 
 
 def _size_axis(ax, sizes: list[int]) -> None:
@@ -86,7 +136,28 @@ def svg(fig) -> str:
                 metadata={"Creator": None, "Date": None, "Format": None, "Type": None})
     plt.close(fig)
     text = buf.getvalue()
-    return text[text.index("<svg"):]
+    return _with_tips(text[text.index("<svg"):], getattr(fig, "collbench_tips", {}))
+
+
+def _with_tips(text: str, tips: dict[str, list[str]]) -> str:
+    """Each point's value as the <title> of its marker (a <use> inside the line's group, in data
+    order): the browser shows it on hover."""
+    for gid, labels in tips.items():
+        start = text.find(f'<g id="{gid}">')
+        if start < 0:
+            continue
+        head, tail = text[:start], text[start:]
+        done = []
+        for label in labels:
+            at = tail.find("<use ")
+            close = tail.find("/>", at)
+            if at < 0 or close < 0:
+                break
+            title = html.escape(label)
+            done.append(tail[:close] + f"><title>{title}</title></use>")
+            tail = tail[close + 2:]
+        text = head + "".join(done) + tail
+    return text
 
 
 def _pair_rows(frame: Frame):

@@ -3,6 +3,8 @@ element counts): what was measured, read off the ok rows; the flags are diagnosi
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
 from orchestrator.analysis.diagnosis import DOMAIN, TOPOLOGIES, ok_rows, topologies, where
@@ -58,3 +60,15 @@ def precision(df: pd.DataFrame, collective: str) -> list[dict]:
     agg = agg[shared].sort_values(["count", "msg_bytes"])
     return [{"collective": collective, "count": int(r["count"]), "dtype": r["dtype"], "msg_bytes": int(r.msg_bytes),
              "time_us": float(r.time_us), "busbw": float(r.busbw)} for _, r in agg.iterrows()]
+
+
+def plain(value: float, digits: int = 4) -> str:
+    """A number in plain decimals to `digits` significant digits (0.0000973, 12.35, 48213), never
+    in exponent form; '-' for NaN."""
+    if value != value:
+        return "-"
+    if value == 0 or math.isinf(value):
+        return str(value) if math.isinf(value) else "0"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
+    shown = f"{value:.{decimals}f}"
+    return shown.rstrip("0").rstrip(".") if "." in shown else shown

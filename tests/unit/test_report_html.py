@@ -91,3 +91,58 @@ def test_a_headless_browser_renders_every_figure_without_an_error(page_file, tmp
     assert height < 4.5 * 900, height
     assert title.startswith("collbench report 20261201T120000Z-aaaaaa")
     assert flags[0]["kind"] in first_flag
+
+
+def test_size_plots_share_axes_and_show_spread_fit_and_values(tmp_path):
+    """Issue 45: one figure per metric, a panel per collective sharing both axes; per topology the
+    median line, the band from the fastest to the slowest iteration, the accepted fit (dashed), and
+    every point's value as an SVG tooltip (the table's number, in plain decimals)."""
+    from orchestrator.analysis import plots, tables
+    from orchestrator.analysis.fits import fits
+    from orchestrator.analysis.frame import COLUMNS, DICTIONARY, Frame
+    from orchestrator.results import dataset
+
+    out, run = str(tmp_path / "results"), "20261201T120000Z-bbbbbb"
+    # exact alpha-beta rows (20 us + bytes at 40 / 10 GB/s), iterations spread by 10% noise
+    for coll, suffix in (("all_reduce", ""), ("all_gather", "-ag")):
+        write_cluster_run(out, run, nodes=2, ranks_per_node=2, patterns=("intra", "inter"), collective=coll,
+                          file_suffix=suffix, noise=0.1)
+    frame = Frame(dataset.load_table(out, run, columns=COLUMNS, dictionary=DICTIONARY))
+    made = {name: (caption, fig) for name, caption, fig in plots.figures(frame, 1.0, "GBps")}
+    assert list(made)[:2] == ["busbw.png", "latency.png"]  # then the node-pair heatmap, the rails
+    caption, fig = made["busbw.png"]
+    panels = [ax for ax in fig.axes if ax.get_visible()]
+    assert sorted(ax.get_title() for ax in panels) == ["all_gather", "all_reduce"]
+    assert panels[0].get_shared_y_axes().joined(panels[0], panels[1])
+    assert panels[0].get_shared_x_axes().joined(panels[0], panels[1])
+    df = frame.df
+    accepted = [f for f in fits(df) if f["quality"] == "good"]
+    assert len(accepted) == 4  # 2 collectives x 2 topologies
+    for ax, coll in ((ax, ax.get_title()) for ax in panels):
+        solid = [ln for ln in ax.get_lines() if ln.get_linestyle() == "-"]
+        dashed = [ln for ln in ax.get_lines() if ln.get_linestyle() == "--"]
+        assert sorted(ln.get_label() for ln in solid) == ["inter (2 ranks)", "intra (2 ranks)"]
+        assert len(dashed) == 2 and len(ax.collections) == 2  # a fit and a band for each topology
+        for line in dashed:
+            topo = next(ln for ln in solid if ln.get_color() == line.get_color()).get_label().split()[0]
+            fit = next(f for f in accepted if (f["collective"], f["topology"]) == (coll, topo))
+            # busbw of the fit's time = alpha + bytes / bandwidth, times busbw's factor for 2 ranks:
+            # all_reduce 2(n-1)/n = 1, all_gather (n-1)/n = 0.5 (nccl-tests' PERFORMANCE.md)
+            x, factor = line.get_xdata(), {"all_reduce": 1.0, "all_gather": 0.5}[coll]
+            assert list(line.get_ydata()) == pytest.approx(
+                list(x / (fit["alpha_us"] + x / (fit["bandwidth"] * 1e3)) / 1e3 * factor))
+        table = tables.by_size(df, coll, "busbw_gbps")
+        for line in solid:
+            topo = line.get_label().split()[0]
+            assert list(line.get_ydata()) == pytest.approx([r[topo] for r in table])
+            g = df[(df.collective == coll) & (df.topology == topo)]
+            band = ax.collections[[ln.get_label() for ln in solid].index(line.get_label())]
+            lo, hi = band.get_paths()[0].vertices[:, 1].min(), band.get_paths()[0].vertices[:, 1].max()
+            # the band spans the busbw of the slowest to the fastest iteration
+            assert lo == pytest.approx((g.busbw_gbps * g.time_us / g.time_us_max).groupby(g.msg_bytes).median().min())
+            assert hi == pytest.approx((g.busbw_gbps * g.time_us / g.time_us_min).groupby(g.msg_bytes).median().max())
+    svg = plots.svg(fig)
+    top = tables.by_size(df, "all_gather", "busbw_gbps")[-1]
+    assert f"<title>all_gather intra (2 ranks), {top['size']}: {tables.plain(top['intra'])} GBps</title>" in svg
+    assert svg.count("<title>") == 2 * 2 * len(tables.by_size(df, "all_reduce", "busbw_gbps"))
+    assert "e-0" not in "".join(re.findall(r"<title>([^<]*)</title>", svg))
