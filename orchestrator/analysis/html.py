@@ -42,7 +42,7 @@ def render(rep: Report, frame: Frame, scale: float) -> str:
     for name in _FIRST:
         if name not in empty:
             parts.append(f"<h2>{_e(title(name, rep.unit))}</h2>" + _table(name, rep.tables[name]))
-    figures = [f"<figure{WIDE if name in plots.BY_SIZE else ''}>{plots.svg(fig)}"
+    figures = [f"<figure{WIDE if fig.get_figwidth() > plots.HALF_WIDTH_INCHES else ''}>{plots.svg(fig)}"
                f"<figcaption>{_e(caption)}</figcaption></figure>"
                for name, caption, fig in plots.figures(frame, scale, rep.unit)]
     parts.append("<h2>Plots</h2>" + (f'<div class="plots">{"".join(figures)}</div>' if figures

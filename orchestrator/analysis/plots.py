@@ -27,8 +27,8 @@ from orchestrator.sweep.sizes import format_bytes  # noqa: E402
 
 HEATMAP_INCHES = 10  # the heatmap's size: more nodes make smaller cells, not a bigger figure
 LABELLED_NODES = 64  # above this many nodes the axes carry no node names
-BY_SIZE = ("busbw.png", "latency.png")  # the figures of small multiples (one panel a collective)
 PANELS_A_ROW = 4
+HALF_WIDTH_INCHES = 7.5  # a wider figure (small multiples of 3 or 4 collectives) takes a page's whole width
 
 
 def figures(frame: Frame, scale: float, unit: str) -> Iterator[tuple[str, str, object]]:
@@ -52,7 +52,7 @@ def _by_size(df, collectives: list[str], value: str, fits: dict, scale: float, u
     its value as a tooltip (an SVG <title>: no script)."""
     cols = min(PANELS_A_ROW, len(collectives))
     rows = -(-len(collectives) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols + 0.6, 2.6 * rows + 0.3), sharex=True, sharey=True,
+    fig, axes = plt.subplots(rows, cols, figsize=(max(3.4 * cols, 6.4) + 0.6, max(2.6 * rows, 3.6) + 0.3), sharex=True, sharey=True,
                              squeeze=False)
     busbw = value == "busbw_gbps"
     tips: dict[str, list[str]] = {}
@@ -87,7 +87,8 @@ def _by_size(df, collectives: list[str], value: str, fits: dict, scale: float, u
             if fit is not None:
                 fx = np.geomspace(x.min(), x.max(), 60)
                 ft = fit.alpha_us + fx / (fit.bandwidth_gbps * 1e3)
-                ratio = float(np.nanmedian(per.factor.values / per.alg.values)) if busbw else 1.0
+                moved = per[per.alg > 0]  # busbw over algbw: the collective's factor (nccl-tests' PERFORMANCE.md)
+                ratio = float(np.median(moved.factor / moved.alg)) if busbw and len(moved) else 1.0
                 fy = fx / ft / 1e3 * ratio * scale if busbw else ft
                 ax.plot(fx, fy, linestyle="--", linewidth=1, color=line.get_color())
         _size_axis(ax, sorted(set(d.msg_bytes.astype(int))))

@@ -105,11 +105,15 @@ def _print(rep: Report, args: argparse.Namespace) -> None:
         if args.table:
             print(render_csv(named[args.table], TABLE_COLUMNS[args.table]), end="")
     else:
-        titles = [(title(n, rep.unit), rep.tables[n]) for n in TABLES if args.table in (None, n)]
+        # the whole report leaves out the sections this run has nothing for, named in one line (as the
+        # HTML page does); a table asked for by name prints even when empty, and so do the flags
+        empty = [n for n in TABLES if not rep.tables[n]] if args.table is None else []
+        titles = [(title(n, rep.unit), rep.tables[n]) for n in TABLES if args.table in (None, n) and n not in empty]
         if args.table in (None, "flags"):
             titles.append(("flags", [{"kind": f["kind"], "nodes": f["nodes"], "ranks": f["ranks"],
                                       "message": f["message"], "reasons": f.get("reasons")} for f in flags]))
-        print(_header(rep) + render_tables(titles, args.format))
+        left_out = f"(nothing in this run for: {', '.join(empty)})\n" if empty else ""
+        print(_header(rep) + render_tables(titles, args.format) + left_out)
 
 
 def _write_csv_dir(folder: str, named: dict[str, list[dict]]) -> None:

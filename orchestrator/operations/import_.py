@@ -26,6 +26,7 @@ from orchestrator.results import nccl_tests
 from orchestrator.results.location import MANIFEST_DIR, check_writable, new_run_id
 from orchestrator.results.schema import RunState, check_columns
 from orchestrator.results.store import ResultStore
+from orchestrator.sweep.platform import gpu_tag
 from workloads.dtypes import ELEMENT_BYTES
 from workloads.messages import Status, Topology, topology_of
 
@@ -151,6 +152,9 @@ def section_rows(path: str, s: nccl_tests.Section, options: ImportOptions, run_i
         "devices": [f"gpu:{r.device}" for r in ranks] if ranks else None,
         "pids": [r.pid for r in ranks] if ranks else None,
         "gpu_model": ",".join(gpu_models) or None, "nccl_version": s.nccl_version,
+        # the GPU's tag (H100 80GB HBM3 -> h100-sxm) where one model ran: the expected values that
+        # name it apply; the NICs and the GPU count of a node are not in nccl-tests' output
+        "platform": gpu_tag(gpu_models[0]) if len(gpu_models) == 1 else None,
         "iters": s.iters, "warmup": s.warmup, "check_iters": s.check_iters, "status": Status.OK.value,
     }
     rows = []
