@@ -41,7 +41,8 @@ def add_parser(sub) -> None:
         "that folder are compared: --baseline-run A --new-run B, or without run ids its latest run with the runs "
         "before it.",
     )
-    p.add_argument("baseline", help="results dataset of the baseline")
+    p.add_argument("baseline", nargs="?", default="results",
+                   help="results dataset of the baseline (default: results, where run writes)")
     p.add_argument("new", nargs="?", default=None,
                    help="results dataset of the new run (default: BASELINE itself, to compare two of its runs)")
     p.add_argument("--baseline-run", metavar="RUN_ID[,RUN_ID...]",

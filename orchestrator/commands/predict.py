@@ -36,7 +36,7 @@ def add_parser(sub) -> None:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("path", help="results dataset")
+    p.add_argument("path", nargs="?", default="results", help="results dataset (default: results, where run writes)")
     p.add_argument("--run", metavar="RUN_ID", help="run whose fits to use (default: the latest)")
     p.add_argument("--params", type=_count, default=None,
                    help="model parameters, a count and so decimal (K, M, B or G, T = 1e3, 1e6, 1e9, 1e12): 7e9, 7B, "

@@ -29,7 +29,7 @@ def add_parser(sub) -> None:
         "latency by size per topology, peaks, fits, and flags from comparing every group with its peers of "
         "the same shape. Exit 0 when nothing is flagged, 1 when something is, 2 for unusable input.",
     )
-    p.add_argument("path", help="results dataset (default output: results)")
+    p.add_argument("path", nargs="?", default="results", help="results dataset (default: results, where run writes)")
     p.add_argument("--run", metavar="RUN_ID", help="run to report (default: the latest)")
     p.add_argument("--collective", default=None, help="report only this collective (default: every one measured)")
     p.add_argument("--table", choices=TABLE_NAMES, metavar="NAME",

@@ -72,7 +72,9 @@ class _Rows:
         except (*_READ_ERRORS, ValueError) as e:  # ValueError: a NUL in the path
             raise UsageError(f"{path!r}: cannot list it ({first_line(e)})") from None
         if not self.by_dir:
-            raise UsageError(f"{path}: no result rows (no Parquet files)")
+            missing = self.fs.get_file_info(root).type == pafs.FileType.NotFound
+            raise UsageError(f"{path}: no such folder (`collbench run` writes to results; name the folder it wrote to)"
+                             if missing else f"{path}: no result rows (no Parquet files)")
         self.skipped: list[str] = []
         self._scan()
 

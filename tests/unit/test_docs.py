@@ -5,6 +5,10 @@ short front page that still gives the two set-up commands."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
+import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -46,3 +50,50 @@ def test_the_readme_fits_a_few_screens():
     lines = readme.read_text().splitlines()
     assert RUN_COMMAND in lines
     assert TEST_COMMAND in lines
+
+
+def _commands() -> list[tuple[str, str]]:
+    """(page, command) for every collbench command README.md and the docs give: each line of a shell
+    block that starts with `collbench COMMAND`, and each inline `collbench ...` span of the pages a
+    reader follows (not the dated measurement notes of PERFORMANCE.md and GPU.md, whose spans quote
+    parts of commands); an optional `[--flag VALUE]` is read both left out and given."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    found = []
+    for page in pages:
+        if page.name == "cli.md":  # generated from the parser itself
+            continue
+        text = page.read_text()
+        spans = [block for lang, block in re.findall(r"```(\w*)\n(.*?)```", text, flags=re.S)
+                 if lang in ("", "bash", "sh", "shell", "console")]
+        if page.name not in ("PERFORMANCE.md", "GPU.md"):
+            spans += [" ".join(m.split()) for m in re.findall(r"(?<!`)`(collbench [^`]+)`(?!`)", text)]
+        for span in spans:
+            for line in re.sub(r"\\\n\s*", " ", span).splitlines():
+                for part in re.split(r"&&|;|\|", line.strip().removeprefix("$ ")):
+                    part = re.split(r"\s#|\s[12]?>", part)[0].strip()
+                    if re.match(r"collbench [a-z]", part):  # not a line of output ("collbench: ...")
+                        found.append((str(page.relative_to(ROOT)), part))
+    return found
+
+
+def test_every_command_the_docs_give_parses():
+    """Issue 45: every command of README and docs is one collbench takes (a renamed option, or a
+    positional argument made required, fails here)."""
+    commands = _commands()
+    assert len(commands) > 80  # README's table, the guides' examples, the deploy pages
+    names = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    bad = [f"{page}: {command}: no such command" for page, command in commands if command.split()[1] not in names]
+    commands = [(page, c) for page, c in commands if len(c.split()) > 2]  # the rest name a command in prose
+    for page, command in commands:
+        optional = re.findall(r"\[([^\]]+)\]", command)
+        for given in ({re.sub(r"\s*\[[^\]]+\]", "", command)} | ({command.replace("[", "").replace("]", "")}
+                                                               if optional else set())):
+            args = shlex.split(given.replace("COMMAND", "run"))[1:]
+            err = io.StringIO()
+            try:
+                with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+                    build_parser().parse_args(args)
+            except SystemExit as e:
+                if e.code:
+                    bad.append(f"{page}: {given}: {err.getvalue().strip().splitlines()[-1]}")
+    assert bad == []

@@ -77,3 +77,22 @@ def test_compare_without_a_run_of_the_same_sweep_says_why_in_one_line(tmp_path):
     summary = json.loads(named.stdout)["tables"]["summary"][0]
     # the same rows (the spec differs, the synthetic sizes do not): unchanged
     assert named.returncode == 0 and (summary["baseline_runs"], summary["verdict"]) == (["small"], "unchanged")
+
+
+def test_report_compare_and_predict_read_results_when_no_folder_is_named(tmp_path, monkeypatch):
+    """README's table says `collbench report` and `collbench compare` after `collbench run`: with no
+    folder named they read `results`, where run writes; where there is none, one line says so."""
+    _two_sweeps_then_probes(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    rep = run_main(["report", "--format", "json"])
+    assert rep.returncode == 0 and json.loads(rep.stdout)["run"]["run_id"] == "sweep-2", rep.stderr
+    cmp = run_main(["compare", "--format", "json"])
+    assert cmp.returncode == 0 and json.loads(cmp.stdout)["tables"]["summary"][0]["new_run"] == "sweep-2"
+    pre = run_main(["predict", "--params", "1e9", "--dp", "4", "--ranks-per-node", "1", "--format", "json"])
+    assert pre.returncode == 0 and json.loads(pre.stdout)["tables"]["summary"][0]["run"] == "sweep-2"
+    monkeypatch.chdir(tmp_path / "results")  # a folder with no `results` in it
+    for args in (["report"], ["compare"], ["predict", "--params", "1e9", "--dp", "4"]):
+        proc = run_main(args)
+        assert (proc.returncode, proc.stdout) == (2, "")
+        assert proc.stderr == ("collbench: error: results: no such folder (`collbench run` writes to results; name "
+                               "the folder it wrote to)\n")
