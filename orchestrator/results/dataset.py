@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 
 from orchestrator.errors import CollbenchWarning, UsageError, first_line
 from orchestrator.results.location import MANIFEST_DIR, PART_PREFIX, resolve
-from orchestrator.results.schema import MANIFEST_SCHEMA, ROW_SCHEMA, SCHEMA_VERSION
+from orchestrator.results.schema import MANIFEST_JSON_FIELDS, MANIFEST_SCHEMA, ROW_SCHEMA, SCHEMA_VERSION
 
 # Raw per-iteration samples are large and only compare needs them.
 COLUMNS = [f.name for f in ROW_SCHEMA if f.name != "iter_time_us"]
@@ -252,6 +252,9 @@ def manifest(path: str, run_id: str) -> dict | None:
             for field in MANIFEST_SCHEMA:
                 if pa.types.is_timestamp(field.type) and isinstance(record.get(field.name), str):
                     record[field.name] = dt.datetime.fromisoformat(record[field.name])
+            for name in MANIFEST_JSON_FIELDS:  # nested in the file, a JSON string in memory
+                if record.get(name) is not None and not isinstance(record[name], str):
+                    record[name] = json.dumps(record[name])
             known = {f.name for f in MANIFEST_SCHEMA}  # keys of a newer collbench are left to it
             return pa.Table.from_pylist([{k: v for k, v in record.items() if k in known}],
                                         schema=MANIFEST_SCHEMA).to_pylist()[0]

@@ -188,6 +188,11 @@ MANIFEST_SCHEMA = pa.schema(
 )
 
 
+# The manifest's fields that hold JSON: in memory (and in the Parquet manifest of schema_version
+# 1) a JSON string each; in the manifest file a JSON value nested as it is, so `jq .spec.iters` and
+# json.load read it without a second decode (store.write_manifest, dataset.manifest).
+MANIFEST_JSON_FIELDS = ("comm_env", "spec", "inventory", "platforms", "expected", "doctor", "sources")
+
 ROW_COLUMNS: frozenset[str] = frozenset(ROW_SCHEMA.names)
 
 

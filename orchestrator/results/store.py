@@ -22,6 +22,7 @@ replace its group's rows in part files.
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import pyarrow.compute as pc
@@ -31,7 +32,7 @@ from orchestrator.results import compact as compaction
 from orchestrator.results.dataset import load_table
 from orchestrator.results.location import MANIFEST_DIR, row_file
 from orchestrator.results.run_folder import RunFolder
-from orchestrator.results.schema import MANIFEST_SCHEMA, SCHEMA_VERSION, rows_table
+from orchestrator.results.schema import MANIFEST_JSON_FIELDS, MANIFEST_SCHEMA, SCHEMA_VERSION, rows_table
 from workloads.messages import Status
 
 # The error of a row an interrupt left unmeasured in a group it cut short (the group's finished
@@ -57,6 +58,10 @@ class ResultStore(RunFolder):
         unknown = sorted(set(record) - set(MANIFEST_SCHEMA.names))
         if unknown:
             raise KeyError(f"not a manifest field: {', '.join(unknown)}")
+        for name in MANIFEST_JSON_FIELDS:  # nested as JSON values, not JSON in strings
+            if isinstance(record.get(name), str):
+                with contextlib.suppress(ValueError):  # not JSON: kept as the string it is
+                    record[name] = json.loads(record[name])
         text = json.dumps(record, default=_iso, indent=1).encode()
         self.put(text, f"{self.root}/{MANIFEST_DIR}/{self.run_id}.json")
 

@@ -13,6 +13,7 @@ import pytest
 
 from orchestrator.lab import cluster as labmod
 from tests.helpers import run_cli
+from tests.screens import open_page
 
 pytestmark = pytest.mark.lab
 LINK = "400mbit"  # conftest.PLAIN_LINK
@@ -75,5 +76,16 @@ def test_the_pairwise_report_names_two_slow_nodes_of_five(lab6, tmp_path):
             flags = json.loads(report.stdout)["flags"]
             assert {(f["kind"], tuple(f["nodes"])) for f in flags} == {("slow_node", (five[2],)),
                                                                       ("slow_node", (five[4],))}, flags
+        # the page of the second run (issue 45's second screenshot, docs/img/report-lab-pairwise.png):
+        # the two slow nodes first, then the node-by-node heatmap
+        html = run_cli(["report", str(results), "--format", "html"], timeout=120)
+        assert html.returncode == 1, html.stderr[-2000:]
+        (tmp_path / "report.html").write_text(html.stdout)
+        page = open_page(tmp_path / "report.html", "report-lab-pairwise", tmp_path)
+        assert not page.errors and page.requests == [(tmp_path / "report.html").as_uri()]
+        assert page.text.index("2 flag(s): slow_node") < page.text.index("Plots")
+        assert all(ip in page.text.split("Plots")[0] for ip in (five[2], five[4]))
+        assert any("every node pair" in f["caption"] and f["drawn"] > 10 for f in page.figures), page.figures
+        print(f"page height {page.height} px")
     finally:
         _shape(lab6, {})

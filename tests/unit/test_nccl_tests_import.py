@@ -163,7 +163,7 @@ def test_real_posted_outputs_import_as_a_run(tmp_path):
     assert (a2a.loc[True, "time_us"], a2a.loc[True, "busbw_gbps"]) == (18929.0, 680.70)
     assert pd.isna(a2a.loc[True, "n_wrong"])  # #wrong N/A: not checked
     manifest = json.loads((out / "_runs" / "real.json").read_text())
-    assert [(s["binary"], s["avg_busbw_gbps"]) for s in json.loads(manifest["sources"])] == \
+    assert [(s["binary"], s["avg_busbw_gbps"]) for s in manifest["sources"]] == \
         [("all_reduce_perf", 70.742), ("all_reduce_perf", 446.673), ("alltoall_perf", 381.478)]
 
 
@@ -217,7 +217,7 @@ def test_an_import_is_a_run_that_report_compare_and_predict_read(tmp_path):
         ("NVIDIA H100 80GB HBM3", "2.28.3", 20, "float32", "sum")
     manifest = json.loads((out / "_runs" / "base.json").read_text())
     assert (manifest["command"], manifest["state"], manifest["backend"]) == ("import", "finished", "nccl")
-    [source] = json.loads(manifest["sources"])
+    [source] = manifest["sources"]  # nested in the file, not JSON in a string
     assert source["path"] == str(AR_8) and source["nccl_tests_version"] == "2.19.6"
     assert source["command_line"] == "./build/all_reduce_perf -b 8 -e 8G -f 2 -g 8" and source["format"] == "text"
 

@@ -174,3 +174,25 @@ def test_run_states_are_the_manifests_words():
     assert [s.value for s in RunState] == ["running", "finished", "interrupted", "failed"]
     assert json.dumps({"state": RunState.FINISHED}) == '{"state": "finished"}'
     assert str(RunState.INTERRUPTED) == f"{RunState.INTERRUPTED}" == "interrupted" == RunState.INTERRUPTED
+
+
+def test_the_manifest_file_nests_its_json_and_reads_back_as_before(tmp_path):
+    """Issue 45: the manifest embedded JSON as strings (`"spec": "{\\"collectives\\": ...}"`); now a
+    field holding JSON is nested in the file (jq .spec.iters), read back as the same string
+    readers parse, and a file of the old form still reads."""
+    import json
+
+    spec = {"collectives": ["all_reduce"], "iters": 20}
+    doctor = {"10.0.0.1": {"hostname": "a", "ray": "2.60.0"}}
+    (tmp_path / "res" / "_runs").mkdir(parents=True)
+    store = ResultStore(str(tmp_path / "res"), "run-a")
+    store.write_manifest({"state": "finished", "spec": json.dumps(spec), "doctor": json.dumps(doctor),
+                          "expected": None, "sources": "not json"})
+    raw = json.loads((tmp_path / "res" / "_runs" / "run-a.json").read_text())
+    assert (raw["spec"], raw["doctor"], raw["expected"], raw["sources"]) == (spec, doctor, None, "not json")
+    back = dataset.manifest(str(tmp_path / "res"), "run-a")
+    assert (json.loads(back["spec"]), json.loads(back["doctor"]), back["expected"], back["sources"]) == \
+        (spec, doctor, None, "not json")
+    old = {"schema_version": 2, "run_id": "run-b", "state": "finished", "spec": json.dumps(spec)}
+    (tmp_path / "res" / "_runs" / "run-b.json").write_text(json.dumps(old))
+    assert json.loads(dataset.manifest(str(tmp_path / "res"), "run-b")["spec"]) == spec
