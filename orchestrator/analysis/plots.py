@@ -34,13 +34,19 @@ HALF_WIDTH_INCHES = 7.5  # a wider figure (small multiples of 3 or 4 collectives
 def figures(frame: Frame, scale: float, unit: str) -> Iterator[tuple[str, str, object]]:
     """(file name, caption, matplotlib figure) of every plot the run's rows allow."""
     df, run_id = frame.df, frame.df.run_id.iloc[0]
-    collectives = [c for c in dict.fromkeys(df.collective.dropna()) if tables.by_size(df, c, "busbw_gbps")]
+    # a line needs two sizes: a run of one size (a pairwise probe at 8M) has its heatmap instead
+    collectives = [c for c in dict.fromkeys(df.collective.dropna()) if len(tables.by_size(df, c, "busbw_gbps")) > 1]
     if collectives:
         fits = {(c, t, n): fit for c, t, n, _, fit in fit_groups(df) if not fit.poor}
         for value, name in (("busbw_gbps", "busbw"), ("time_us", "latency")):
-            title = (f"{name} by message size, {len(collectives)} collective(s), run {run_id}: the median of the "
-                     "widest group of each topology, its iterations' range shaded, the fit dashed")
-            yield f"{name}.png", title, _by_size(df, collectives, value, fits, scale, unit)
+            fig = _by_size(df, collectives, value, fits, scale, unit)
+            drawn = [ax for ax in fig.axes if ax.get_visible()]
+            shown = ["the median of the widest group of each topology"] + (
+                ["its iterations' range shaded"] if any(ax.collections for ax in drawn) else []) + (
+                ["the accepted fit dashed"] if any(ln.get_linestyle() == "--" for ax in drawn for ln in ax.lines)
+                else [])
+            yield (f"{name}.png", f"{name} by message size, {len(collectives)} collective(s), run {run_id}: "
+                   + ", ".join(shown), fig)
     for made in (_heatmap(frame, scale, unit), _gpu_pairs(frame, scale, unit), _rails(frame, scale, unit)):
         if made is not None:
             yield made

@@ -37,18 +37,25 @@ class Connection:
     owned: bool = True
 
 
-def connect(address: str | None) -> Connection:
+def connect(address: str | None, verbose: bool = False) -> Connection:
     """Join `address` (or $RAY_ADDRESS); otherwise start a private local instance. Workers'
     log lines stay in their own log files (Ray's session logs), out of the run's table. In a
     process whose Ray is already initialised (a caller of the Python API), that session is used
-    as it is: no second ray.init, and it is not shut down at the end.
+    as it is: no second ray.init, and it is not shut down at the end. `verbose` (--verbose): Ray's
+    INFO lines and warnings, and the workers' output, are printed too.
     """
     if ray.is_initialized():
         return Connection(f"the caller's Ray session ({ray.get_runtime_context().gcs_address})", owned=False)
-    return Connection(_join_or_start(address))
+    return Connection(_join_or_start(address, verbose))
 
 
-def _join_or_start(address: str | None) -> str:
+def _ray_logs(verbose: bool) -> dict:
+    """ray.init's logging arguments: warnings only and workers' output in their log files, or
+    (verbose) Ray's INFO lines and the workers' output on the driver's terminal."""
+    return {"logging_level": logging.INFO if verbose else logging.WARNING, "log_to_driver": verbose}
+
+
+def _join_or_start(address: str | None, verbose: bool = False) -> str:
     where = f"--address {address}" if address else f"$RAY_ADDRESS {os.environ.get('RAY_ADDRESS')}"
     address = address or os.environ.get("RAY_ADDRESS")
     if address:
@@ -56,10 +63,10 @@ def _join_or_start(address: str | None) -> str:
         deadline = time.monotonic() + timeout_s
         host_port = gcs_host_port(address, where)
         if host_port is None:  # auto, local: Ray finds (or starts) the instance itself
-            ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+            ray.init(address=address, **_ray_logs(verbose))
         else:
             wait_for_gcs(*host_port, deadline, where, timeout_s)
-            _join(address, deadline, where, timeout_s)
+            _join(address, deadline, where, timeout_s, verbose)
         return f"Ray cluster at {address}"
     # "local" always starts a new instance: never attach to another user's cluster by accident. Its
     # workers measure at nice 0, not Ray's 15 (lab.raynodes.MEASURING_NICENESS)
@@ -68,9 +75,9 @@ def _join_or_start(address: str | None) -> str:
     # itself (on where a token exists, else off); for the run's own instance that is noise (issue 45)
     notice = logging.getLogger("ray._private.authentication.authentication_token_setup")
     level = notice.level
-    notice.setLevel(logging.ERROR)
+    notice.setLevel(logging.NOTSET if verbose else logging.ERROR)
     try:
-        ray.init(address="local", include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
+        ray.init(address="local", include_dashboard=False, **_ray_logs(verbose))
     finally:
         notice.setLevel(level)
     return "embedded Ray instance"
@@ -119,7 +126,7 @@ def joined_inventory(spec, domains: bool = False):
     `domains`: with the NVLink domains of GPU nodes (nvidia-smi -q on every node)."""
     from orchestrator.sweep import inventory
 
-    joined = connect(spec.address)
+    joined = connect(spec.address, spec.verbose)
     try:
         inv = inventory.select(inventory.from_ray_nodes(ray.nodes(), spec.ranks_per_node), spec.nodes, spec.exclude)
         if domains and inv.use_gpus:
@@ -204,7 +211,7 @@ def _answer(sock: socket.socket, deadline: float, where: str) -> str | None:
 _JOIN_ERRORS = (ConnectionError, RuntimeError, TimeoutError, ValueError, ray.exceptions.RayError)
 
 
-def _join(address: str, deadline: float, where: str, timeout_s: float) -> None:
+def _join(address: str, deadline: float, where: str, timeout_s: float, verbose: bool = False) -> None:
     """ray.init(address), bounded by the deadline; Ray's warnings while it fails stay unprinted.
 
     ray.init runs in a daemon thread: a listener that speaks gRPC but is not a GCS can keep it
@@ -216,7 +223,7 @@ def _join(address: str, deadline: float, where: str, timeout_s: float) -> None:
 
     def init() -> None:
         try:
-            ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+            ray.init(address=address, **_ray_logs(verbose))
             outcome.append(None)
         except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
             outcome.append(e)

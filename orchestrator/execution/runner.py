@@ -43,9 +43,11 @@ class _GroupRun:
     rows: list[dict] = field(default_factory=list)
     transports: list = field(default_factory=list)  # per rank, from join and then from leave
     done: bool = False
+    saved_at: float = 0.0  # when its cases so far were last written (Runner._checkpoint)
 
     def __post_init__(self) -> None:
         self.deadline = self.t0 + self.limit_s
+        self.saved_at = self.t0
 
     def stage_refs(self) -> list:
         return self.case_refs[self.next_case] if self.stage is Stage.MEASURE else self.refs[self.stage]
@@ -120,6 +122,19 @@ class Runner:
             self._end(r, Status.OK)
         else:
             self._end(r, Status.SKIPPED, (), CUT_SHORT)
+
+    def _checkpoint(self, r: _GroupRun) -> None:
+        """Write what a group in flight has measured, its other cases as CUT_SHORT rows (what an
+        interrupt leaves: --resume measures the group again), where its last such write is
+        CHECKPOINT_S old: a crash of the driver (killed, out of memory, its machine gone) loses the
+        case in flight and less than CHECKPOINT_S of the cases before it, not the group; the group's
+        end writes over it."""
+        now = time.monotonic()
+        if r.next_case >= len(r.cases) or now - r.saved_at < CHECKPOINT_S:
+            return
+        r.saved_at = now
+        self.store.write_group(r.group.group_id, r.rows + rows.unmeasured_rows(
+            r.base, r.cases[r.next_case:], Status.SKIPPED, CUT_SHORT, None))
 
     def _submit(self, r: _GroupRun) -> None:
         n = len(r.group.ranks)
@@ -196,6 +211,7 @@ class Runner:
                 r.rows += measured
                 self.observers.rows_measured(ev.RowsMeasured(r.group, tuple(measured)))
                 r.next_case += 1
+                self._checkpoint(r)
                 self._next_case(r)
             else:
                 r.transports = results
@@ -259,6 +275,9 @@ class Runner:
 
 
 _PEER_GRACE_S = 5.0
+# A group in flight writes its finished cases at most this often (Runner._checkpoint): what a
+# crash of the driver can lose beside the case in flight, against one file write per case.
+CHECKPOINT_S = 1.0
 _RAS_TIMEOUT_S = 5.0  # the most a hang's verdict waits on NCCL's RAS (NCCL_RAS_ADDR set on the workers)
 
 

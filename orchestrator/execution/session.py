@@ -76,7 +76,7 @@ class Session:
         self.store.acquire()  # one writer per run: a second run or --resume of it is refused here, before Ray
         try:
             with self.startup.timing("connect_s"):
-                self.connection = connect.connect(self.spec.address)
+                self.connection = connect.connect(self.spec.address, self.spec.verbose)
                 self.where = self.connection.where
         except BaseException:
             self.store.release()

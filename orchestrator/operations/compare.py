@@ -21,7 +21,7 @@ from orchestrator.results import dataset
 By = Literal["link", "shape"]
 # Spec fields that say where and how patiently a sweep ran, not what it measured: two runs that
 # differ only in these are runs of the same sweep.
-NOT_THE_SWEEP = ("output", "address", "group_timeout_s", "deadline_rate_gbps", "allow_failures", "nodes", "exclude",
+NOT_THE_SWEEP = ("output", "address", "verbose", "group_timeout_s", "deadline_rate_gbps", "allow_failures", "nodes", "exclude",
                  "wait_nodes")
 
 

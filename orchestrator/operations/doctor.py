@@ -10,7 +10,7 @@ __all__ = ["SWEEPS", "CheckStatus", "doctor"]  # CheckStatus: what a Diagnosis's
 from orchestrator.sweep.spec import SweepSpec
 
 # What doctor reads of a sweep: which cluster, and which of its nodes with how many CPU ranks.
-SWEEPS = Sweeps("collbench doctor", fields=("address", "ranks_per_node", "nodes", "exclude"))
+SWEEPS = Sweeps("collbench doctor", fields=("address", "verbose", "ranks_per_node", "nodes", "exclude"))
 
 
 def doctor(sweep: SweepSpec):

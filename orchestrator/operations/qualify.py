@@ -32,7 +32,7 @@ __all__ = ["COLLECTIVES", "DEFAULTS", "DTYPES", "SWEEPS", "NodeVerdict", "Outcom
 SWEEPS = Sweeps("collbench qualify",
                 fields=("collectives", "dtypes", "min_bytes", "max_bytes", "step_factor", "iters", "warmup",
                         "check_iters", "backend", "ranks_per_node", "group_timeout_s", "deadline_rate_gbps", "output",
-                        "address", "env", "expect_net", "nodes", "exclude", "wait_nodes"),
+                        "address", "verbose", "env", "expect_net", "nodes", "exclude", "wait_nodes"),
                 defaults=MappingProxyType({"collectives": ("all_reduce",), "min_bytes": 1 << 20,
                                            "max_bytes": 16 << 20, "iters": 5, "warmup": 1, "group_timeout_s": 60.0}))
 DEFAULTS = SWEEPS.defaults

@@ -18,7 +18,7 @@ __all__ = ["MAX_REPEAT", "SWEEPS", "ReplayOptions", "replay"]
 
 # What a replay takes of a sweep: where and how it runs; what it measures is the trace's.
 SWEEPS = Sweeps("collbench replay", fields=("backend", "ranks_per_node", "nodes", "exclude", "group_timeout_s",
-                                            "deadline_rate_gbps", "output", "address", "env", "allow_failures",
+                                            "deadline_rate_gbps", "output", "address", "verbose", "env", "allow_failures",
                                             "wait_nodes"))
 
 

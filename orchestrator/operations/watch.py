@@ -44,7 +44,7 @@ __all__ = ["MAX_CYCLES", "MAX_DURATION_S", "SWEEPS", "Cycle", "WatchOptions", "w
 SWEEPS = Sweeps("collbench watch",
                 fields=("collectives", "dtypes", "min_bytes", "max_bytes", "step_factor", "iters", "warmup",
                         "check_iters", "backend", "patterns", "ranks_per_node", "group_timeout_s", "deadline_rate_gbps",
-                        "output", "address", "env", "expect_net", "nodes", "exclude", "wait_nodes"),
+                        "output", "address", "verbose", "env", "expect_net", "nodes", "exclude", "wait_nodes"),
                 defaults=MappingProxyType({"collectives": ("all_reduce",), "min_bytes": 1 << 20,
                                            "max_bytes": 16 << 20, "step_factor": 16, "iters": 5, "warmup": 1,
                                            "patterns": ("pairwise", "intra"), "group_timeout_s": 60.0}))

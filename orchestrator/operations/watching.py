@@ -70,7 +70,7 @@ class Watch:
 
         previous = signal.signal(signal.SIGTERM, self._stop) if _main_thread() else None
         try:
-            self.connection = connect.connect(self.spec.address)
+            self.connection = connect.connect(self.spec.address, self.spec.verbose)
             self.say(f"collbench: watch on {self.connection.where}: a cycle every {self.every_s:g}s, rows -> "
                      f"{self.spec.output}")
             self.clean_runs = self._earlier_runs()
@@ -287,7 +287,7 @@ class Watch:
         while time.monotonic() < deadline and not self.stopping:
             ray.shutdown()
             try:
-                self.connection = connect.connect(self.spec.address)
+                self.connection = connect.connect(self.spec.address, self.spec.verbose)
                 return True
             except ConnectTimeout:  # ray.init stuck in its thread: the command line ends the process
                 raise

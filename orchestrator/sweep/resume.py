@@ -37,7 +37,7 @@ RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 # What a resume may change: where rows go, which cluster to join, the exit policy, and the
 # deadlines (when a hung group is given up on; a longer one is what --retry-failed of timed-out
 # groups needs). None of these changes what a group measures, so old and new rows stay comparable.
-MAY_CHANGE = frozenset({"output", "address", "allow_failures", "group_timeout_s", "deadline_rate_gbps"})
+MAY_CHANGE = frozenset({"output", "address", "verbose", "allow_failures", "group_timeout_s", "deadline_rate_gbps"})
 
 
 def check_run_id(run_id: str, flag: str = "--resume") -> None:
@@ -94,7 +94,7 @@ def resumed_spec(saved: SavedRun, today: SweepSpec, given: set[str], run_id: str
                          f"{'this option' if len(differ) == 1 else 'these options'}, or start a new run")
     kept = {name: getattr(today, name) for name in MAY_CHANGE & given}
     return dataclasses.replace(saved.spec, **{**kept, "output": today.output, "address": today.address,
-                                              "allow_failures": today.allow_failures})
+                                              "verbose": today.verbose, "allow_failures": today.allow_failures})
 
 
 def cluster_change(saved: tuple[tuple[str, int], ...], inv: Inventory) -> str | None:

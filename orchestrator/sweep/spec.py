@@ -117,6 +117,10 @@ class SweepSpec:
     address: str | None = _opt(
         None, ("--address",), "Ray cluster to join (default: $RAY_ADDRESS, else start an embedded one)"
     )
+    verbose: bool = _opt(
+        False, ("--verbose",), "show Ray's own log lines too (its warnings and INFO lines, the workers' output); "
+        "by default a run prints collbench's lines only, Ray's stay in its session logs", "bool",
+    )
     env: tuple[str, ...] = _opt(
         (),
         ("--env",),

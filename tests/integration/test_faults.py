@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 
 from orchestrator.results import dataset
+from orchestrator.results.store import CUT_SHORT
 from tests.faults import LiveRun, worker_pids
 from tests.helpers import run_cli
 
@@ -311,3 +312,33 @@ def test_a_full_disk_stops_the_run_in_one_line_and_keeps_every_row_written(ray_h
         df = pd.read_parquet(out)  # every row written so far, readable, each once
         assert df.groupby("group_id").size().to_dict() == {f.removesuffix(".parquet"): 6 for f in files}
         assert not [p.name for p in out.rglob(".*")]  # no torn temporary file left behind
+
+
+def test_a_crashed_driver_loses_only_the_case_in_flight(ray_head, tmp_path):
+    """Issue 45: a crash (the driver killed outright: no signal handler, nothing flushed) lost every
+    case of the groups in flight. A group in flight writes its finished cases as it goes (at most
+    once a second, runner.CHECKPOINT_S): after SIGKILL the finished all_reduce rows are on disk, the
+    all_gather cases are rows saying the run was cut there, and --resume measures the group whole."""
+    out = tmp_path / "results"
+    run = LiveRun(["run", "--ranks-per-node", "2", "--patterns", "intra", "--collectives", "all_reduce,all_gather",
+                   "-b", "1M", "-e", "1M", "-n", "3000", "-w", "1", "-c", "1", "--output", str(out)],
+                  env=ray_head.env())
+    try:
+        run.wait_for("all_reduce", timeout=180)  # its row, printed as the case ends
+        time.sleep(0.5)
+        run.proc.kill()  # SIGKILL, to the driver this test started
+        run.returncode = run.finish(timeout=60)
+    finally:
+        run.kill()
+    assert run.returncode == -signal.SIGKILL
+    run_id, files = _groups_on_disk(out)
+    assert files == ["r0-g0.parquet"]
+    df = pd.read_parquet(out)
+    kept, cut = df[df.status == "ok"], df[df.status != "ok"]
+    assert list(kept.collective) == ["all_reduce"] and (kept.n_wrong == 0).all()
+    assert set(cut.collective) == {"all_gather"} and (cut.error == CUT_SHORT).all()
+    resumed = run_cli(["run", "--resume", run_id, "--output", str(out)], env=ray_head.env(), timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    df = pd.read_parquet(out)
+    assert set(df.collective) == {"all_gather", "all_reduce"} and (df.status == "ok").all()
+    assert len(df) == len(kept) + len(cut)  # each case once

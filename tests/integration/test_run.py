@@ -117,6 +117,17 @@ def test_ranks_niced_by_ray_are_said(tmp_path):
     assert "collbench: warning: the ranks run at nice 15 (Ray's default for its workers)" in proc.stderr
 
 
+def test_a_plain_run_prints_only_its_own_lines_and_verbose_shows_rays(tmp_path):
+    """Issue 45: no Ray line (its token-auth WARNING, its INFO) on a plain embedded run; --verbose
+    shows them (Ray's own "Started a local Ray instance")."""
+    _, plain, _ = _embedded_run(tmp_path / "plain")
+    theirs = [line for line in plain.stderr.splitlines() if not line.startswith(("collbench", "[progress]"))]
+    assert theirs == [], theirs
+    _, verbose, df = _embedded_run(tmp_path / "verbose", "--verbose")
+    assert "Started a local Ray instance" in verbose.stderr, verbose.stderr[-3000:]
+    assert (df.status == "ok").all()
+
+
 def test_under_slurm_rows_and_verdicts_carry_the_node_name_it_drains_by(tmp_path):
     """Issue 44: an embedded instance started inside a Slurm step (SLURMD_NODENAME in its
     environment, as `srun ... ray start` gives each node's Ray): the rows' scheduler_nodes and
@@ -137,11 +148,11 @@ def _embedded_env(**extra: str) -> dict:
     return {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, **extra}
 
 
-def _embedded_run(tmp_path, **extra: str):
-    """A one-size all_reduce run on an embedded instance with `extra` in its environment: (output, the
-    finished process, its rows)."""
+def _embedded_run(tmp_path, *args: str, **extra: str):
+    """A one-size all_reduce run on an embedded instance with `args` and `extra` in its environment:
+    (output, the finished process, its rows)."""
     out = tmp_path / "results"
-    proc = run_cli(["run", "--output", str(out), "--collectives", "all_reduce", "-b", "1K", "-e", "1K", "-n", "2"],
-                   env=_embedded_env(**extra))
+    proc = run_cli(["run", "--output", str(out), "--collectives", "all_reduce", "-b", "1K", "-e", "1K", "-n", "2",
+                    *args], env=_embedded_env(**extra))
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out, proc, pd.read_parquet(out)
