@@ -16,7 +16,7 @@ from typing import Any
 
 from orchestrator.errors import UsageError, renamed
 from orchestrator.sweep import traffic
-from orchestrator.sweep.sizes import format_bytes, parse_bytes, sweep
+from orchestrator.sweep.sizes import BitUnit, format_bytes, parse_bytes, sweep
 from orchestrator.sweep.spec_values import KIND_WORDS, brief_repr, env_value, strict_int
 from orchestrator.sweep.units import format_duration, parse_duration
 from workloads.comm_env import COMM_ENV_PREFIXES as ENV_PREFIXES
@@ -338,6 +338,8 @@ def convert(f: dataclasses.Field, value: Any) -> Any:
         return value
     except UsageError:
         raise
+    except BitUnit as e:
+        raise UsageError(f"{flag} {brief_repr(value)}: {e}") from None
     except (ValueError, TypeError):
         raise UsageError(f"{flag} {brief_repr(value)}: expected {KIND_WORDS[kind]}") from None
 

@@ -1,13 +1,15 @@
 import pytest
 
 from orchestrator.execution import stats
-from orchestrator.sweep.sizes import format_bytes, parse_bytes, sweep
+from orchestrator.sweep.sizes import BitUnit, format_bytes, parse_bytes, sweep
+from tests.helpers import run_main
 from workloads import registry
 
 
 @pytest.mark.parametrize(
     "text, expected",
-    [("8", 8), ("1K", 1024), ("64M", 64 << 20), ("1G", 1 << 30), ("2KiB", 2048), ("3kb", 3072), (512, 512)],
+    [("8", 8), ("1K", 1024), ("64M", 64 << 20), ("1G", 1 << 30), ("2KiB", 2048), ("3kb", 3072), (512, 512),
+     ("1GB", 1 << 30), ("1GiB", 1 << 30), ("1gb", 1 << 30), ("8B", 8)],  # as nccl-tests reads them: 1024s
 )
 def test_parse_bytes(text, expected):
     assert parse_bytes(text) == expected
@@ -17,6 +19,18 @@ def test_parse_bytes(text, expected):
 def test_parse_bytes_refuses(text):
     with pytest.raises(ValueError, match="not a byte size"):
         parse_bytes(text)
+
+
+@pytest.mark.parametrize("text, said", [("1Gb", "1G, 1GB or 1GiB"), ("100Mb", "100M, 100MB or 100MiB"),
+                                        ("8Mbit", "8M, 8MB or 8MiB"), ("8bits", "8, 8B")])
+def test_a_size_in_bits_is_refused_with_the_byte_spellings(text, said):
+    """Issue 45: `-e 1Gb` read as a gigabyte; b is a bit, as rates are written."""
+    with pytest.raises(BitUnit) as e:
+        parse_bytes(text)
+    assert str(e.value) == f"a size in bits; sizes are bytes: {said}"
+    proc = run_main(["plan", "--inventory", "1x2", "-e", text])
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == f"collbench: error: --max-bytes {text!r}: a size in bits; sizes are bytes: {said}\n"
 
 
 def test_sweep_includes_both_ends():
