@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import textwrap
+from pathlib import Path
 
 from tests.screens import SCREEN, needs_chromium, open_page
 
@@ -49,3 +52,24 @@ def test_the_readmes_first_hour(ray_head, tmp_path):
     assert cmp.returncode == 0, cmp.stdout[-2000:] + cmp.stderr[-2000:]
     summary = json.loads(cmp.stdout)["tables"]["summary"][0]
     assert (summary["baseline_runs"], summary["new_run"]) == ([runs[0]], runs[1])
+
+
+def test_the_readmes_python_runs_on_one_node(ray_head, tmp_path):
+    """README's API snippet, as written, in a fresh interpreter joined to the shared Ray instance
+    (its `ray.init(address="auto")`), then checked: one run of all_reduce up to 16M, its rows, its
+    report with nothing flagged on one healthy node."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    (snippet,) = re.findall(r"```py\n(.*?)```", readme, flags=re.S)
+    check = snippet + textwrap.dedent("""
+        import json
+        print(json.dumps({"collectives": sorted(set(df.collective)), "max": int(df.msg_bytes.max()),
+                          "ok": bool((df.status == "ok").all()), "state": str(result.state.value),
+                          "flags": len(rep.flags), "runs": os.listdir("results")}))
+        """)
+    env = {**ray_head.env(), "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-c", "import os\n" + check], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = json.loads(done.stdout.strip().splitlines()[-1])
+    assert said["collectives"] == ["all_reduce"] and said["max"] == 16 << 20 and said["ok"], said
+    assert said["state"] == "finished" and said["flags"] == 0 and len([r for r in said["runs"] if r != "_runs"]) == 1

@@ -97,3 +97,40 @@ def test_every_command_the_docs_give_parses():
                 if e.code:
                     bad.append(f"{page}: {given}: {err.getvalue().strip().splitlines()[-1]}")
     assert bad == []
+
+
+def test_every_api_call_the_docs_give_binds():
+    """The Python API's calls in README and docs/guides/api.md: each names a function of
+    orchestrator.api and passes arguments it takes (a sweep option by its SweepSpec key). The calls
+    that run on one node run in tests/integration/test_first_hour.py."""
+    import ast
+    import inspect
+
+    from orchestrator import api
+
+    keys = {f.name for f in spec_fields()}
+    snippets = [block for page in (ROOT / "README.md", ROOT / "docs" / "guides" / "api.md")
+                for block in re.findall(r"```(?:py|python)?\n(.*?)```", page.read_text(), flags=re.S)
+                if "api." in block]
+    calls = [node for block in snippets for node in ast.walk(ast.parse(block))
+             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+             and isinstance(node.func.value, ast.Name) and node.func.value.id == "api"]
+    assert len(calls) >= 13  # run, report, compare, qualify, replay, import, plan, doctor, watch, predict, preflight
+    bad = []
+    for call in calls:
+        fn = getattr(api, call.func.attr, None)
+        if fn is None:
+            bad.append(f"api.{call.func.attr}: no such function")
+            continue
+        sig = inspect.signature(fn)
+        try:
+            sig.bind(*[None] * len(call.args), **{k.arg: None for k in call.keywords})
+        except TypeError as e:
+            bad.append(f"api.{call.func.attr}({ast.unparse(call)[len(call.func.attr) + 5:]}: {e}")
+            continue
+        spread = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
+        named = set(sig.parameters)
+        if spread and call.func.attr != "predict":  # the rest of the keywords are sweep options
+            bad += [f"api.{call.func.attr}: {k.arg} is not a sweep option" for k in call.keywords
+                    if k.arg not in named and k.arg not in keys]
+    assert bad == []
