@@ -104,9 +104,14 @@ def _table(name: str, rows: list[dict]) -> str:
                if any(_shown(r.get(c)) for r in rows)]
     if not rows:
         return "<p>(none)</p>"
+    # a long text every row shares (the expected value's source) is said once, above the table
+    shared = [c for c in columns if len(rows) > 1 and isinstance(rows[0].get(c), str) and len(rows[0][c]) > 40
+              and all(r.get(c) == rows[0][c] for r in rows)]
+    columns = [c for c in columns if c not in shared]
+    said = "".join(f'<p class="meta">{_e(c)} (every row): {_e(rows[0][c])}</p>' for c in shared)
     head = "".join(f"<th>{_e(c)}</th>" for c in columns)
     body = "".join("<tr>" + "".join(_cell(r.get(c), c) for c in columns) + "</tr>" for r in rows)
-    table = f"<table><tr>{head}</tr>{body}</table>"
+    table = f"{said}<table><tr>{head}</tr>{body}</table>"
     return table if len(rows) <= FOLD_ROWS else f"<details><summary>{len(rows)} rows: show</summary>{table}</details>"
 
 
