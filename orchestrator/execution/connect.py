@@ -38,12 +38,9 @@ class Connection:
 
 
 def connect(address: str | None, verbose: bool = False) -> Connection:
-    """Join `address` (or $RAY_ADDRESS); otherwise start a private local instance. Workers'
-    log lines stay in their own log files (Ray's session logs), out of the run's table. In a
-    process whose Ray is already initialised (a caller of the Python API), that session is used
-    as it is: no second ray.init, and it is not shut down at the end. `verbose` (--verbose): Ray's
-    INFO lines and warnings, and the workers' output, are printed too.
-    """
+    """Join `address` (or $RAY_ADDRESS); otherwise start a private local instance. Workers' log
+    lines stay in Ray's session logs unless `verbose` (_ray_logs). A process whose Ray is already
+    initialised (a caller of the Python API) has its session used as it is, never shut down."""
     if ray.is_initialized():
         return Connection(f"the caller's Ray session ({ray.get_runtime_context().gcs_address})", owned=False)
     return Connection(_join_or_start(address, verbose))

@@ -150,7 +150,7 @@ def saved_line(store) -> str:
     whole, cut, ok_rows = store.saved()
     if not whole and not cut:
         return f"nothing was saved in {store.location} (no group had finished a case)"
-    shown = f"{whole} group(s)" + (f" and the finished cases of {cut} group(s) in flight" if cut else "")
+    shown = f"{whole} group(s)" + (f" and the finished sizes of {cut} group(s) in flight" if cut else "")
     return f"{shown} saved in {store.location}, {ok_rows} measurement(s)"
 
 

@@ -23,7 +23,7 @@ from orchestrator.execution import ras, rows, transport
 from orchestrator.execution.events import GroupFailure, Observers, RunObserver
 from orchestrator.execution.pool import ActorPool, PlacementError
 from orchestrator.results.store import CUT_SHORT, ResultStore
-from orchestrator.sweep.planner import Group, Plan, build_cases, case_deadline_s
+from orchestrator.sweep.planner import Group, Plan, build_cases, case_deadline_s, one_size_each
 from orchestrator.sweep.spec import SweepSpec
 from workloads.messages import Case, Joined, JoinRequest, Stage, Status
 
@@ -90,7 +90,8 @@ class Runner:
                                    [self.pool.workers[r].info for r in g.ranks],
                                    [self.pool.slots[r][1] for r in g.ranks], pair, self.platforms,
                                    {n.node_id: n.nvlink_domain for n in self.pool.inv.nodes if n.nvlink_domain})
-            cases = self._cases_for(g) if self._cases_for else self._cases.setdefault(n, build_cases(self.spec, n))
+            cases = self._cases_for(g) if self._cases_for else self._cases.setdefault(
+                n, one_size_each(build_cases(self.spec, n)))
             r = _GroupRun(g, base, cases, now, self.spec.group_timeout_s)
             self.observers.group_started(ev.GroupStarted(g, base))
             reason = self.pool.unavailable(g.ranks)
@@ -124,11 +125,9 @@ class Runner:
             self._end(r, Status.SKIPPED, (), CUT_SHORT)
 
     def _checkpoint(self, r: _GroupRun) -> None:
-        """Write what a group in flight has measured, its other cases as CUT_SHORT rows (what an
-        interrupt leaves: --resume measures the group again), where its last such write is
-        CHECKPOINT_S old: a crash of the driver (killed, out of memory, its machine gone) loses the
-        case in flight and less than CHECKPOINT_S of the cases before it, not the group; the group's
-        end writes over it."""
+        """Write what a group in flight measured, the rest as CUT_SHORT rows (as an interrupt does),
+        where its last write is CHECKPOINT_S old: a crash of the driver loses the size in flight and
+        under CHECKPOINT_S of those before it. The group's end writes over it."""
         now = time.monotonic()
         if r.next_case >= len(r.cases) or now - r.saved_at < CHECKPOINT_S:
             return
@@ -275,9 +274,7 @@ class Runner:
 
 
 _PEER_GRACE_S = 5.0
-# A group in flight writes its finished cases at most this often (Runner._checkpoint): what a
-# crash of the driver can lose beside the case in flight, against one file write per case.
-CHECKPOINT_S = 1.0
+CHECKPOINT_S = 1.0  # how often a group in flight writes its finished sizes at most (Runner._checkpoint)
 _RAS_TIMEOUT_S = 5.0  # the most a hang's verdict waits on NCCL's RAS (NCCL_RAS_ADDR set on the workers)
 
 

@@ -23,7 +23,7 @@ Nodes without a domain take no part in these patterns.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from orchestrator.errors import UsageError
 from orchestrator.sweep import traffic
@@ -86,6 +86,16 @@ def build_cases(spec: SweepSpec, n: int) -> list[Case]:
                 for in_place in coll.in_place_modes
             ]
     return cases
+
+
+def one_size_each(cases: list[Case]) -> list[Case]:
+    """A plain collective's case as one call per size (each size is measured on its own anyway:
+    its buffers, warm-up, timing and check): an interrupt or a crash loses the size in flight, not
+    the sizes before it, and its row prints as it ends. A workload of its own (overlap) stays whole."""
+    out = []
+    for c in cases:
+        out += [replace(c, counts=(n,)) for n in c.counts] if c.collective in registry.COLLECTIVES else [c]
+    return out
 
 
 def case_deadline_s(spec: SweepSpec, case: Case) -> float:

@@ -188,7 +188,7 @@ def test_ctrl_c_in_a_group_keeps_its_finished_cases_and_resume_measures_it_whole
     assert set(cut.collective) == {"all_gather"} and cut.error.str.startswith("not measured: the run was "
                                                                               "interrupted").all()
     said = "".join(run.stderr)
-    assert f"interrupted; 0 group(s) and the finished cases of 1 group(s) in flight saved in {out}" in said, said
+    assert f"interrupted; 0 group(s) and the finished sizes of 1 group(s) in flight saved in {out}" in said, said
     assert "1 measurement(s)" in said
     report = run_cli(["report", str(out), "--run", run_id, "--format", "json"])
     read = json.loads(report.stdout)
@@ -314,18 +314,19 @@ def test_a_full_disk_stops_the_run_in_one_line_and_keeps_every_row_written(ray_h
         assert not [p.name for p in out.rglob(".*")]  # no torn temporary file left behind
 
 
-def test_a_crashed_driver_loses_only_the_case_in_flight(ray_head, tmp_path):
+def test_a_crashed_driver_loses_only_the_size_in_flight(ray_head, tmp_path):
     """Issue 45: a crash (the driver killed outright: no signal handler, nothing flushed) lost every
-    case of the groups in flight. A group in flight writes its finished cases as it goes (at most
-    once a second, runner.CHECKPOINT_S): after SIGKILL the finished all_reduce rows are on disk, the
-    all_gather cases are rows saying the run was cut there, and --resume measures the group whole."""
+    size of the groups in flight. A size is one call on each rank (runner.one_size_each), and a group
+    in flight writes its finished sizes as it goes (at most once a second, runner.CHECKPOINT_S):
+    killed while all_reduce's 2M runs, its 1M row is on disk, the sizes not measured are rows saying
+    the run was cut there, and --resume measures the group whole, each size once."""
     out = tmp_path / "results"
     run = LiveRun(["run", "--ranks-per-node", "2", "--patterns", "intra", "--collectives", "all_reduce,all_gather",
-                   "-b", "1M", "-e", "1M", "-n", "3000", "-w", "1", "-c", "1", "--output", str(out)],
+                   "-b", "1M", "-e", "2M", "-f", "2", "-n", "1500", "-w", "1", "-c", "1", "--output", str(out)],
                   env=ray_head.env())
     try:
-        run.wait_for("all_reduce", timeout=180)  # its row, printed as the case ends
-        time.sleep(0.5)
+        run.wait_for("all_reduce", timeout=180)  # the 1M row, printed as the size ends
+        time.sleep(0.3)
         run.proc.kill()  # SIGKILL, to the driver this test started
         run.returncode = run.finish(timeout=60)
     finally:
@@ -335,10 +336,11 @@ def test_a_crashed_driver_loses_only_the_case_in_flight(ray_head, tmp_path):
     assert files == ["r0-g0.parquet"]
     df = pd.read_parquet(out)
     kept, cut = df[df.status == "ok"], df[df.status != "ok"]
-    assert list(kept.collective) == ["all_reduce"] and (kept.n_wrong == 0).all()
-    assert set(cut.collective) == {"all_gather"} and (cut.error == CUT_SHORT).all()
+    assert sorted(zip(kept.collective, kept.msg_bytes)) == [("all_reduce", 1 << 20)] and (kept.n_wrong == 0).all()
+    assert (cut.error == CUT_SHORT).all() and sorted(set(zip(cut.collective, cut.msg_bytes))) == \
+        [("all_gather", 1 << 20), ("all_gather", 2 << 20), ("all_reduce", 2 << 20)]
     resumed = run_cli(["run", "--resume", run_id, "--output", str(out)], env=ray_head.env(), timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     df = pd.read_parquet(out)
     assert set(df.collective) == {"all_gather", "all_reduce"} and (df.status == "ok").all()
-    assert len(df) == len(kept) + len(cut)  # each case once
+    assert len(df) == len(kept) + len(cut)  # each size once

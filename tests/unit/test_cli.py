@@ -58,7 +58,7 @@ def test_a_config_key_is_refused_where_the_command_refuses_its_flag(tmp_path):
     assert proc.stderr.splitlines() == [f"collbench: error: --config {config}: key 'patterns' is not an option of "
                                         "collbench qualify (its keys: collectives, dtypes, min_bytes, max_bytes, "
                                         "step_factor, iters, warmup, check, backend, ranks_per_node, nodes, exclude, wait_nodes, "
-                                        "group_timeout, deadline_rate, output, address, env, expect_net)"]
+                                        "group_timeout, deadline_rate, output, address, verbose, env, expect_net)"]
 
 
 def test_an_old_config_key_still_works_for_a_release_with_a_note(tmp_path):

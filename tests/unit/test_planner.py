@@ -147,3 +147,21 @@ def test_intra_pairwise_covers_every_pair_inside_each_node_in_n_minus_1_rounds(r
                  range(first[node], first[node] + ranks_per_node)}
         assert pairs == set(itertools.combinations(range(ranks_per_node), 2))
     assert all(len(g.ranks) == 2 and g.pattern == "intra-pairwise" for g in plan.groups)
+
+
+def test_a_run_calls_each_size_of_a_collective_on_its_own():
+    """Issue 45: a case of a collective is one call per size (an interrupt or a crash loses the size
+    in flight, not the sizes before it); the overlap workload, measured as one program, stays whole."""
+    import dataclasses
+
+    from orchestrator.sweep.planner import build_cases, one_size_each
+
+    spec = SweepSpec(collectives=("all_reduce", "all_gather", "overlap"), min_bytes=1024, max_bytes=16 << 10)
+    cases = build_cases(spec, 2)
+    split = one_size_each(cases)
+    whole = [c for c in cases if c.collective == "overlap"]
+    assert whole and [c for c in split if c.collective == "overlap"] == whole
+    plain = [c for c in cases if c.collective != "overlap"]
+    assert [c for c in split if c.collective != "overlap"] == [
+        dataclasses.replace(c, counts=(n,)) for c in plain for n in c.counts]
+    assert all(len(c.counts) == 3 for c in plain)  # 1K, 4K, 16K: each becomes three calls
