@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -57,3 +58,13 @@ def replay_into_debug_file(path, groups: list[list[str]]) -> list:
             out.write("\n".join(lines) + "\n")
         logs.append(debug.group_log())
     return logs
+
+
+def stand_in(folder, name: str, exit_code: int = 0, says: str = "") -> str:
+    """A stand-in for the command `name` (scontrol, kubectl) in `folder`, to put first on PATH: appends its arguments (one per line, then ---) to folder/calls, says `says` on
+    stderr and exits `exit_code`."""
+    path = folder / name
+    path.write_text(f'#!/bin/sh\nfor a in "$@"; do echo "$a" >> "{folder}/calls"; done\necho --- >> "{folder}/calls"\n'
+                    f"[ -n '{says}' ] && echo '{says}' >&2\nexit {exit_code}\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return str(folder)

@@ -16,7 +16,15 @@ from orchestrator.commands.options import add_doctor_option, add_expected_option
 from orchestrator.commands.render import render_tables
 from orchestrator.operations import COMMAND_LINE, Voice
 from orchestrator.operations.checks import PEER_THRESHOLD
-from orchestrator.operations.qualify import COLLECTIVES, DTYPES, SWEEPS, NodeVerdict, QualifyOptions, qualify
+from orchestrator.operations.qualify import (
+    COLLECTIVES,
+    DTYPES,
+    SCHEDULERS,
+    SWEEPS,
+    NodeVerdict,
+    QualifyOptions,
+    qualify,
+)
 
 
 def add_parser(sub) -> None:
@@ -45,13 +53,22 @@ def add_parser(sub) -> None:
     p.add_argument("--format", choices=("table", "json"), default="table",
                    help="verdicts as a table, or as JSON with fields node, verdict, evidence (default: table)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random pairing (default: 0)")
+    p.add_argument("--scheduler", choices=SCHEDULERS, default="auto",
+                   help="whose command takes a node that did not pass out of service, printed for each such node: "
+                   "slurm (scontrol update NodeName=N State=DRAIN Reason=...), kubernetes (kubectl cordon N and a "
+                   "label collbench.io/verdict), none; auto: slurm inside a Slurm job, kubernetes inside a pod, "
+                   "else none (default: auto)")
+    p.add_argument("--drain", action="store_true",
+                   help="run that command for every node that did not pass (never a passing one), one line each; "
+                   "one that fails (no privilege, no such node) is said with what the scheduler answered")
     add_doctor_option(p)
     p.set_defaults(handler=main)
 
 
 def main(args: argparse.Namespace) -> int:
     options = QualifyOptions(sweep=spec_from_args(args), threshold=args.threshold, min_fraction=args.min_fraction,
-                             seed=args.seed, expected=args.expected, doctor=not args.no_doctor)
+                             seed=args.seed, expected=args.expected, doctor=not args.no_doctor,
+                             scheduler=args.scheduler, drain=args.drain)
     log = sys.stderr if args.format == "json" else sys.stdout  # stdout: the JSON alone
     result = qualify(options, voice=Voice(lambda line: print(line, file=log, flush=True), COMMAND_LINE.problem),
                      log=log)
@@ -60,9 +77,14 @@ def main(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps({"run_id": result.run_id, "rounds": result.rounds, "wall_s": round(result.wall_s, 3),
                           "speed_judged": result.speed_judged, "unjudged": result.unjudged,
-                          "agreement": result.agreement, "nodes": [v.to_json() for v in result.nodes]}, indent=1))
+                          "agreement": result.agreement, "nodes": [_json(v, result) for v in result.nodes]},
+                         indent=1))
     else:
         print(render_tables([("verdicts", [_table_row(v) for v in result.nodes])], "table"))
+    for ip, act in result.actions.items():  # what takes each failing node out, and how running it went
+        done = result.drained.get(ip)
+        print(done.line() if done else f"collbench: to take {act.node} out of service: " + "; ".join(act.shown()),
+              file=log, flush=True)
     for note in (result.unjudged, result.agreement):  # never a silent pass, nor a bare "healthy"
         if note:
             print(f"collbench: {note}", file=log, flush=True)
@@ -70,6 +92,14 @@ def main(args: argparse.Namespace) -> int:
     print(f"collbench: {n - len(result.failing)} of {n} node(s) pass; {result.rounds} round(s), {result.probes} "
           f"probe(s), wall {result.wall_s:.1f}s, {result.startup}; rows in {result.rows_at}", file=log, flush=True)
     return result.exit_code
+
+
+def _json(v: NodeVerdict, result) -> dict:
+    """The verdict as JSON, with the command that takes the node out of service and, under
+    --drain, whether it did (`drained`: ok, said)."""
+    act, done = result.actions.get(v.node), result.drained.get(v.node)
+    return {**v.to_json(), "action": act.to_json() if act else None,
+            "drained": {"ok": done.ok, "said": done.said} if done else None}
 
 
 def _table_row(v: NodeVerdict) -> dict:

@@ -10,6 +10,7 @@ import sys
 import ray
 
 import orchestrator
+from orchestrator import scheduler
 from orchestrator.results.schema import RunState
 from orchestrator.sweep.inventory import Inventory
 from orchestrator.sweep.spec import SweepSpec
@@ -45,6 +46,7 @@ def manifest(spec: SweepSpec, inv: Inventory, infos: list[WorkerInfo], backend: 
         "comm_env": json.dumps(comm_env(infos)),
         "command_line": " ".join(sys.argv),
         "job_submission_id": job_submission_id(),
+        "scheduler": json.dumps(found) if (found := scheduler.job(os.environ)) else None,
         "spec": json.dumps(spec.to_json()),
         "inventory": json.dumps(inv.to_json()),
         "groups_total": groups_total,

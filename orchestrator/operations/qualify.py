@@ -5,11 +5,13 @@ and the one call that runs it (the body, shared with watch, is operations.qualif
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, TextIO
 
+from orchestrator import scheduler
 from orchestrator.errors import UsageError
 from orchestrator.execution.voice import COMMAND_LINE, Voice
 from orchestrator.judging.defaults import MIN_FRACTION, PEER_THRESHOLD
@@ -17,12 +19,13 @@ from orchestrator.operations.checks import check_min_fraction, check_threshold, 
 from orchestrator.operations.qualifying import Qualification, qualification
 from orchestrator.operations.sweeps import NONE, Sweeps
 from orchestrator.results.location import check_writable, resolve_output
+from orchestrator.scheduler import Scheduler
 from orchestrator.sweep.qualify_types import NodeVerdict, Outcome
 from orchestrator.sweep.spec import ALL, SweepSpec
 from workloads.dtypes import ELEMENT_BYTES
 from workloads.registry import COLLECTIVES
 
-__all__ = ["COLLECTIVES", "DEFAULTS", "DTYPES", "SWEEPS", "NodeVerdict", "Outcome", "Qualification", "QualifyOptions", "check_spec", "qualify",
+__all__ = ["COLLECTIVES", "DEFAULTS", "DTYPES", "SCHEDULERS", "SWEEPS", "NodeVerdict", "Outcome", "Qualification", "QualifyOptions", "check_spec", "qualify",
            "qualify_spec"]
 
 # The sweep qualify takes (its command line's sweep options, its --config keys, the API's keyword
@@ -37,6 +40,7 @@ SWEEPS = Sweeps("collbench qualify",
                                            "max_bytes": 16 << 20, "iters": 5, "warmup": 1, "group_timeout_s": 60.0}))
 DEFAULTS = SWEEPS.defaults
 DTYPES = tuple(ELEMENT_BYTES)  # what --dtypes may name (one of them)
+SCHEDULERS = ("auto", *(s.value for s in Scheduler))  # what --scheduler may name
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,8 +60,14 @@ class QualifyOptions:
     """A YAML file of the user's expected values, over the shipped table."""
     doctor: bool = True
     """The quick checks before the first probe (a failed one refuses the qualification naming the node)."""
+    scheduler: str = "auto"
+    """Whose command takes a node out of service: slurm, kubernetes, none, or auto (the driver's environment)."""
+    drain: bool = False
+    """Run that command for every node that does not pass (never for one that does)."""
 
     def __post_init__(self) -> None:
+        if self.scheduler not in SCHEDULERS:
+            raise UsageError(f"--scheduler {self.scheduler}: choose from {', '.join(SCHEDULERS)}")
         check_spec(self.sweep)
         check_threshold(self.threshold)
         check_min_fraction(self.min_fraction)
@@ -68,11 +78,28 @@ def qualify(options: QualifyOptions, *, voice: Voice = COMMAND_LINE, log: TextIO
     """Qualify the cluster's nodes (or the sweep's `nodes`, or a caller's placement group's); a
     verdict per node with its evidence. `log`: where failed probes are printed (None: nowhere)."""
     entries = user_expected(options.expected)  # a bad file refused before the output is touched
+    sched = scheduler.chosen(options.scheduler, os.environ)
+    if options.drain and sched is Scheduler.NONE:
+        raise UsageError("--drain: no scheduler to drain in (not inside a Slurm job or a Kubernetes pod); "
+                         "name it with --scheduler slurm or --scheduler kubernetes")
     spec = dataclasses.replace(options.sweep, output=resolve_output(options.sweep.output))
     check_writable(spec.output)
-    return qualification(spec, threshold=options.threshold, min_fraction=options.min_fraction, seed=options.seed,
-                         user_entries=entries, voice=voice, log=log, placement_group=placement_group,
-                         doctor=options.doctor)
+    result = qualification(spec, threshold=options.threshold, min_fraction=options.min_fraction, seed=options.seed,
+                           user_entries=entries, voice=voice, log=log, placement_group=placement_group,
+                           doctor=options.doctor)
+    return out_of_service(result, sched, options.drain) if result.finished else result
+
+
+def out_of_service(result: Qualification, sched: Scheduler, drain: bool) -> Qualification:
+    """Each node that did not pass with the command that takes it out of `sched`'s service (by its
+    scheduler name, else its host name), run where `drain`; a passing node never gets one."""
+    for v in result.failing:
+        act = scheduler.action(sched, v.name or v.host, v.verdict.value, v.detail, result.run_id)
+        if act is not None:
+            result.actions[v.node] = act
+            if drain:
+                result.drained[v.node] = scheduler.run(act)
+    return result
 
 
 def qualify_spec(base: SweepSpec | None = None, options: Mapping[str, Any] = NONE,

@@ -20,6 +20,7 @@ from orchestrator.execution.voice import COMMAND_LINE, Voice
 from orchestrator.judging.defaults import MIN_FRACTION, PEER_THRESHOLD
 from orchestrator.judging.judge import prior_for
 from orchestrator.results.schema import RunState
+from orchestrator.scheduler import Action, Done
 from orchestrator.sweep.inventory import Inventory
 from orchestrator.sweep.qualify import Deadlines, Outcome, Probe, Qualifier, Reference, Result
 from orchestrator.sweep.qualify_types import NodeVerdict
@@ -45,6 +46,8 @@ class Qualification:
     startup: str = ""
     rows_at: str = ""
     message: str | None = None
+    actions: dict[str, Action] = field(default_factory=dict)  # by node IP: what takes it out of its scheduler
+    drained: dict[str, Done] = field(default_factory=dict)  # by node IP: how running that went (--drain)
 
     @property
     def finished(self) -> bool:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pandas as pd
 
 from orchestrator.results import dataset
 from orchestrator.sweep.spec import DEFAULT_COLLECTIVES
-from tests.helpers import run_cli
+from tests.helpers import run_cli, stand_in
 from workloads import registry
 from workloads.dtypes import BACKEND_DTYPES, NO_OP, OPS
 
@@ -132,19 +133,26 @@ def test_under_slurm_rows_and_verdicts_carry_the_node_name_it_drains_by(tmp_path
     """Issue 44: an embedded instance started inside a Slurm step (SLURMD_NODENAME in its
     environment, as `srun ... ray start` gives each node's Ray): the rows' scheduler_nodes and
     qualify's verdicts name the node as Slurm does; the table shows it beside the host name."""
-    out, _, df = _embedded_run(tmp_path, SLURMD_NODENAME="slm7")
+    job = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "sweep", "SLURM_JOB_PARTITION": "gpu",
+           "SLURM_JOB_NODELIST": "slm7", "SLURM_JOB_NUM_NODES": "1"}
+    out, _, df = _embedded_run(tmp_path, SLURMD_NODENAME="slm7", **job)
     assert [list(s) for s in df.scheduler_nodes] == [["slm7", "slm7"]] * len(df)
-    q = run_cli(["qualify", "--output", str(out), "-b", "64K", "-e", "64K", "-n", "2", "--format", "json"],
-                env=_embedded_env(SLURMD_NODENAME="slm7"))
+    recorded = json.loads(dataset.manifest(str(out), df.run_id.iloc[0])["scheduler"])
+    assert recorded == {"scheduler": "slurm", "job_id": "4242", "job_name": "sweep", "partition": "gpu",
+                        "nodelist": "slm7", "nodes": "1"}
+    # --drain inside the job: a node that passes is never drained (scontrol: a stand-in that records)
+    (tmp_path / "bin").mkdir()
+    path = stand_in(tmp_path / "bin", "scontrol") + os.pathsep + os.environ["PATH"]
+    q = run_cli(["qualify", "--output", str(out), "-b", "64K", "-e", "64K", "-n", "2", "--format", "json", "--drain"],
+                env=_embedded_env(SLURMD_NODENAME="slm7", PATH=path, **job))
     assert q.returncode == 0, q.stderr[-3000:]
     (verdict,) = json.loads(q.stdout)["nodes"]
     assert verdict["name"] == "slm7" and verdict["verdict"] == "pass"
+    assert verdict["action"] is None and verdict["drained"] is None and not (tmp_path / "bin" / "calls").exists()
 
 
 def _embedded_env(**extra: str) -> dict:
     """This process's environment without RAY_ADDRESS (each run starts its own instance), with `extra`."""
-    import os
-
     return {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, **extra}
 
 

@@ -14,7 +14,7 @@ import pytest
 from orchestrator.lab import cluster as labmod
 from orchestrator.sweep.qualify import fresh_rounds
 from orchestrator.sweep.qualify_judging import DISAGREEING_PROBES_DECISIVE
-from tests.helpers import run_cli
+from tests.helpers import run_cli, stand_in
 
 pytestmark = pytest.mark.lab
 LINK = "1gbit"
@@ -111,13 +111,26 @@ PLAIN_ARGS = ["--ranks-per-node", "1", "-b", "4M", "-e", "8M", "-n", "3", "--for
 
 
 def _qualify_plain(lab, slow: int, tmp_path) -> tuple[dict, dict, str]:
-    proc = run_cli(["qualify", "--address", lab.address, *PLAIN_ARGS, "--output", str(tmp_path / "results")],
-                   env=lab.env(), timeout=600)
+    # as inside a Slurm job with --drain (issue 44): scontrol is a stand-in that records its calls
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    env = lab.env()
+    env["PATH"] = stand_in(bin_dir, "scontrol") + os.pathsep + env.get("PATH", os.defpath)
+    proc = run_cli(["qualify", "--address", lab.address, *PLAIN_ARGS, "--output", str(tmp_path / "results"),
+                    "--scheduler", "slurm", "--drain"], env=env, timeout=600)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     verdicts, summary = _verdicts(proc.stdout)
     slow_ip = lab.node_ips[slow]
     assert {ip: v["verdict"] for ip, v in verdicts.items()} == {
         ip: ("slow" if ip == slow_ip else "pass") for ip in lab.node_ips}, proc.stderr[-3000:]
+    # the slow node drained, by its host name (the lab's nodes carry no Slurm name), and no other
+    name = verdicts[slow_ip]["name"] or verdicts[slow_ip]["host"]
+    calls = [c.splitlines() for c in (bin_dir / "calls").read_text().split("---\n")[:-1]]
+    assert calls == [["update", f"NodeName={name}", "State=DRAIN",
+                      f"Reason=collbench: slow, {verdicts[slow_ip]['detail']}, run {summary['run_id']}"]]
+    assert verdicts[slow_ip]["drained"] == {"ok": True, "said": ""}
+    assert all(v["action"] is None and v["drained"] is None for ip, v in verdicts.items() if ip != slow_ip)
+    assert f"collbench: drained {name} (slurm): scontrol update NodeName={name} State=DRAIN" in proc.stderr
     assert summary["speed_judged"] is True and summary["unjudged"] is None
     assert "no expected value applies" in proc.stderr
     # the slow node's evidence: measured against the other pairs (no declared rate), well below them

@@ -1,0 +1,121 @@
+"""The scheduler a run lives under (Slurm, Kubernetes, or none): which one, from the driver's own
+environment; the job it runs in, for the manifest; and for a node that did not pass, the command
+an operator runs to take it out of service there (Slurm's drain, Kubernetes' cordon and a label),
+which `qualify --drain` runs itself. Pure but for `run`, which starts the one command it is given.
+
+The node is named as the scheduler names it: the verdict's `name` (SLURMD_NODENAME or
+COLLBENCH_NODE_NAME on the workers, issue 44), else its host name."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import Enum
+
+RUN_TIMEOUT_S = 30.0  # scontrol and kubectl answer in a second; past this the action is reported failed
+LABEL = "collbench.io/verdict"  # the Kubernetes node label a cordon carries
+
+
+class Scheduler(str, Enum):
+    """Who gave this run its nodes: what `--scheduler auto` finds, or what the user names."""
+
+    SLURM = "slurm"  # inside a Slurm job (SLURM_JOB_ID)
+    KUBERNETES = "kubernetes"  # inside a pod (KUBERNETES_SERVICE_HOST)
+    NONE = "none"  # a Ray cluster someone started: no command to take a node out
+
+    @classmethod
+    def detect(cls, environ: Mapping[str, str]) -> Scheduler:
+        if environ.get("SLURM_JOB_ID"):
+            return cls.SLURM
+        if environ.get("KUBERNETES_SERVICE_HOST"):
+            return cls.KUBERNETES
+        return cls.NONE
+
+
+def chosen(name: str, environ: Mapping[str, str]) -> Scheduler:
+    """`--scheduler NAME` (auto: from the environment)."""
+    return Scheduler.detect(environ) if name == "auto" else Scheduler(name)
+
+
+# Slurm's job, as its environment gives it to every step (sbatch(1), "OUTPUT ENVIRONMENT VARIABLES")
+_SLURM_JOB = {"job_id": "SLURM_JOB_ID", "job_name": "SLURM_JOB_NAME", "partition": "SLURM_JOB_PARTITION",
+              "cluster": "SLURM_CLUSTER_NAME", "nodelist": "SLURM_JOB_NODELIST", "nodes": "SLURM_JOB_NUM_NODES"}
+
+
+def job(environ: Mapping[str, str]) -> dict | None:
+    """The job the driver runs in, for the manifest's `scheduler` field: Slurm's id, name,
+    partition, cluster and node list; under Kubernetes the pod's namespace and name where the
+    downward API gives them; None outside both."""
+    found = Scheduler.detect(environ)
+    if found is Scheduler.SLURM:
+        return {"scheduler": found.value, **{k: environ[v] for k, v in _SLURM_JOB.items() if environ.get(v)}}
+    if found is Scheduler.KUBERNETES:
+        pod = {"namespace": environ.get("POD_NAMESPACE"), "pod": environ.get("POD_NAME") or environ.get("HOSTNAME")}
+        return {"scheduler": found.value, **{k: v for k, v in pod.items() if v}}
+    return None
+
+
+@dataclass(frozen=True)
+class Action:
+    """What takes one node out of service: its commands (argv each), as an operator would type them."""
+
+    scheduler: Scheduler
+    node: str  # the scheduler's name of the node
+    commands: tuple[tuple[str, ...], ...]
+
+    def shown(self) -> list[str]:
+        return [shlex.join(argv) for argv in self.commands]
+
+    def to_json(self) -> dict:
+        return {"scheduler": self.scheduler.value, "node": self.node, "commands": self.shown()}
+
+
+def reason(verdict: str, detail: str, run_id: str) -> str:
+    """The drain's reason as Slurm keeps it (sinfo -R shows it): what, why, which run; one line."""
+    why = " ".join(detail.split())
+    why = why if len(why) <= 80 else why[:77] + "..."
+    return f"collbench: {verdict}, {why}, run {run_id}"
+
+
+def action(scheduler: Scheduler, node: str, verdict: str, detail: str, run_id: str) -> Action | None:
+    """The commands that take `node` out of `scheduler`'s service (None: no scheduler)."""
+    if scheduler is Scheduler.SLURM:
+        return Action(scheduler, node, (("scontrol", "update", f"NodeName={node}", "State=DRAIN",
+                                         f"Reason={reason(verdict, detail, run_id)}"),))
+    if scheduler is Scheduler.KUBERNETES:
+        return Action(scheduler, node, (("kubectl", "cordon", node),
+                                        ("kubectl", "label", "node", node, f"{LABEL}={verdict}", "--overwrite")))
+    return None
+
+
+@dataclass(frozen=True)
+class Done:
+    """How running an action went: ok, or the first command that failed and what it said."""
+
+    action: Action
+    ok: bool
+    said: str  # the failing command's first line of output (its stderr, else stdout), or ""
+
+    def line(self) -> str:
+        if self.ok:
+            return f"collbench: drained {self.action.node} ({self.action.scheduler.value}): " + \
+                "; ".join(self.action.shown())
+        return f"collbench: could not drain {self.action.node} ({self.action.scheduler.value}): {self.said}"
+
+
+def run(act: Action, timeout_s: float = RUN_TIMEOUT_S) -> Done:
+    """Run the action's commands in order, stopping at the first that fails (not found, refused
+    for want of privilege, timed out): what it said is kept."""
+    for argv in act.commands:
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
+        except FileNotFoundError:
+            return Done(act, False, f"{argv[0]}: not found on this machine's PATH")
+        except subprocess.TimeoutExpired:
+            return Done(act, False, f"{shlex.join(argv)}: no answer in {timeout_s:.0f} s")
+        if done.returncode != 0:
+            first = next((ln.strip() for ln in (done.stderr or done.stdout or "").splitlines() if ln.strip()), "")
+            return Done(act, False, f"{shlex.join(argv)}: exit {done.returncode}" + (f": {first}" if first else ""))
+    return Done(act, True, "")

@@ -1,0 +1,134 @@
+"""The deployment examples an operator edits in a few places: examples/kubernetes/rayjob.yaml
+against KubeRay's own RayJob schema (its CRD, tests/fixtures/kuberay/SOURCE.md: types, required
+fields, enums, and no field the API server would prune as unknown), and every collbench command
+they give parsed by collbench's own parser. Neither is applied to a real cluster here."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import gzip
+import io
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestrator.cli import build_parser
+
+ROOT = Path(__file__).resolve().parents[2]
+CRD = ROOT / "tests" / "fixtures" / "kuberay" / "ray.io_rayjobs.v1.7.0.yaml.gz"
+RAYJOB = ROOT / "examples" / "kubernetes" / "rayjob.yaml"
+
+
+@functools.cache
+def _schema(version: str = "v1") -> dict:
+    crd = yaml.load(gzip.decompress(CRD.read_bytes()), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    return next(v for v in crd["spec"]["versions"] if v["name"] == version)["schema"]["openAPIV3Schema"]
+
+
+def unknown_fields(instance, schema: dict, at: str = "") -> list[str]:
+    """Fields of `instance` that `schema` does not declare, where it declares its fields (an object
+    with properties, no additionalProperties, not x-kubernetes-preserve-unknown-fields): what the
+    API server prunes without a word, a misspelt field's fate."""
+    out = []
+    if isinstance(instance, dict) and "properties" in schema:
+        open_ = schema.get("additionalProperties") or schema.get("x-kubernetes-preserve-unknown-fields")
+        for key, value in instance.items():
+            if key in schema["properties"]:
+                out += unknown_fields(value, schema["properties"][key], f"{at}.{key}")
+            elif not open_:
+                out.append(f"{at}.{key}")
+    elif isinstance(instance, list) and "items" in schema:
+        for i, item in enumerate(instance):
+            out += unknown_fields(item, schema["items"], f"{at}[{i}]")
+    return out
+
+
+def parses(command: str) -> str:
+    """'' where collbench's parser takes `command` (a `collbench ...` line), else its error."""
+    words = shlex.split(command)
+    assert words[0] == "collbench", command
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            build_parser().parse_args(words[1:])
+    except SystemExit as e:
+        return err.getvalue().strip().splitlines()[-1] if e.code else ""
+    return ""
+
+
+def test_the_rayjob_is_what_kuberay_takes():
+    jsonschema = pytest.importorskip("jsonschema")  # Ray's own dependency
+    schema, job = _schema(), yaml.safe_load(RAYJOB.read_text())
+    jsonschema.validate(job, schema)  # types, required fields (a worker group's groupName...), enums
+    assert unknown_fields(job, schema) == []
+    assert (job["apiVersion"], job["kind"]) == ("ray.io/v1", "RayJob")
+    spec = job["spec"]
+    assert spec["shutdownAfterJobFinishes"] is True and spec["submissionMode"] in \
+        schema["properties"]["spec"]["properties"]["submissionMode"].get("enum", [spec["submissionMode"]])
+    (workers,) = spec["rayClusterSpec"]["workerGroupSpecs"]
+    (container,) = workers["template"]["spec"]["containers"]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 8 and workers["replicas"] == 4
+    # every Ray container knows its Kubernetes node: what the verdicts name and kubectl cordons
+    heads = spec["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"]
+    for c in [*heads, container]:
+        assert {"name": "COLLBENCH_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in c["env"]
+    # the entrypoint is one collbench command, as collbench's parser takes it, for those 4 x 8 GPUs
+    assert parses(spec["entrypoint"]) == ""
+    args = build_parser().parse_args(shlex.split(spec["entrypoint"])[1:])
+    assert (int(args.wait_nodes), int(args.ranks_per_node), args.scheduler) == (workers["replicas"], 8, "kubernetes")
+    assert args.output.startswith("s3://")
+
+
+def test_the_schema_check_catches_what_the_api_server_would_drop_or_refuse():
+    """The checks above on the example with one fault each: a misspelt field, a wrong type."""
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = _schema()
+    job = yaml.safe_load(RAYJOB.read_text())
+    job["spec"]["shutdownAfterJobFinish"] = job["spec"].pop("shutdownAfterJobFinishes")
+    job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["replica"] = 4
+    assert sorted(unknown_fields(job, schema)) == [".spec.rayClusterSpec.workerGroupSpecs[0].replica",
+                                                   ".spec.shutdownAfterJobFinish"]
+    job = yaml.safe_load(RAYJOB.read_text())
+    job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["replicas"] = "four"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(job, schema)
+    assert parses("collbench qualify --collectives all_reduce --drian").startswith("collbench: error:")
+
+
+def _sbatch(name: str) -> tuple[dict[str, str], dict[str, list[str]], str]:
+    """A batch script's #SBATCH options, its arrays (NAME=(...)), and its collbench line."""
+    text = (ROOT / "examples" / "slurm" / name).read_text()
+    options = dict((line[len("#SBATCH "):] + "=").split("=")[:2] for line in text.splitlines()
+                   if line.startswith("#SBATCH --"))  # --exclusive: ""
+    arrays = {m[0]: shlex.split(m[1]) for m in re.findall(r"^\s*(\w+)=\((.*)\)", text, flags=re.M)}
+    command = next(line.strip() for line in text.splitlines() if line.strip().startswith("collbench "))
+    return options, arrays, command
+
+
+@pytest.mark.parametrize("name", ["qualify.sbatch", "sweep.sbatch"])
+def test_the_batch_scripts_are_bash_and_give_collbench_what_it_takes(name):
+    """The scripts an operator submits (edited in the #SBATCH lines and two more): bash takes them,
+    they ask for one task a node with its GPUs, and every collbench command they can run parses.
+    Not submitted to a Slurm cluster by CI yet (issue 44's Slurm lab is not built)."""
+    path = ROOT / "examples" / "slurm" / name
+    assert subprocess.run(["bash", "-n", str(path)], capture_output=True, check=False).returncode == 0
+    options, arrays, command = _sbatch(name)
+    assert {"--nodes", "--ntasks-per-node", "--gpus-per-node", "--partition", "--time"} <= set(options)
+    assert options["--ntasks-per-node"] == "1"  # one Ray node per Slurm node, with all its GPUs
+    variants = {"qualify.sbatch": [{'"${QUALIFY[@]}"': shlex.join(arrays.get("QUALIFY", []))}],
+                "sweep.sbatch": [{'"${what[@]}"': shlex.join(["run", *arrays.get("SWEEP", [])])},
+                                 {'"${what[@]}"': "run --resume 20261205T101500Z-a1b2c3"}]}[name]
+    for substitute in variants:
+        line = command
+        for var, words in substitute.items():
+            line = line.replace(var, words)
+        assert parses(line) == "", line
+        args = build_parser().parse_args(shlex.split(line)[1:])
+        assert args.address == "auto"  # symmetric-run's head: the cluster of this job, never an old address
+        if name == "qualify.sbatch":
+            assert int(args.ranks_per_node) == int(options["--gpus-per-node"]) and args.drain
