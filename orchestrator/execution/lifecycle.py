@@ -34,7 +34,8 @@ def live(open_session: Callable[[], object], body: Callable[[object], None], res
     """Run `body(session)` inside `open_session()`; (the session or None, whether it finished).
     When it did not, `result` says how it ended (state, exit code, the line said)."""
     from orchestrator.execution.pool import PlacementError
-    from orchestrator.execution.session import exit_code, is_disk_full, say_late_interrupt
+    from orchestrator.execution.session import is_disk_full, say_late_interrupt
+    from orchestrator.execution.signals import exit_code
 
     session = None
     try:

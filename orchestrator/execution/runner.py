@@ -19,7 +19,7 @@ import ray
 
 from orchestrator.errors import one_line
 from orchestrator.execution import events as ev
-from orchestrator.execution import ras, rows, transport
+from orchestrator.execution import ras, rows, signals, transport
 from orchestrator.execution.events import GroupFailure, Observers, RunObserver
 from orchestrator.execution.pool import ActorPool, PlacementError
 from orchestrator.results.store import CUT_SHORT, ResultStore
@@ -73,6 +73,8 @@ class Runner:
     def run(self, plan: Plan, skip: frozenset[str] | set[str] = frozenset()) -> None:
         for rnd in plan.rounds:
             todo = [g for g in rnd if g.group_id not in skip]
+            if todo and signals.stop_requested():  # SIGUSR1: none more starts once the round in flight ended
+                raise signals.StopRequested()
             if todo:
                 self.observers.round_started(ev.RoundStarted(todo[0].round, len(todo)))
                 self._run_round(todo, len(rnd))
@@ -125,9 +127,8 @@ class Runner:
             self._end(r, Status.SKIPPED, (), CUT_SHORT)
 
     def _checkpoint(self, r: _GroupRun) -> None:
-        """Write what a group in flight measured, the rest as CUT_SHORT rows (as an interrupt does),
-        where its last write is CHECKPOINT_S old: a crash of the driver loses the size in flight and
-        under CHECKPOINT_S of those before it. The group's end writes over it."""
+        """Write what a group in flight measured, the rest as CUT_SHORT rows (as an interrupt does), at
+        most every CHECKPOINT_S: a crash loses the size in flight and under CHECKPOINT_S before it."""
         now = time.monotonic()
         if r.next_case >= len(r.cases) or now - r.saved_at < CHECKPOINT_S:
             return

@@ -11,14 +11,12 @@ import errno
 import json
 import os
 import shutil
-import signal
-import threading
 import time
 
 import ray
 
 from orchestrator.errors import UsageError
-from orchestrator.execution import connect, doctor, probe, provenance
+from orchestrator.execution import connect, doctor, probe, provenance, signals
 from orchestrator.execution.events import GroupEnded, GroupJoined, RunObserver
 from orchestrator.execution.metrics import RunMetrics
 from orchestrator.execution.outcome import Tally
@@ -68,11 +66,9 @@ class Session:
         self._probe_in_workers = False  # a CPU-only run probes its nodes in its workers, once started
         self._probed = False  # read_nodes() done
         self._float8_from_all = False
-        self._sigterm = None
+        self._signals = None
 
     def __enter__(self) -> Session:
-        global _terminated
-        _terminated = False
         self.store.acquire()  # one writer per run: a second run or --resume of it is refused here, before Ray
         try:
             with self.startup.timing("connect_s"):
@@ -81,11 +77,9 @@ class Session:
         except BaseException:
             self.store.release()
             raise
-        # `ray job stop` and other supervisors send SIGTERM: stop as on Ctrl-C (set after
-        # ray.init, which installs a handler of its own that only logs and dies). Only the main
-        # thread may set a handler: a caller's thread (the Python API) keeps its process's.
-        if threading.current_thread() is threading.main_thread():
-            self._sigterm = signal.signal(signal.SIGTERM, _interrupt)
+        # SIGTERM as Ctrl-C, SIGUSR1 after the round in flight (execution.signals); set after
+        # ray.init, which installs a SIGTERM handler of its own that only logs and dies
+        self._signals = signals.install()
         return self
 
     def __exit__(self, *exc) -> None:
@@ -94,8 +88,7 @@ class Session:
                 self.pool.shutdown()
             connect.disconnect(self.connection)
         finally:
-            if self._sigterm is not None:
-                signal.signal(signal.SIGTERM, self._sigterm)
+            signals.restore(self._signals)
             self.store.release()
 
     def cluster(self) -> tuple[Inventory, str]:
@@ -314,24 +307,6 @@ def _free_bytes(path: str) -> int:
         return 0
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, handled as Ctrl-C is; the process exits 128 + 15."""
-
-    exit_code = 143
-
-
-# Whether SIGTERM came. Ray turns an exception raised by a signal handler while the driver waits
-# in ray.wait/ray.get into a new, plain KeyboardInterrupt (its check_signals), so the exception
-# that arrives may not be the Terminated raised here.
-_terminated = False
-
-
-def _interrupt(signum, frame) -> None:
-    global _terminated
-    _terminated = True
-    raise Terminated()
-
-
 def say_late_interrupt(session: Session | None, unit: str, voice: Voice) -> None:
     """Say what an interrupt outside the measuring loop left: nothing yet, or a finished run (an
     interrupted one has been said where it was caught)."""
@@ -341,8 +316,3 @@ def say_late_interrupt(session: Session | None, unit: str, voice: Voice) -> None
                    f"saved in {session.store.location}")
     elif state != RunState.INTERRUPTED:
         voice.warn(f"\ncollbench: interrupted before any {unit} was measured")
-
-
-def exit_code(e: KeyboardInterrupt) -> int:
-    """130 for Ctrl-C, 143 for SIGTERM."""
-    return 143 if _terminated else getattr(e, "exit_code", 130)

@@ -344,3 +344,26 @@ def test_a_crashed_driver_loses_only_the_size_in_flight(ray_head, tmp_path):
     df = pd.read_parquet(out)
     assert set(df.collective) == {"all_gather", "all_reduce"} and (df.status == "ok").all()
     assert len(df) == len(kept) + len(cut)  # each size once
+
+
+def test_sigusr1_ends_the_run_after_the_group_in_flight_and_resume_finishes_it(ray_head, tmp_path):
+    """Issue 44: Slurm's `#SBATCH --signal=USR1@120`, ahead of a time limit. Sent once the first of
+    three groups (one a round) is on disk: the group in flight finishes whole, the third never
+    starts, no row says cut short, the manifest says interrupted, and the printed resume measures
+    only what is missing."""
+    out = tmp_path / "results"
+    run = _signal_driver_after_first_group(ray_head.env(), out, signal.SIGUSR1)
+    assert run.returncode == 138, "".join(run.stderr)[-2000:]
+    run_id, files = _groups_on_disk(out)
+    # the second group whole (the signal came while it ran), or none of it where the signal came
+    # between the rounds; never the third, never a group cut short
+    assert files in (["r0-g0.parquet", "r1-g0.parquet"], ["r0-g0.parquet"]), files
+    df = pd.read_parquet(out)
+    assert (df.status == "ok").all() and sorted(set(df.group_id)) == [f.split(".")[0] for f in files]
+    manifest = dataset.manifest(str(out), run_id)
+    assert (manifest["state"], manifest["groups_done"]) == ("interrupted", len(files))
+    resumed = run_cli(_resume_command(run)[1:], env=ray_head.env(), timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert f"resuming: {len(files)} group(s) already on disk are skipped" in resumed.stdout
+    df = pd.read_parquet(out)
+    assert sorted(df.group_id) == ["r0-g0", "r1-g0", "r2-g0"] and (df.status == "ok").all()

@@ -9,18 +9,35 @@ import signal
 
 import pytest
 
-from orchestrator.execution import session as session_mod
-from orchestrator.execution.session import Session, exit_code, is_disk_full
+from orchestrator.execution import signals
+from orchestrator.execution.session import Session, is_disk_full
+from orchestrator.execution.signals import exit_code
 from orchestrator.sweep.spec import SweepSpec
 
 
-def test_sigterm_exits_143_even_when_ray_raised_a_plain_keyboard_interrupt(monkeypatch):
-    monkeypatch.setattr(session_mod, "_terminated", False)
-    assert exit_code(KeyboardInterrupt()) == 130  # Ctrl-C
-    with pytest.raises(KeyboardInterrupt):
-        session_mod._interrupt(signal.SIGTERM, None)
-    # ray.wait re-raises a new KeyboardInterrupt in place of the handler's Terminated
-    assert exit_code(KeyboardInterrupt()) == 143
+def test_sigterm_exits_143_even_when_ray_raised_a_plain_keyboard_interrupt():
+    previous = signals.install()
+    try:
+        assert exit_code(KeyboardInterrupt()) == 130  # Ctrl-C
+        with pytest.raises(KeyboardInterrupt):
+            signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)
+        # ray.wait re-raises a new KeyboardInterrupt in place of the handler's Terminated
+        assert exit_code(KeyboardInterrupt()) == 143
+    finally:
+        signals.restore(previous)
+
+
+def test_sigusr1_asks_for_a_stop_after_the_round_and_a_new_session_forgets_it():
+    previous = signals.install()
+    try:
+        assert not signals.stop_requested()
+        signal.raise_signal(signal.SIGUSR1)  # the handler only notes it: nothing raised mid-round
+        assert signals.stop_requested() and exit_code(signals.StopRequested()) == 138
+        signals.restore(signals.install())
+        assert not signals.stop_requested()
+    finally:
+        signals.restore(previous)
+    assert signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL
 
 
 def _session(tmp_path) -> Session:
