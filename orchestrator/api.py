@@ -67,15 +67,17 @@ def spec(base: SweepSpec | None = None, **options: Any) -> SweepSpec:
 
 def run(sweep: SweepSpec | None = None, /, *, nodes: Sequence[str] | None = None, placement_group=None,
         resume: str | None = None, retry_failed: bool = False, doctor: bool = True, verbose: bool = False,
-        **options: Any) -> RunResult:
+        run_id: str | None = None, **options: Any) -> RunResult:
     """Measure a sweep; returns its RunResult (rows, manifest, how it ended). `nodes`: only these
     (IP, host name or Ray node id); `placement_group`: a placement group the caller holds, one rank
     per bundle, on its bundles' nodes; `resume`: finish that run of `output` (only the groups it
     lacks, with its own sweep; an option given here that would change what it measures is refused),
-    `retry_failed` measuring its failed groups again; `doctor`: the quick checks before the first
-    group (a failed one raises UsageError naming the node)."""
+    `retry_failed` measuring its failed groups again; `run_id`: the run's name (a run of that id in
+    `output` that did not finish is resumed, one that finished is not measured again); `doctor`: the
+    quick checks before the first group (a failed one raises UsageError naming the node)."""
     given = _with_nodes(nodes, options)
     chosen = running.RunOptions(sweep=spec(sweep, **given), resume=resume, retry_failed=retry_failed, doctor=doctor,
+                                run_id=run_id,
                                 given=frozenset(f.name for f in map(field_of, given) if f is not None) | _set_in(sweep))
     return running.run(chosen, voice=COMMAND_LINE if verbose else QUIET, placement_group=placement_group,
                        progress=verbose)

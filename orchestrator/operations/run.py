@@ -12,6 +12,7 @@ from orchestrator.execution.jobs import RunResult
 from orchestrator.execution.voice import COMMAND_LINE, Voice
 from orchestrator.operations.sweeps import Sweeps
 from orchestrator.results.location import check_writable, resolve_output
+from orchestrator.results.schema import RunState
 from orchestrator.sweep import resume
 from orchestrator.sweep.spec import SweepSpec, spec_fields
 
@@ -34,10 +35,18 @@ class RunOptions:
     given one that would change what it measures)."""
     doctor: bool = True
     """The quick checks before the first group (a failed one refuses the run naming the node)."""
+    run_id: str | None = None
+    """Name the run: a new run of this id, or where the output holds one that did not finish, that run
+    resumed (a requeued batch job naming its run by its job id resumes itself); one that finished is
+    not measured again."""
 
     def __post_init__(self) -> None:
-        if self.resume is not None:
-            resume.check_run_id(self.resume)  # before anything reads or writes a path made from it
+        for given in (self.resume, self.run_id):
+            if given is not None:
+                resume.check_run_id(given)  # before anything reads or writes a path made from it
+        if self.resume is not None and self.run_id is not None:
+            raise UsageError(f"--run-id {self.run_id} with --resume {self.resume}: give one (--run-id resumes "
+                             "its run where it exists)")
         if self.retry_failed and self.resume is None:
             raise UsageError("--retry-failed: only with --resume RUN_ID")
 
@@ -47,15 +56,24 @@ def run(options: RunOptions, *, voice: Voice = COMMAND_LINE, progress: bool = Fa
     """Measure the sweep (or the rest of the resumed run); its RunResult. `progress`: the console's
     table of rows and progress on stdout."""
     spec = dataclasses.replace(options.sweep, output=resolve_output(options.sweep.output))
-    saved = None
-    if options.resume is not None:
-        saved = _resumed_run(spec.output, options.resume)
-        spec = resume.resumed_spec(saved, spec, set(options.given), options.resume)
+    saved, resuming = None, options.resume
+    if options.run_id is not None:
+        from orchestrator.results import dataset
+
+        record = dataset.manifest(spec.output, options.run_id)
+        if record is not None and record.get("state") == RunState.FINISHED.value:
+            return RunResult(options.run_id, spec.output, RunState.FINISHED, 0, manifest=record,
+                             message=f"collbench: run {options.run_id} in {spec.output} finished already: nothing "
+                             "measured again (a new run needs another --run-id)")
+        resuming = options.run_id if record is not None else None
+    if resuming is not None:
+        saved = _resumed_run(spec.output, resuming)
+        spec = resume.resumed_spec(saved, spec, set(options.given), resuming)
     check_writable(spec.output)
     from orchestrator.execution import jobs  # Ray and all it needs, after the cheap checks
 
-    return jobs.sweep(spec, run_id=options.resume, saved=saved, retry_failed=options.retry_failed, voice=voice,
-                      progress=progress, placement_group=placement_group, doctor=options.doctor)
+    return jobs.sweep(spec, run_id=resuming or options.run_id, saved=saved, retry_failed=options.retry_failed,
+                      voice=voice, progress=progress, placement_group=placement_group, doctor=options.doctor)
 
 
 def _resumed_run(output: str, run_id: str) -> resume.SavedRun:

@@ -367,3 +367,30 @@ def test_sigusr1_ends_the_run_after_the_group_in_flight_and_resume_finishes_it(r
     assert f"resuming: {len(files)} group(s) already on disk are skipped" in resumed.stdout
     df = pd.read_parquet(out)
     assert sorted(df.group_id) == ["r0-g0", "r1-g0", "r2-g0"] and (df.status == "ok").all()
+
+
+def test_a_named_run_resumes_itself_and_is_not_measured_twice(ray_head, tmp_path):
+    """Issue 44: a batch job requeued after a time limit runs the same command again; with
+    --run-id slurm-$SLURM_JOB_ID the second start resumes the run (only the groups it lacks), and a
+    third, after it finished, measures nothing and says so (exit 0)."""
+    out = tmp_path / "results"
+    named = [*THREE_GROUPS, "--output", str(out), "--run-id", "slurm-4242"]
+    run = LiveRun(named, env=ray_head.env())
+    try:
+        run.wait_for("[progress] 1/3 groups done", timeout=180)
+        run.proc.send_signal(signal.SIGTERM)  # what scancel and a time limit send
+        run.returncode = run.finish(timeout=60)
+    finally:
+        run.kill()
+    assert run.returncode == 143
+    run_id, before = _groups_on_disk(out)
+    assert run_id == "slurm-4242" and 1 <= len(before) < 3
+    again = run_cli(named[:], env=ray_head.env(), timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert f"resuming: {len(before)} group(s) already on disk are skipped" in again.stdout
+    df = pd.read_parquet(out)
+    assert sorted(df.group_id) == ["r0-g0", "r1-g0", "r2-g0"] and (df.status == "ok").all()
+    third = run_cli(named, env=ray_head.env(), timeout=300)
+    assert third.returncode == 0 and third.stdout == (f"collbench: run slurm-4242 in {out} finished already: nothing "
+                                                      "measured again (a new run needs another --run-id)\n"), third.stderr
+    assert len(pd.read_parquet(out)) == 3

@@ -70,3 +70,16 @@ def test_an_old_config_key_still_works_for_a_release_with_a_note(tmp_path):
         f"collbench: note: --config {old}: key ops is now op; it goes in the next release\n"
     plain = run_main(["plan", "--inventory", "2x2cpu", "--collectives", "all_reduce", "--config", str(new)])
     assert plain.returncode == 0 and plain.stderr == "" and plain.stdout == said.stdout
+
+
+def test_run_id_is_checked_and_refused_beside_resume(tmp_path):
+    """--run-id names the run (a requeued job resumes itself): a path in it is refused as --resume's
+    is, and given with --resume it is one line, nothing written."""
+    out = str(tmp_path / "out")
+    both = run_main(["run", "--output", out, "--run-id", "a", "--resume", "b"])
+    assert (both.returncode, both.stdout) == (2, "")
+    assert both.stderr == ("collbench: error: --run-id a with --resume b: give one (--run-id resumes its run "
+                           "where it exists)\n")
+    bad = run_main(["run", "--output", out, "--run-id", "../elsewhere"])
+    assert bad.returncode == 2 and bad.stderr.startswith("collbench: error: ") and "../elsewhere" in bad.stderr
+    assert not (tmp_path / "out").exists()

@@ -121,7 +121,7 @@ def test_the_batch_scripts_are_bash_and_give_collbench_what_it_takes(name):
     assert {"--nodes", "--ntasks-per-node", "--gpus-per-node", "--partition", "--time"} <= set(options)
     assert options["--ntasks-per-node"] == "1"  # one Ray node per Slurm node, with all its GPUs
     variants = {"qualify.sbatch": [{'"${QUALIFY[@]}"': shlex.join(arrays.get("QUALIFY", []))}],
-                "sweep.sbatch": [{'"${what[@]}"': shlex.join(["run", *arrays.get("SWEEP", [])])},
+                "sweep.sbatch": [{'"${what[@]}"': shlex.join(["run", *arrays.get("SWEEP", [])]) + " --run-id slurm-4242"},
                                  {'"${what[@]}"': "run --resume 20261205T101500Z-a1b2c3"}]}[name]
     for substitute in variants:
         line = command
