@@ -142,14 +142,16 @@ def preflight(target=None, /, *, timeout_s: float = 60.0, verbose: bool = False,
 
 def report(source: str | RunResult, *, run_id: str | None = None, threshold: float = PEER_THRESHOLD,
            unit: Unit = "GBps",
-           collective: str | None = None, expected: str | None = None, min_fraction: float = MIN_FRACTION) -> Report:
+           collective: str | None = None, expected: str | None = None, min_fraction: float = MIN_FRACTION,
+           topology: str | None = None) -> Report:
     """The report of a run: `source` is a RunResult or a results dataset (its latest run, or
-    `run_id`). Tables as `.tables` (lists of dicts) or `.frame(name)` (DataFrames); flags as `.flags`."""
+    `run_id`). Tables as `.tables` (lists of dicts) or `.frame(name)` (DataFrames); flags as `.flags`.
+    `topology`: the fabric's switch tree (a topology.conf or YAML file): a slow uplink is named."""
     if isinstance(source, RunResult):
         source, run_id = source.output, source.run_id
     return reporting.report(reporting.ReportOptions(path=source, run_id=run_id, collective=collective,
                                                     threshold=threshold, unit=unit, expected=expected,
-                                                    min_fraction=min_fraction)).report
+                                                    min_fraction=min_fraction, topology=topology)).report
 
 
 def compare(baseline: str, new: str | None = None, *, baseline_runs: Sequence[str] | None = None,

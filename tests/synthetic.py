@@ -76,6 +76,8 @@ def write_cluster_run(out: str, run_id: str, *, nodes: int = 4, ranks_per_node: 
       ("gpu_pair", node, a, b, f)  one GPU-to-GPU link: the intra-pairwise group of exactly that pair
       ("rail", local, f)           one rail: inter groups of that local rank
       ("pair", a, b, f)            one node pair: the pairwise group of exactly those nodes
+      ("uplink", nodes, f)         a switch's uplink: every group with nodes both in `nodes` (a
+                                   tuple: the switch's) and outside
       ("straggler", rank, x)       the rank's own time is x times its group's (x < 1: it arrives late,
                                    the others wait for it)
       ("rank_noise", sigma)        every rank's own time times a lognormal factor of this sigma
@@ -123,6 +125,8 @@ def write_cluster_run(out: str, run_id: str, *, nodes: int = 4, ranks_per_node: 
             elif kind == "rail" and group.pattern == "inter" and local[0] == args[0]:
                 bw *= f
             elif kind == "pair" and group.pattern == "pairwise" and spanned == sorted(args[:2]):
+                bw *= f
+            elif kind == "uplink" and set(spanned) & set(args[0]) and set(spanned) - set(args[0]):
                 bw *= f
             elif kind == "straggler" and args[0] in group.ranks:
                 straggle[group.ranks.index(args[0])] = f

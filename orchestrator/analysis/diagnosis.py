@@ -24,7 +24,6 @@ are analysis.stragglers'.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, fields
 from enum import Enum
 
@@ -33,9 +32,10 @@ import pandas as pd
 
 from orchestrator.analysis import grouping
 from orchestrator.analysis.frame import Frame
+from orchestrator.analysis.uplinks import slow_uplinks
 from orchestrator.judging.capacity import healthy_level
 from orchestrator.judging.judge import MIN_VALUES, allowed_drop, prior_for
-from orchestrator.judging.stats import FAMILY_ALPHA
+from orchestrator.judging.stats import FAMILY_ALPHA, binomial_tail
 from orchestrator.sweep.sizes import format_bytes
 from workloads.messages import Status, Topology
 
@@ -62,6 +62,7 @@ class FlagKind(str, Enum):
     SLOW_RAIL = "slow_rail"
     SLOW_GPU_PAIR = "slow_gpu_pair"
     SLOW_GPU = "slow_gpu"
+    SLOW_UPLINK = "slow_uplink"
     STRAGGLER = "straggler"
     STRAGGLER_NODE = "straggler_node"
     FAILED_GROUP = "failed_group"
@@ -232,10 +233,18 @@ def _pair_flags(frame: Frame, scores: pd.DataFrame, threshold: float) -> list[Fl
     `intermittent`, those pairs its evidence; the other such pairs are slow pairs."""
     out = []
     for _, shape in scores.groupby(SHAPE, observed=True):
+        if frame.leaves:  # the level of the pairs inside leaves: pairs across may be most, and slow
+            shape = _inside_level(shape, frame.leaves)
         floor, row0 = float(shape.floor.iloc[0]), shape.iloc[0]
         a, b = shape.node_first.to_numpy(), shape.node_last.to_numpy()
         low = _low(shape.ratio, floor, threshold).to_numpy()
         fast_nodes = set(a[~low]) | set(b[~low])
+        if frame.leaves:  # pairs across a slow uplink are judged against their own level, then
+            uplinks, ratio = uplink_flags(frame, shape, low, fast_nodes, threshold)
+            out += uplinks
+            shape = shape.assign(ratio=ratio)
+            low = _low(shape.ratio, floor, threshold).to_numpy()
+            fast_nodes = set(a[~low]) | set(b[~low])
         best = _best_by_member(shape, "node_first", "node_last")
         slow_nodes = [n for n in best.index if n not in fast_nodes]
         for node in sorted(slow_nodes, key=lambda n: best[n]):
@@ -250,7 +259,7 @@ def _pair_flags(frame: Frame, scores: pd.DataFrame, threshold: float) -> list[Fl
         flapping = {}
         nodes = len(set(a) | set(b))
         for node, (k, m, q) in blamed.items():
-            if k >= 2 and _tail(k, m, q) <= FAMILY_ALPHA / nodes:
+            if k >= 2 and binomial_tail(k, m, q) <= FAMILY_ALPHA / nodes:
                 flapping[node] = (k, m)
         rows_low = shape[proven & low]
         for node, (k, m) in sorted(flapping.items(), key=lambda item: -item[1][0]):
@@ -269,6 +278,42 @@ def _pair_flags(frame: Frame, scores: pd.DataFrame, threshold: float) -> list[Fl
             out.append(_flag(FlagKind.SLOW_PAIR, frame, row, nodes_, [], "slow node pair "
                              + " - ".join(frame.label(n) for n in nodes_)))
     return out
+
+
+def _inside_level(shape: pd.DataFrame, leaves: dict[int, str]) -> pd.DataFrame:
+    """The shape judged against the healthy level of its pairs inside leaves (the one judge's
+    healthy_level), where there are enough of them: with two leaves most pairs are across, and a
+    slow path between them would otherwise be the level."""
+    inside = (shape.node_first.map(leaves) == shape.node_last.map(leaves)).to_numpy()
+    busbw = shape.busbw_gbps.to_numpy()
+    level = healthy_level(busbw[inside], prior_for(shape.backend.iloc[0], True), len(shape)) \
+        if inside.sum() >= MIN_VALUES else None
+    if level is None:
+        return shape
+    return shape.assign(peer_median=level.reference, ratio=busbw / level.reference, floor=level.floor)
+
+
+def uplink_flags(frame: Frame, shape: pd.DataFrame, low: np.ndarray, fast: set,
+                 threshold: float) -> tuple[list[Flag], np.ndarray]:
+    """The shape's slow uplinks (analysis.uplinks) as flags, and the pairs' ratios with those across
+    a slow uplink taken against the level of their own kind (a slow node's pairs stay slow among them)."""
+    row0, ratio = shape.iloc[0], shape.ratio.to_numpy().copy()
+    out = []
+    for up in slow_uplinks(frame.leaves or {}, shape.node_first.to_numpy(), shape.node_last.to_numpy(), low,
+                           shape.busbw_gbps.to_numpy(), fast, threshold):
+        ratio[up.across_mask] /= up.factor
+        nodes = sorted(up.nodes, key=frame.label)
+        what = f"slow uplink {up.switches[0]}" if len(up.switches) == 1 else \
+            f"slow path between {' and '.join(up.switches)}"
+        out.append(Flag(FlagKind.SLOW_UPLINK, frame.ips(nodes), [], row0.collective, int(row0.msg_bytes),
+                        up.busbw_gbps, float(row0.peer_median),
+                        f"{what}: its {up.across} {row0.collective} pairs across it run {up.busbw_gbps:.4g} GB/s (median; "
+                        f"{up.low} below what the fastest of {int(row0.peers)} pairs deliver, {row0.peer_median:.4g}), "
+                        f"its {up.inside} pairs inside at the others' level; its nodes "
+                        f"{', '.join(frame.label(n) for n in nodes[:4])}{', ...' if len(nodes) > 4 else ''} "
+                        "are not slow on their own", extra={"switches": list(up.switches), "slow_pairs": up.low,
+                                                             "pairs": up.across}))
+    return out, ratio
 
 
 def _blame(a: np.ndarray, b: np.ndarray, low: np.ndarray) -> dict[int, tuple[int, int, float]]:
@@ -291,11 +336,6 @@ def _blame(a: np.ndarray, b: np.ndarray, low: np.ndarray) -> dict[int, tuple[int
         m, own_low = int(count[node]), int(low_count[node])
         out[node] = (k, m, max(total_low - own_low, 0.5) / max(total - m, 1))
     return out
-
-
-def _tail(k: int, m: int, q: float) -> float:
-    """P(at least k of m pairs low) where each is with chance q."""
-    return float(sum(math.comb(m, j) * q**j * (1 - q) ** (m - j) for j in range(k, m + 1)))
 
 
 def _gpu_pair_flags(frame: Frame, scores: pd.DataFrame, threshold: float) -> list[Flag]:

@@ -68,6 +68,8 @@ class Frame:
         names = _scheduler_names(table)  # the name an operator drains by, where a scheduler gave one
         self.labels = [f"{names[ip]} ({h or '?'}, {ip})" if ip in names else f"{h} ({ip})" if h else ip
                        for h, ip in zip(hosts, self.nodes)]
+        self.names = [(ip, h, names.get(ip)) for h, ip in zip(hosts, self.nodes)]  # (IP, host, scheduler name)
+        self.leaves: dict[int, str] | None = None  # node code -> its leaf switch, where a topology is given
         local_first = local_last = np.full(n, -1)
         if table.column("local_ranks").null_count < n:  # results written before local_ranks existed have none
             loffs, lflat, lfirst, llast = _ends(table.column("local_ranks"))

@@ -39,9 +39,15 @@ def add_parser(sub) -> None:
     p.add_argument("--plots", metavar="DIR", nargs="?", const="",
                    help="write PNG plots to DIR (default: PATH/_plots/RUN_ID, which readers of PATH skip)")
     add_expected_options(p, "flag measurements")
+    p.add_argument("--topology", metavar="FILE",
+                   help="the fabric's switch tree: Slurm's topology.conf (SwitchName=leaf1 Nodes=gpu[001-032]; "
+                   "SwitchName=spine Switches=leaf[1-2]) or the same as YAML (docs/guides/report.md); node pairs are "
+                   "judged inside and across leaves apart, and a leaf whose pairs across it are slow while those inside "
+                   "are not is flagged slow_uplink, its nodes not on their own. Nodes are matched by scheduler name, "
+                   "host name or IP; one the file does not list is refused")
     add_analysis_options(p, threshold=PEER_THRESHOLD, formats=("html", "nccl-tests"),
                          formats_help="; html: one self-contained page to send (flags with their reasons first, "
-                         "intra vs inter, expected, plots inline; needs the plot extra), on stdout; nccl-tests: the "
+                         "intra vs inter, expected, plots inline), on stdout; nccl-tests: the "
                          "run's ok rows in nccl-tests' own table layout, a block per collective, dtype, op and group "
                          "shape (topology, ranks, nodes), out-of-place and in-place side by side, the median over the "
                          "shape's groups, busbw in GB/s, and its '# Avg bus bandwidth' line")
@@ -51,7 +57,7 @@ def add_parser(sub) -> None:
 def main(args: argparse.Namespace) -> int:
     options = reporting.ReportOptions(path=args.path, run_id=args.run, collective=args.collective,
                                       threshold=args.threshold, unit=args.unit, expected=args.expected,
-                                      min_fraction=args.min_fraction)
+                                      min_fraction=args.min_fraction, topology=args.topology)
     if args.format == "csv" and not (args.table or args.csv_dir):
         raise UsageError("--format csv: name one table with --table NAME, or a folder for all of them with --csv-dir")
     if args.csv_dir is not None:

@@ -85,3 +85,9 @@ def _beta_inc(a: float, b: float, x: float) -> float:
         if abs(c * d - 1.0) < 1e-14:
             break
     return front * f / a
+
+
+def binomial_tail(k: int, m: int, q: float) -> float:
+    """P(at least k of m) where each is with chance q: how often noise alone makes k of a member's
+    m pairs or probes read slow (the intermittent and uplink rules)."""
+    return float(sum(math.comb(m, j) * q**j * (1 - q) ** (m - j) for j in range(k, m + 1)))

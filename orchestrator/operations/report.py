@@ -15,6 +15,7 @@ from orchestrator.judging.defaults import MIN_FRACTION, PEER_THRESHOLD
 from orchestrator.operations.checks import UNITS, Unit, check_min_fraction, check_threshold, check_unit, user_expected
 from orchestrator.results import dataset, nccl_tests
 from orchestrator.results.location import check_writable, is_uri
+from orchestrator.sweep import topology
 from workloads.messages import Status
 
 __all__ = ["TABLES", "TABLE_COLUMNS", "Report", "ReportOptions", "Reported", "check_plotting", "nccl_tests_blocks",
@@ -39,6 +40,9 @@ class ReportOptions:
     """A YAML file of the user's expected values, over the shipped table."""
     min_fraction: float = MIN_FRACTION
     """Flag a measurement below this fraction of its expected value."""
+    topology: str | None = None
+    """The fabric's switch tree (Slurm's topology.conf, or its YAML form): pairs judged inside and
+    across leaves apart, a slow uplink named as the switch."""
 
     def __post_init__(self) -> None:
         check_threshold(self.threshold)
@@ -102,8 +106,12 @@ def report(options: ReportOptions) -> Reported:
     """The report of the run `options` name (the latest sweep where none is: `which_run`);
     UsageError for a dataset, run or file that cannot be used."""
     user = user_expected(options.expected)
+    tree = topology.read(options.topology) if options.topology else None  # a bad file refused first
     picked = which_run(options.path, options.run_id)
     frame = run_frame(options.path, picked.run_id if picked else options.run_id, options.collective)
+    if tree is not None:
+        leaf_of = topology.place(tree, frame.names)
+        frame.leaves = {code: leaf_of[ip] for code, ip in enumerate(frame.nodes)}
     return Reported(frame, read_report(options.path, frame, options.threshold, options.unit, options.collective,
                                        user, options.min_fraction), picked)
 

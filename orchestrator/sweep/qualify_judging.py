@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from orchestrator.judging.capacity import Level, healthy_level
 from orchestrator.judging.judge import MIN_VALUES, Prior, allowed_drop
-from orchestrator.judging.stats import FAMILY_ALPHA
+from orchestrator.judging.stats import FAMILY_ALPHA, binomial_tail
 from orchestrator.sweep.qualify_types import Outcome, Phase, Probe, Reference, Result
 
 MAX_GATE_DROP = 0.45  # gates and bisections: twice the drop allowed to pairs, at most this
@@ -285,7 +285,7 @@ class Judgement:
         if not slow:
             return Outcome.PASS
         k, m = len(slow), len(slow) + fast
-        if k >= 2 and _tail(k, m, slow_rate) <= FAMILY_ALPHA / max(nodes, 1):
+        if k >= 2 and binomial_tail(k, m, slow_rate) <= FAMILY_ALPHA / max(nodes, 1):
             return Outcome.SLOW if fast == 0 else Outcome.INTERMITTENT
         decisive = any(self.cut(r.probe.phase, self._span(r.probe)).decisive(r.busbw) for r in slow)
         enough = DISAGREEING_PROBES_DECISIVE if decisive else DISAGREEING_PROBES
@@ -295,11 +295,6 @@ class Judgement:
 def _share(rs: list[Result]) -> float:
     """The share of these probes that read slow (0 for none)."""
     return sum(r.status is Outcome.SLOW for r in rs) / len(rs) if rs else 0.0
-
-
-def _tail(k: int, m: int, q: float) -> float:
-    """P(at least k of m probes read slow) where each does with chance q."""
-    return sum(math.comb(m, j) * q**j * (1 - q) ** (m - j) for j in range(k, m + 1))
 
 
 def circle_round(order: list[int], r: int) -> list[tuple[int, int]]:

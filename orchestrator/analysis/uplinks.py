@@ -1,0 +1,85 @@
+"""Slow uplinks (issue 46): where a topology places the nodes under leaf switches, a leaf whose pairs
+across it are slow while its pairs inside it are not is a slow uplink, not a row of slow nodes or
+slow pairs. Pure; the report's pair rule (diagnosis._pair_flags) asks it first and leaves the pairs
+it explains to it.
+
+The rule, per leaf L of a pairwise shape, over the pairs whose two nodes proved fast (some pair of
+each reaches the level, so a slow node's pairs are its own evidence, not the switch's), with R the
+judged pairs not across L (inside any leaf, or across other leaves):
+- L's pairs across it run below R: their median more than `threshold` below R's, and their ranks
+  among R's lower than noise makes (a one-sided rank-sum test, normal approximation, below
+  FAMILY_ALPHA over the leaves);
+- L's pairs inside it do not: at least one, their median above the median across by more than
+  `threshold`, and not lower than R's by that test (else its nodes are slow, not its uplink).
+Two leaves share their pairs across: both meet the rule, and the finding is the path between them.
+A leaf of one node has no pair inside: its node's own verdict stands."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from statistics import NormalDist
+
+import numpy as np
+
+from orchestrator.judging.stats import FAMILY_ALPHA
+
+
+@dataclass(frozen=True)
+class Uplink:
+    """A slow uplink: the leaf (or the two leaves whose path is slow), its evidence."""
+
+    switches: tuple[str, ...]
+    nodes: tuple[int, ...]  # node codes under the switches (evidence; none flagged on its own)
+    low: int  # pairs across it that are low
+    across: int  # pairs across it judged
+    inside: int  # pairs inside it judged
+    busbw_gbps: float  # the median busbw of its pairs across
+    across_mask: np.ndarray  # over the shape's rows: its pairs across (a slow node's too)
+    factor: float  # their median over the median of the other pairs: what the uplink costs
+
+
+def slow_uplinks(leaf_of: dict[int, str], a: np.ndarray, b: np.ndarray, low: np.ndarray, busbw: np.ndarray,
+                 fast: set[int], threshold: float) -> list[Uplink]:
+    """The shape's slow uplinks: `a`, `b` the pairs' node codes, `low` which pairs are low, `fast`
+    the nodes that proved fast (see the module's rule)."""
+    la = np.array([leaf_of.get(int(x), "") for x in a], dtype=object)
+    lb = np.array([leaf_of.get(int(x), "") for x in b], dtype=object)
+    judged = np.isin(a, list(fast)) & np.isin(b, list(fast)) & (la != "") & (lb != "")
+    across = judged & (la != lb)
+    leaves = sorted(set(la[judged]) | set(lb[judged]))
+    alpha = FAMILY_ALPHA / max(len(leaves), 1)
+    found: dict[tuple, Uplink] = {}
+    for leaf in leaves:
+        mine = across & ((la == leaf) | (lb == leaf))
+        inside = judged & (la == leaf) & (lb == leaf)
+        rest = judged & ~mine
+        if not inside.any() or mine.sum() < 2 or not rest.any():
+            continue
+        level, crossing = np.median(busbw[rest]), np.median(busbw[mine])
+        if crossing > (1 - threshold) * level or below(busbw[mine], busbw[rest]) > alpha:
+            continue
+        if np.median(busbw[inside]) * (1 - threshold) <= crossing or below(busbw[inside], busbw[rest]) <= alpha:
+            continue  # inside as slow: the leaf's nodes, not its uplink
+        nodes = tuple(sorted({int(x) for x in np.concatenate([a[judged], b[judged]]) if leaf_of.get(int(x)) == leaf}))
+        key = tuple(np.flatnonzero(mine))  # two leaves alone: the same pairs across, one finding
+        seen = found.get(key)
+        if seen is not None:
+            found[key] = Uplink((*seen.switches, leaf), tuple(sorted({*seen.nodes, *nodes})), seen.low, seen.across,
+                                seen.inside + int(inside.sum()), seen.busbw_gbps, seen.across_mask, seen.factor)
+            continue
+        found[key] = Uplink((leaf,), nodes, int(low[mine].sum()), int(mine.sum()), int(inside.sum()), float(crossing),
+                            (la != lb) & (la != "") & (lb != "") & ((la == leaf) | (lb == leaf)),
+                            float(crossing / level))
+    return list(found.values())
+
+
+def below(x: np.ndarray, y: np.ndarray) -> float:
+    """One-sided p-value that `x` runs lower than `y` (Mann-Whitney's rank sum, normal approximation
+    with a continuity correction; ties are rare in measured rates)."""
+    n1, n2 = len(x), len(y)
+    ranks = np.empty(n1 + n2)
+    ranks[np.argsort(np.concatenate([x, y]), kind="stable")] = np.arange(1, n1 + n2 + 1)
+    u = ranks[:n1].sum() - n1 * (n1 + 1) / 2
+    sd = math.sqrt(n1 * n2 * (n1 + n2 + 1) / 12)
+    return NormalDist().cdf((u + 0.5 - n1 * n2 / 2) / sd) if sd else 1.0

@@ -1,0 +1,192 @@
+"""The fabric's switch tree, as operators already describe it (issue 46): Slurm's topology.conf
+(`SwitchName=leaf1 Nodes=gpu[001-032]`, `SwitchName=spine Switches=leaf[1-2]`, slurm.conf's
+topology/tree plugin), or a YAML file of the same:
+
+    switches:
+      leaf1: {nodes: [gpu001, gpu002]}
+      leaf2: {nodes: "gpu[003-004]"}
+      spine: {switches: [leaf1, leaf2]}
+
+A node is placed under its leaf (the switch that lists it); a switch under the switch that lists
+it. Nodes are named as --nodes takes them: scheduler name, host name or IP address (`place`). A
+file that does not parse, a node under two leaves, a switch in a loop, or a measured node the file
+does not list is one line (UsageError). Pure."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass
+
+from orchestrator.errors import UsageError
+
+_BRACKET = re.compile(r"\[([^\[\]]*)\]")
+
+
+def expand_hostlist(text: str, where: str = "") -> list[str]:
+    """Slurm's host list: `gpu[001-003,007],cpu1` -> gpu001, gpu002, gpu003, gpu007, cpu1 (ranges
+    keep their zero padding; several bracket groups in one name are their product)."""
+    names: list[str] = []
+    for item in _split_top(text.strip()):
+        if not item:
+            continue
+        parts = _BRACKET.split(item)  # literal, inside, literal, inside, ..., literal
+        choices = [[p] if i % 2 == 0 else _range(p, item, where) for i, p in enumerate(parts)]
+        if "[" in "".join(parts[::2]) or "]" in "".join(parts[::2]):
+            raise UsageError(f"{where}{item!r}: not a Slurm host list (unbalanced brackets)")
+        names += ["".join(c) for c in itertools.product(*choices)]
+    return names
+
+
+def _split_top(text: str) -> list[str]:
+    """Split at the commas outside brackets."""
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        depth += (ch == "[") - (ch == "]")
+        if ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return [*out, cur]
+
+
+def _range(inside: str, item: str, where: str) -> list[str]:
+    out = []
+    for piece in inside.split(","):
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", piece.strip())
+        if not m or (m.group(2) and int(m.group(2)) < int(m.group(1))):
+            raise UsageError(f"{where}{item!r}: not a Slurm host list ({piece!r} is not a number or a rising range)")
+        lo, hi = m.group(1), m.group(2) or m.group(1)
+        width = len(lo) if lo.startswith("0") else 0
+        out += [str(i).zfill(width) for i in range(int(lo), int(hi) + 1)]
+    return out
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Switches and what hangs below each: a leaf lists nodes, a higher switch lists switches."""
+
+    nodes: dict[str, tuple[str, ...]]  # switch -> the nodes it lists (a leaf)
+    switches: dict[str, tuple[str, ...]]  # switch -> the switches it lists
+    source: str
+
+    def leaf_of(self) -> dict[str, str]:
+        """Node name -> its leaf switch."""
+        return {n: s for s, names in self.nodes.items() for n in names}
+
+    def parent_of(self) -> dict[str, str]:
+        """Switch -> the switch above it (roots have none)."""
+        return {child: s for s, children in self.switches.items() for child in children}
+
+    def to_json(self) -> dict:
+        return {"source": self.source, "nodes": {s: list(n) for s, n in self.nodes.items()},
+                "switches": {s: list(c) for s, c in self.switches.items()}}
+
+
+def parse_conf(text: str, source: str) -> Topology:
+    """Slurm's topology.conf: one switch a line, `SwitchName=` with `Nodes=` and/or `Switches=`
+    (keys in any case; `LinkSpeed` and the like read and left; `#` starts a comment)."""
+    nodes: dict[str, tuple[str, ...]] = {}
+    switches: dict[str, tuple[str, ...]] = {}
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        where = f"{source}:{number}: "
+        fields = {}
+        for word in line.split():
+            key, eq, value = word.partition("=")
+            if not eq:
+                raise UsageError(f"{where}{word!r} is not KEY=VALUE (a topology.conf line: SwitchName=S Nodes=...)")
+            fields[key.lower()] = value
+        name = fields.get("switchname")
+        if not name:
+            raise UsageError(f"{where}a line without SwitchName= (a topology.conf line: SwitchName=S Nodes=...)")
+        _add(nodes, switches, name, fields.get("nodes"), fields.get("switches"), where)
+    return _checked(Topology(nodes, switches, source))
+
+
+def parse_yaml(data, source: str) -> Topology:
+    """{switches: {NAME: {nodes: LIST or host list, switches: LIST or host list}}}."""
+    table = data.get("switches") if isinstance(data, dict) else None
+    if not isinstance(table, dict) or not table:
+        raise UsageError(f"{source}: expected `switches:` mapping each switch to its nodes or switches")
+    nodes: dict[str, tuple[str, ...]] = {}
+    switches: dict[str, tuple[str, ...]] = {}
+    for name, body in table.items():
+        if not isinstance(body, dict) or not ({"nodes", "switches"} & set(body)) or set(body) - {"nodes", "switches"}:
+            raise UsageError(f"{source}: switch {name!r}: expected `nodes:` and/or `switches:`")
+        listed = {k: ",".join(map(str, v)) if isinstance(v, list) else str(v) for k, v in body.items()}
+        _add(nodes, switches, str(name), listed.get("nodes"), listed.get("switches"), f"{source}: ")
+    return _checked(Topology(nodes, switches, source))
+
+
+def _add(nodes: dict, switches: dict, name: str, listed_nodes: str | None, listed_switches: str | None,
+         where: str) -> None:
+    if name in nodes or name in switches:
+        raise UsageError(f"{where}switch {name} is described twice")
+    if not listed_nodes and not listed_switches:
+        raise UsageError(f"{where}switch {name} lists no Nodes= and no Switches=")
+    if listed_nodes:
+        nodes[name] = tuple(expand_hostlist(listed_nodes, where))
+    if listed_switches:
+        switches[name] = tuple(expand_hostlist(listed_switches, where))
+
+
+def _checked(topo: Topology) -> Topology:
+    """Refuse a node under two leaves, a switch listed by two parents or by none that exists, a loop."""
+    seen: dict[str, str] = {}
+    for switch, names in topo.nodes.items():
+        for n in names:
+            if n in seen and seen[n] != switch:
+                raise UsageError(f"{topo.source}: node {n} is under two switches ({seen[n]} and {switch})")
+            seen[n] = switch
+    described = set(topo.nodes) | set(topo.switches)
+    parents: dict[str, str] = {}
+    for switch, children in topo.switches.items():
+        for child in children:
+            if child not in described:
+                raise UsageError(f"{topo.source}: switch {switch} lists switch {child}, which no line describes")
+            if child in parents:
+                raise UsageError(f"{topo.source}: switch {child} is under two switches ({parents[child]} and {switch})")
+            parents[child] = switch
+    for start in sorted(described):  # a loop: walking up from a switch comes back to it
+        at, steps = start, 0
+        while at in parents:
+            at, steps = parents[at], steps + 1
+            if at == start or steps > len(described):
+                raise UsageError(f"{topo.source}: switch {start} is its own ancestor (a loop)")
+    return topo
+
+
+def read(path: str) -> Topology:
+    """The file at `path`: YAML where it ends in .yaml or .yml, Slurm's topology.conf otherwise."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"--topology {path}: cannot read it ({getattr(e, 'strerror', None) or e})") from None
+    if path.endswith((".yaml", ".yml")):
+        import yaml
+
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise UsageError(f"--topology {path}: not YAML ({str(e).splitlines()[0]})") from None
+        return parse_yaml(data, path)
+    return parse_conf(text, path)
+
+
+def place(topo: Topology, nodes: list[tuple[str, str | None, str | None]]) -> dict[str, str]:
+    """Each measured node's leaf: `nodes` as (IP, host name, scheduler name), matched by scheduler
+    name, then host name, then IP; one the topology does not list is refused, named."""
+    leaf_of = topo.leaf_of()
+    out = {}
+    for ip, host, name in nodes:
+        leaf = next((leaf_of[k] for k in (name, host, ip) if k and k in leaf_of), None)
+        if leaf is None:
+            shown = ", ".join(dict.fromkeys(k for k in (name, host, ip) if k))
+            raise UsageError(f"--topology {topo.source}: node {shown} is under no switch of it")
+        out[ip] = leaf
+    return out

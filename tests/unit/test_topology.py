@@ -1,0 +1,124 @@
+"""A slow switch named as the switch (issue 46): the switch tree read from Slurm's topology.conf or
+its YAML form, nodes placed by scheduler name, host name or IP, and the report's pair rule naming a
+slow uplink where a leaf's pairs across it are slow and those inside it are not. Rows are
+synthetic with known rates (tests/synthetic.py: the `uplink` fault divides every pair across the
+switch); the lab with leaves of its own (bridges joined by a shaped link) is not built yet."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from orchestrator.errors import UsageError
+from orchestrator.sweep.topology import expand_hostlist, parse_conf, parse_yaml, place, read
+from tests.helpers import run_main
+from tests.synthetic import write_cluster_run
+
+TWO_LEAVES = "SwitchName=leaf1 Nodes=n[0-2]\nSwitchName=leaf2 Nodes=n[3-5]\nSwitchName=spine Switches=leaf[1-2]\n"
+
+
+def test_slurm_host_lists_expand_as_slurm_does():
+    assert expand_hostlist("gpu[001-003,007],cpu1") == ["gpu001", "gpu002", "gpu003", "gpu007", "cpu1"]
+    assert expand_hostlist("r[1-2]n[8-9]") == ["r1n8", "r1n9", "r2n8", "r2n9"]
+    assert expand_hostlist("n[9-11]") == ["n9", "n10", "n11"]
+    for bad, said in (("x[3-1]", "'3-1' is not a number or a rising range"), ("x[1-2", "unbalanced brackets")):
+        with pytest.raises(UsageError, match=said):
+            expand_hostlist(bad)
+
+
+def test_the_conf_and_the_yaml_give_the_same_tree():
+    conf = parse_conf("# leaves\n" + TWO_LEAVES.replace("SwitchName=leaf2", "switchname=leaf2 LinkSpeed=100"), "t")
+    yml = parse_yaml({"switches": {"leaf1": {"nodes": "n[0-2]"}, "leaf2": {"nodes": ["n3", "n4", "n5"]},
+                                   "spine": {"switches": ["leaf1", "leaf2"]}}}, "t")
+    assert conf == yml
+    assert conf.leaf_of() == {f"n{i}": "leaf1" if i < 3 else "leaf2" for i in range(6)}
+    assert conf.parent_of() == {"leaf1": "spine", "leaf2": "spine"}
+
+
+@pytest.mark.parametrize("text, said", [
+    ("SwitchName=a Nodes=x\nSwitchName=b Nodes=x\n", "t: node x is under two switches (a and b)"),
+    ("SwitchName=a Switches=b\n", "t: switch a lists switch b, which no line describes"),
+    ("SwitchName=a Switches=b\nSwitchName=b Switches=a\n", "t: switch a is its own ancestor (a loop)"),
+    ("Nodes=x\n", "t:1: a line without SwitchName="),
+    ("SwitchName=a Nodes\n", "t:1: 'Nodes' is not KEY=VALUE"),
+    ("SwitchName=a\n", "t:1: switch a lists no Nodes= and no Switches="),
+])
+def test_a_tree_that_cannot_be_is_one_line(text, said):
+    with pytest.raises(UsageError) as e:
+        parse_conf(text, "t")
+    assert str(e.value).startswith(said)
+
+
+def test_nodes_are_placed_by_scheduler_name_then_host_then_ip():
+    tree = parse_conf(TWO_LEAVES + "SwitchName=leaf3 Nodes=10.0.0.9\n", "t")
+    assert place(tree, [("10.0.0.1", "h1", "n0"), ("10.0.0.2", "n4", None), ("10.0.0.9", "h9", None)]) == \
+        {"10.0.0.1": "leaf1", "10.0.0.2": "leaf2", "10.0.0.9": "leaf3"}
+    with pytest.raises(UsageError) as e:
+        place(tree, [("10.0.0.7", "h7", "slm7")])
+    assert str(e.value) == "--topology t: node slm7, h7, 10.0.0.7 is under no switch of it"
+
+
+def _report(tmp_path, nodes: int, leaves: dict[str, range], faults=(), noise=0.0, seed=0, yaml_form=False):
+    """The pairwise report of `nodes` nodes (1 rank each; 10.0.0.10 + i) with the switch tree given."""
+    out = str(tmp_path / f"res{seed}")
+    write_cluster_run(out, f"run{seed}", nodes=nodes, ranks_per_node=1, patterns=("pairwise",), sizes=[1 << 20],
+                      faults=faults, noise=noise, seed=seed, one_file=True)
+    path = tmp_path / ("t.yaml" if yaml_form else "t.conf")
+    ips = {name: [f"10.0.0.{10 + i}" for i in idx] for name, idx in leaves.items()}
+    if yaml_form:
+        path.write_text(json.dumps({"switches": {name: {"nodes": v} for name, v in ips.items()}}))
+    else:
+        path.write_text("".join(f"SwitchName={name} Nodes={','.join(v)}\n" for name, v in ips.items()))
+    proc = run_main(["report", out, "--topology", str(path), "--format", "json"])
+    return proc, json.loads(proc.stdout)["flags"] if proc.stdout else None
+
+
+def test_the_path_between_two_leaves_at_a_quarter_is_the_switch_not_six_nodes(tmp_path):
+    """Issue 46's lab shape: two leaves of three nodes, the link between them at a quarter."""
+    proc, flags = _report(tmp_path, 6, {"leaf1": range(3), "leaf2": range(3, 6)},
+                          faults=(("uplink", (0, 1, 2), 0.25),), noise=0.03)
+    assert proc.returncode == 1, proc.stderr
+    assert [(f["kind"], f["switches"], f["slow_pairs"], f["pairs"]) for f in flags] == \
+        [("slow_uplink", ["leaf1", "leaf2"], 9, 9)]
+    assert flags[0]["nodes"] == [f"10.0.0.{10 + i}" for i in range(6)]
+    assert flags[0]["message"].startswith("slow path between leaf1 and leaf2: its 9 all_reduce pairs across it run ")
+    assert flags[0]["message"].endswith("its nodes host10 (10.0.0.10), host11 (10.0.0.11), host12 (10.0.0.12), "
+                                        "host13 (10.0.0.13), ... are not slow on their own")
+    # without the tree, the same rows read as nine slow pairs or intermittent nodes: what the switch explains
+    plain = json.loads(run_main(["report", str(tmp_path / "res0"), "--format", "json"]).stdout)["flags"]
+    assert plain and all(f["kind"] in ("slow_pair", "intermittent") for f in plain)
+
+
+def test_one_slow_uplink_of_three_leaves_is_that_leaf(tmp_path):
+    proc, flags = _report(tmp_path, 9, {"leaf1": range(3), "leaf2": range(3, 6), "leaf3": range(6, 9)},
+                          faults=(("uplink", (3, 4, 5), 0.3),), noise=0.03, yaml_form=True)
+    assert proc.returncode == 1
+    assert [(f["kind"], f["switches"], f["slow_pairs"], f["pairs"]) for f in flags] == \
+        [("slow_uplink", ["leaf2"], 18, 18)]
+    assert sorted(flags[0]["nodes"]) == ["10.0.0.13", "10.0.0.14", "10.0.0.15"]
+
+
+def test_a_slow_node_inside_a_leaf_is_the_node_and_no_switch(tmp_path):
+    proc, flags = _report(tmp_path, 6, {"leaf1": range(3), "leaf2": range(3, 6)},
+                          faults=(("node_nic", 4, 0.25),), noise=0.03)
+    assert proc.returncode == 1
+    assert [(f["kind"], f["nodes"]) for f in flags] == [("slow_node", ["10.0.0.14"])]
+
+
+def test_a_healthy_fabric_with_its_tree_names_nothing(tmp_path):
+    for seed in range(3):
+        proc, flags = _report(tmp_path, 8, {"leaf1": range(4), "leaf2": range(4, 8)}, noise=0.05, seed=seed)
+        assert (proc.returncode, flags) == (0, []), flags
+
+
+def test_a_node_the_tree_does_not_list_is_refused_before_anything_is_read(tmp_path):
+    out = str(tmp_path / "res")
+    write_cluster_run(out, "r", nodes=3, ranks_per_node=1, patterns=("pairwise",), sizes=[1 << 20])
+    (tmp_path / "t.conf").write_text("SwitchName=leaf1 Nodes=10.0.0.10,10.0.0.11\n")
+    proc = run_main(["report", out, "--topology", str(tmp_path / "t.conf")])
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == f"collbench: error: --topology {tmp_path / 't.conf'}: node host12, 10.0.0.12 is under no switch of it\n"
+    missing = run_main(["report", out, "--topology", str(tmp_path / "none.conf")])
+    assert missing.returncode == 2 and "cannot read it" in missing.stderr
+    assert read(str(tmp_path / "t.conf")).leaf_of() == {"10.0.0.10": "leaf1", "10.0.0.11": "leaf1"}
