@@ -32,7 +32,7 @@ import pandas as pd
 
 from orchestrator.analysis import grouping
 from orchestrator.analysis.frame import Frame
-from orchestrator.analysis.uplinks import slow_uplinks
+from orchestrator.analysis.uplinks import inside_level, slow_uplinks
 from orchestrator.judging.capacity import healthy_level
 from orchestrator.judging.judge import MIN_VALUES, allowed_drop, prior_for
 from orchestrator.judging.stats import FAMILY_ALPHA, binomial_tail
@@ -234,7 +234,7 @@ def _pair_flags(frame: Frame, scores: pd.DataFrame, threshold: float) -> list[Fl
     out = []
     for _, shape in scores.groupby(SHAPE, observed=True):
         if frame.leaves:  # the level of the pairs inside leaves: pairs across may be most, and slow
-            shape = _inside_level(shape, frame.leaves)
+            shape = inside_level(shape, frame.leaves)
         floor, row0 = float(shape.floor.iloc[0]), shape.iloc[0]
         a, b = shape.node_first.to_numpy(), shape.node_last.to_numpy()
         low = _low(shape.ratio, floor, threshold).to_numpy()
@@ -278,19 +278,6 @@ def _pair_flags(frame: Frame, scores: pd.DataFrame, threshold: float) -> list[Fl
             out.append(_flag(FlagKind.SLOW_PAIR, frame, row, nodes_, [], "slow node pair "
                              + " - ".join(frame.label(n) for n in nodes_)))
     return out
-
-
-def _inside_level(shape: pd.DataFrame, leaves: dict[int, str]) -> pd.DataFrame:
-    """The shape judged against the healthy level of its pairs inside leaves (the one judge's
-    healthy_level), where there are enough of them: with two leaves most pairs are across, and a
-    slow path between them would otherwise be the level."""
-    inside = (shape.node_first.map(leaves) == shape.node_last.map(leaves)).to_numpy()
-    busbw = shape.busbw_gbps.to_numpy()
-    level = healthy_level(busbw[inside], prior_for(shape.backend.iloc[0], True), len(shape)) \
-        if inside.sum() >= MIN_VALUES else None
-    if level is None:
-        return shape
-    return shape.assign(peer_median=level.reference, ratio=busbw / level.reference, floor=level.floor)
 
 
 def uplink_flags(frame: Frame, shape: pd.DataFrame, low: np.ndarray, fast: set,

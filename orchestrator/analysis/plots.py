@@ -179,7 +179,8 @@ def _heatmap(frame: Frame, scale: float, unit: str):
     if pairs.empty:
         return None
     pairs = pairs[pairs.msg_bytes == pairs.msg_bytes.max()]
-    nodes = sorted(set(pairs.node_first) | set(pairs.node_last), key=lambda c: frame.nodes[c])
+    leaves = frame.leaves or {}  # with a switch tree: ordered by leaf, its borders drawn
+    nodes = sorted(set(pairs.node_first) | set(pairs.node_last), key=lambda c: (leaves.get(c, ""), frame.nodes[c]))
     index = {c: i for i, c in enumerate(nodes)}
     grid = np.full((len(nodes), len(nodes)), np.nan)
     agg = pairs.groupby(["node_first", "node_last"], observed=True).busbw_gbps.median()
@@ -188,7 +189,12 @@ def _heatmap(frame: Frame, scale: float, unit: str):
     labels = [frame.label(c) for c in nodes] if len(nodes) <= LABELLED_NODES else None
     title = (f"{coll} {format_bytes(int(pairs.msg_bytes.iloc[0]))}: busbw of every node pair, run "
              f"{frame.df.run_id.iloc[0]} ({len(nodes)} nodes)")
-    return "pairwise_heatmap.png", title, _matrix(grid, labels, title, f"busbw ({unit})", HEATMAP_INCHES)
+    fig = _matrix(grid, labels, title, f"busbw ({unit})", HEATMAP_INCHES)
+    for i in range(1, len(nodes)):
+        if leaves and leaves.get(nodes[i]) != leaves.get(nodes[i - 1]):
+            for line in (fig.axes[0].axhline, fig.axes[0].axvline):
+                line(i - 0.5, color="white", linewidth=2)
+    return "pairwise_heatmap.png", title, fig
 
 
 def _gpu_pairs(frame: Frame, scale: float, unit: str):

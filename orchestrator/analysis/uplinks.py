@@ -21,7 +21,10 @@ from dataclasses import dataclass
 from statistics import NormalDist
 
 import numpy as np
+import pandas as pd
 
+from orchestrator.judging.capacity import healthy_level
+from orchestrator.judging.judge import MIN_VALUES, prior_for
 from orchestrator.judging.stats import FAMILY_ALPHA
 
 
@@ -83,3 +86,16 @@ def below(x: np.ndarray, y: np.ndarray) -> float:
     u = ranks[:n1].sum() - n1 * (n1 + 1) / 2
     sd = math.sqrt(n1 * n2 * (n1 + n2 + 1) / 12)
     return NormalDist().cdf((u + 0.5 - n1 * n2 / 2) / sd) if sd else 1.0
+
+
+def inside_level(shape: pd.DataFrame, leaves: dict[int, str]) -> pd.DataFrame:
+    """The shape judged against the healthy level of its pairs inside leaves (the one judge's
+    healthy_level), where there are enough of them: with two leaves most pairs are across, and a
+    slow path between them would otherwise be the level."""
+    inside = (shape.node_first.map(leaves) == shape.node_last.map(leaves)).to_numpy()
+    busbw = shape.busbw_gbps.to_numpy()
+    level = healthy_level(busbw[inside], prior_for(shape.backend.iloc[0], True), len(shape)) \
+        if inside.sum() >= MIN_VALUES else None
+    if level is None:
+        return shape
+    return shape.assign(peer_median=level.reference, ratio=busbw / level.reference, floor=level.floor)

@@ -28,6 +28,14 @@ def add_parser(sub) -> None:
     u.add_argument("--link", default="1gbit", help="rate of every node's link, tc units: 400mbit, 1gbit (default: 1gbit)")
     u.add_argument("--node-link", action="append", metavar="NODE=RATE",
                    help="give node NODE (0-based) its own link rate, a planted slow link: 1=500mbit (repeatable)")
+    u.add_argument("--leaves", type=int, default=1,
+                   help="leaf switches: the nodes in this many blocks, each on a bridge of its own joined to the "
+                   "head's by one shaped link, the leaf's uplink; its topology.conf is in the lab's state folder, "
+                   "for report --topology (default: 1, every node on one bridge)")
+    u.add_argument("--uplink", default="",
+                   help="rate of each leaf's uplink, tc units (default: the sum of its nodes' links, non-blocking)")
+    u.add_argument("--leaf-link", action="append", metavar="LEAF=RATE",
+                   help="give leaf LEAF (0-based) its own uplink rate, a planted slow switch: 0=300mbit (repeatable)")
     u.add_argument("--undeclared", action="store_true",
                    help="declare no expected rate (no platform tag): a plain cluster, as one whose fabric "
                    "collbench has no expected value for; verdicts then rest on what is measured alone")
@@ -49,7 +57,8 @@ def main(args: argparse.Namespace) -> int:
         flag, cpus = _cpus_per_node(args)
         options = lab.LabUp(name=args.name, nodes=args.nodes, cpus_per_node=cpus, cpus_flag=flag, link=args.link,
                             node_links=tuple(args.node_link or ()), subnet=args.subnet, timeout=args.timeout,
-                            declared=not args.undeclared)
+                            declared=not args.undeclared, leaves=args.leaves, uplink=args.uplink,
+                            leaf_links=tuple(args.leaf_link or ()))
         if flag != "--cpus-per-node":  # said once the value is good: a refusal stays one line
             renamed("lab up --ranks-per-node", "--cpus-per-node")
         try:
@@ -61,6 +70,9 @@ def main(args: argparse.Namespace) -> int:
         print(f"lab {st.name} is up: {st.nodes} node(s) x {st.ranks_per_node} rank(s), links shaped to {st.link}{slow}"
               + ("" if st.declared else "; no expected rate declared"))
         print(f"  address: {st.address} (head {st.head_ip}, nodes {st.node_ip(0)}..{st.node_ip(st.nodes - 1)})")
+        if st.leaves > 1:
+            uplinks = ", ".join(f"leaf{k} {st.uplink_of(k)}" for k in range(st.leaves))
+            print(f"  leaves:  {st.leaves} ({uplinks} uplinks); switch tree: {st.topology_path}")
         print(f"  run:     {lab.run_command(st)}")
         print(f"  down:    collbench lab down --name {st.name}")
         return 0

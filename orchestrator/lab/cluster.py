@@ -24,22 +24,24 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from orchestrator.errors import UsageError
-from orchestrator.lab import raynodes
+from orchestrator.lab import network, raynodes
+from orchestrator.lab.network import (  # the network's names the lab's users (tests, benchmarks) reach here
+    LabError,
+    block_inbound,
+    link_rate_bps,
+    netns_pids,
+    set_mtu,
+    shape_link,
+    shape_uplink,
+    unblock,
+)
 
-_RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit)$", re.IGNORECASE)
-_RATE_SCALE = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
+__all__ = ["LabError", "LabState", "block_inbound", "down", "link_rate_bps", "load", "netns_pids", "set_mtu",
+           "shape_link", "shape_uplink", "unblock", "up"]
 
 
-class LabError(RuntimeError):
-    pass
 
 
-def link_rate_bps(text: str) -> float:
-    """`1gbit` -> 1e9 bits per second (tc's units, powers of 1000)."""
-    m = _RATE.match(text.strip())
-    if not m:
-        raise UsageError(f"--link {text!r}: expected a rate such as 400mbit or 1gbit")
-    return float(m.group(1)) * _RATE_SCALE[m.group(2).lower()]
 
 
 @dataclass
@@ -59,9 +61,25 @@ class LabState:
     node_links: dict[str, str] = field(default_factory=dict)  # node index -> its own rate (a planted slow link)
     declared: bool = True  # False: no platform tag, no expected rate (a plain cluster, as most on-prem fabrics)
     node_env: dict[str, dict[str, str]] = field(default_factory=dict)  # node index -> variables its Ray gets
+    leaves: int = 1  # leaf switches (bridges) the nodes hang on, in blocks; 1: every node on the spine's
+    uplink: str = ""  # each leaf's uplink rate ("": the sum of its nodes' links, a non-blocking fabric)
+    leaf_links: dict[str, str] = field(default_factory=dict)  # leaf index -> its own uplink rate (a slow switch)
+    leaf_bridges: list[str] = field(default_factory=list)
 
     def link_of(self, i: int) -> str:
         return self.node_links.get(str(i), self.link)
+
+    def leaf_of(self, i: int) -> int:
+        return i * self.leaves // self.nodes
+
+    def uplink_of(self, k: int) -> str:
+        under = sum(1 for i in range(self.nodes) if self.leaf_of(i) == k)
+        return self.leaf_links.get(str(k)) or self.uplink or f"{int(link_rate_bps(self.link) * under / 1e6)}mbit"
+
+    @property
+    def topology_path(self) -> str:
+        """The lab's switch tree as Slurm's topology.conf (nodes by IP): `report --topology` reads it."""
+        return os.path.join(self.state_dir, "topology.conf")
 
     @property
     def expected_path(self) -> str:
@@ -105,19 +123,21 @@ def load(name: str) -> LabState:
         raise UsageError(f"--name {name}: no lab of that name is up (no {state_path(name)})") from None
 
 
-def parse_node_links(items: list[str] | None, nodes: int) -> dict[str, str]:
-    """`--node-link I=RATE` items -> {"I": RATE}, each index a node of the lab and each rate valid."""
+def parse_node_links(items: list[str] | None, nodes: int, flag: str = "--node-link",
+                     what: str = "node") -> dict[str, str]:
+    """`--node-link I=RATE` (`--leaf-link`) items -> {"I": RATE}: each index one of `nodes`, each rate valid."""
     out = {}
     for item in items or []:
         index, sep, rate = item.partition("=")
         if not sep or not index.isdigit() or int(index) >= nodes:
-            raise UsageError(f"--node-link {item!r}: expected NODE=RATE with NODE in 0..{nodes - 1}, such as 1=500mbit")
+            raise UsageError(f"{flag} {item!r}: expected {what.upper()}=RATE with {what.upper()} in 0..{nodes - 1}, "
+                             "such as 1=500mbit")
         link_rate_bps(rate)
         out[str(int(index))] = rate
     return out
 
 
-def check_host(name: str, nodes: int, ranks_per_node: int, link: str, subnet: str) -> None:
+def check_host(name: str, nodes: int, ranks_per_node: int, link: str, subnet: str, leaves: int = 1) -> None:
     """Refuse what cannot work, before creating anything."""
     if not re.fullmatch(r"[a-z][a-z0-9]{0,5}", name):
         raise UsageError(f"--name {name!r}: 1-6 lower-case letters or digits, starting with a letter")
@@ -140,8 +160,9 @@ def check_host(name: str, nodes: int, ranks_per_node: int, link: str, subnet: st
         raise UsageError(f"--name {name}: a lab of that name is already up (collbench lab down --name {name})")
     # Names are recorded before they are created, so none of them may exist already: `down`
     # must never remove something this lab did not make.
-    for dev in [f"cb{name}br", *(f"cb{name}{i}{end}" for i in range(nodes) for end in "hn")]:
-        if _exists_link(dev):
+    for dev in [f"cb{name}br", *(f"cb{name}{i}{end}" for i in range(nodes) for end in "hn"),
+                *(f"cb{name}{x}" for k in range(leaves if leaves > 1 else 0) for x in (f"L{k}", f"U{k}l", f"U{k}s"))]:
+        if network.exists_link(dev):
             raise UsageError(f"--name {name}: network interface {dev} already exists")
     listing = subprocess.run(["ip", "-o", "-4", "addr"], check=False, capture_output=True, text=True).stdout
     for line in listing.splitlines():
@@ -149,91 +170,38 @@ def check_host(name: str, nodes: int, ranks_per_node: int, link: str, subnet: st
         if len(fields) >= 4 and ipaddress.ip_interface(fields[3]).ip in net:
             raise UsageError(f"--subnet {subnet}: already in use on interface {fields[1]} ({fields[3]})")
     for i in range(nodes):
-        if _exists_netns(f"cb-{name}-{i}"):
+        if network.exists_netns(f"cb-{name}-{i}"):
             raise UsageError(f"--name {name}: network namespace cb-{name}-{i} already exists")
 
 
 def up(name: str, nodes: int, ranks_per_node: int, link: str, subnet: str, timeout_s: float = 120.0,
        node_links: dict[str, str] | None = None, declared: bool = True, start_ray: bool = True,
-       node_env: dict[str, dict[str, str]] | None = None) -> LabState:
+       node_env: dict[str, dict[str, str]] | None = None, leaves: int = 1, uplink: str = "",
+       leaf_links: dict[str, str] | None = None) -> LabState:
     """The lab: its network and, unless `start_ray` is False, a Ray node in every namespace (without
     Ray, the namespaces are bare hosts for something else to start Ray on, such as `ray up`)."""
-    check_host(name, nodes, ranks_per_node, link, subnet)
+    check_host(name, nodes, ranks_per_node, link, subnet, leaves)
     os.makedirs(state_dir(name), exist_ok=True)
     st = LabState(name, nodes, ranks_per_node, link, subnet, state_dir(name), f"/tmp/cbl-{name}",
                   node_links=dict(node_links or {}), declared=declared,
-                  node_env={str(k): dict(v) for k, v in (node_env or {}).items()})
+                  node_env={str(k): dict(v) for k, v in (node_env or {}).items()}, leaves=leaves, uplink=uplink,
+                  leaf_links=dict(leaf_links or {}))
     st.save()
     if declared:
         _declare(st)
+    with open(st.topology_path, "w") as f:
+        f.write(f"# collbench lab {name}: {st.leaves} leaf switch(es) under the spine\n")
+        for k in range(max(st.leaves, 1)):
+            f.write(f"SwitchName=leaf{k} Nodes={','.join(st.node_ip(i) for i in range(nodes) if st.leaf_of(i) == k)}\n")
+        f.write(f"SwitchName=spine Switches={','.join(f'leaf{k}' for k in range(max(st.leaves, 1)))}\n")
     try:
-        _build_network(st)
+        network.build(st)
         if start_ray:
             _start_ray(st, timeout_s)
     except BaseException:
         down(st)
         raise
     return st
-
-
-def _build_network(st: LabState) -> None:
-    prefix = ipaddress.ip_network(st.subnet).prefixlen
-    st.bridge = f"cb{st.name}br"
-    st.save()
-    _ip("link", "add", st.bridge, "type", "bridge")
-    _ip("addr", "add", f"{st.head_ip}/{prefix}", "dev", st.bridge)
-    _ip("link", "set", st.bridge, "up")
-    for i in range(st.nodes):
-        ns, host_end, node_end = f"cb-{st.name}-{i}", f"cb{st.name}{i}h", f"cb{st.name}{i}n"
-        st.namespaces.append(ns)
-        st.veths.append(host_end)
-        st.save()
-        _ip("netns", "add", ns)
-        _ip("link", "add", host_end, "type", "veth", "peer", "name", node_end)
-        _ip("link", "set", node_end, "netns", ns)
-        _ip("link", "set", host_end, "master", st.bridge, "up")
-        _ip("-n", ns, "addr", "add", f"{st.node_ip(i)}/{prefix}", "dev", node_end)
-        _ip("-n", ns, "link", "set", node_end, "up")
-        _ip("-n", ns, "link", "set", "lo", "up")
-        _shape(st, i, st.link_of(i), "add")
-
-
-def set_mtu(st: LabState, i: int, mtu: int) -> None:
-    """Node i's interface at MTU `mtu` (a planted misconfiguration: doctor names the node)."""
-    _run(["ip", "-n", st.namespaces[i], "link", "set", "dev", f"cb{st.name}{i}n", "mtu", str(mtu)])
-
-
-def block_inbound(st: LabState, i: int) -> None:
-    """A firewall on node i that drops new inbound TCP connections to its ephemeral ports, where
-    gloo's and NCCL's sockets listen, as a security group or host firewall would; the node's Ray
-    keeps working (its listeners at the time and every established connection stay allowed)."""
-    ns = st.namespaces[i]
-    listening = subprocess.run(["ip", "netns", "exec", ns, "ss", "-ltnH"], capture_output=True, text=True,
-                               check=True).stdout
-    ports = sorted({int(m.group(1)) for m in re.finditer(r":(\d+)\s", listening)})
-    rules = [["-A", "INPUT", "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"],
-             *(["-A", "INPUT", "-p", "tcp", "--dport", str(p), "-j", "ACCEPT"] for p in ports),
-             ["-A", "INPUT", "-p", "tcp", "--dport", "32768:60999", "-j", "DROP"]]
-    for rule in rules:
-        _run(["ip", "netns", "exec", ns, "iptables", *rule])
-
-
-def unblock(st: LabState, i: int) -> None:
-    _run(["ip", "netns", "exec", st.namespaces[i], "iptables", "-F", "INPUT"])
-
-
-def shape_link(st: LabState, i: int, rate: str) -> None:
-    """Shape node i's link anew at `rate`, both ends (its veth on the bridge and its peer in the
-    namespace), as `up` shaped them: a fault planted, or lifted, while the lab runs."""
-    _shape(st, i, rate, "change")
-
-
-def _shape(st: LabState, i: int, rate: str, verb: str) -> None:
-    # tbf needs a bucket of at least one timer tick's worth of bytes to reach its rate.
-    burst = max(128 * 1024, int(link_rate_bps(rate) / 8 / 100))
-    tbf = ["root", "tbf", "rate", rate, "burst", str(burst), "latency", "50ms"]
-    _run(["tc", "qdisc", verb, "dev", f"cb{st.name}{i}h", *tbf])
-    _run(["ip", "netns", "exec", st.namespaces[i], "tc", "qdisc", verb, "dev", f"cb{st.name}{i}n", *tbf])
 
 
 def _start_ray(st: LabState, timeout_s: float) -> None:
@@ -309,59 +277,14 @@ def _wait_nodes(st: LabState, nodes: int, timeout_s: float) -> None:
 
 def down(st: LabState) -> list[str]:
     """Remove everything recorded in `st`; return what could not be removed."""
-    problems = []
     raynodes.stop_sessions(st.sessions)
     for ns in st.namespaces:
         raynodes.kill_pids(netns_pids(ns), signal.SIGKILL)
-    for ns in st.namespaces:
-        if _exists_netns(ns) and subprocess.run(["ip", "netns", "del", ns], check=False,
-                                                capture_output=True).returncode:
-            problems.append(f"namespace {ns}")
-    for dev in [*st.veths, st.bridge]:
-        if dev and _exists_link(dev) and subprocess.run(["ip", "link", "del", dev], check=False,
-                                                        capture_output=True).returncode:
-            time.sleep(0.5)  # a veth whose peer's namespace was just deleted goes away by itself
-            if _exists_link(dev):
-                problems.append(f"link {dev}")
+    problems = network.remove(st)
     shutil.rmtree(st.temp_dir, ignore_errors=True)
     if not problems:
         shutil.rmtree(st.state_dir, ignore_errors=True)
     return problems
-
-
-def netns_pids(ns: str) -> list[int]:
-    """Processes whose network namespace is `ns` (Ray renames its processes: match by inode)."""
-    try:
-        target = os.stat(f"/run/netns/{ns}").st_ino
-    except OSError:
-        return []
-    pids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if os.stat(f"/proc/{entry}/ns/net").st_ino == target:
-                    pids.append(int(entry))
-            except OSError:
-                continue
-    return pids
-
-
-def _exists_netns(ns: str) -> bool:
-    return os.path.exists(f"/run/netns/{ns}")
-
-
-def _exists_link(dev: str) -> bool:
-    return os.path.exists(f"/sys/class/net/{dev}")
-
-
-def _ip(*args: str) -> None:
-    _run(["ip", *args])
-
-
-def _run(cmd: list[str]) -> None:
-    proc = subprocess.run(cmd, check=False, capture_output=True, text=True)
-    if proc.returncode:
-        raise LabError(f"`{' '.join(cmd)}` failed: {proc.stderr.strip() or proc.returncode}")
 
 
 def _python() -> str:

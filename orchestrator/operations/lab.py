@@ -30,26 +30,43 @@ class LabUp:
     subnet: str = "10.213.0.0/24"
     timeout: str | float = "2m"
     declared: bool = True
+    leaves: int = 1
+    """Leaf switches: the nodes in this many blocks, each block's bridge joined to the head's by its uplink."""
+    uplink: str = ""
+    """Each leaf's uplink rate ("": the sum of its nodes' links)."""
+    leaf_links: tuple[str, ...] = ()
+    """LEAF=RATE: leaf LEAF (0-based) with its own uplink rate."""
 
     def __post_init__(self) -> None:
+        if not 1 <= self.leaves <= max(self.nodes, 1) or self.leaves > 10:
+            raise UsageError(f"--leaves {self.leaves}: between 1 and the nodes ({self.nodes}), at most 10")
+        if self.uplink:
+            cluster.link_rate_bps(self.uplink, "--uplink")
+        _pairs("--leaf-link", self.leaf_links, self.leaves, "leaf")
         parse_duration(self.timeout, "--timeout", MAX_TIMEOUT_S)
         if not 1 <= self.cpus_per_node <= MAX_RANKS_PER_NODE:
             raise UsageError(f"{self.cpus_flag} {self.cpus_per_node}: must be between 1 and {MAX_RANKS_PER_NODE}")
-        for item in self.node_links:
-            try:
-                cluster.parse_node_links([item], max(self.nodes, 1))
-            except UsageError as e:  # the rate's own check names --link
-                if str(e).startswith("--node-link"):
-                    raise
-                raise UsageError(f"--node-link {item!r}: expected NODE=RATE with a rate such as 500mbit") from None
+        _pairs("--node-link", self.node_links, self.nodes, "node")
+
+
+def _pairs(flag: str, items: tuple[str, ...], count: int, what: str) -> None:
+    """Each INDEX=RATE item names one of `count` (nodes or leaves) and a rate, else one line."""
+    for item in items:
+        try:
+            cluster.parse_node_links([item], max(count, 1), flag, what)
+        except UsageError as e:  # the rate's own check names --link
+            if str(e).startswith(flag):
+                raise
+            raise UsageError(f"{flag} {item!r}: expected {what.upper()}=RATE with a rate such as 500mbit") from None
 
 
 def up(options: LabUp) -> LabState:
     """Build the lab; LabError (after cleaning up) where it could not be built."""
     node_links = cluster.parse_node_links(list(options.node_links) or None, options.nodes)
+    leaf_links = cluster.parse_node_links(list(options.leaf_links) or None, options.leaves, "--leaf-link", "leaf")
     return cluster.up(options.name, options.nodes, options.cpus_per_node, options.link, options.subnet,
                       parse_duration(options.timeout, "--timeout", MAX_TIMEOUT_S), node_links,
-                      declared=options.declared)
+                      declared=options.declared, leaves=options.leaves, uplink=options.uplink, leaf_links=leaf_links)
 
 
 def load(name: str) -> LabState:

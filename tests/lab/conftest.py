@@ -26,8 +26,9 @@ def require_lab() -> None:
 class Lab:
     _third_octet = secrets.randbelow(100) + 20  # distinct subnets for the labs of one test session
     def __init__(self, nodes: int, ranks_per_node: int, link: str, node_links: dict[int, str] | None = None,
-                 declared: bool = True) -> None:
-        """`declared=False`: `lab up --undeclared`, no expected rate (verdicts from measurements alone)."""
+                 declared: bool = True, leaves: int = 1) -> None:
+        """`declared=False`: `lab up --undeclared`, no expected rate (verdicts from measurements alone);
+        `leaves`: the nodes on that many leaf bridges, each joined to the head's by a shaped uplink."""
         self.name = "t" + secrets.token_hex(2)
         Lab._third_octet += 1
         self.subnet = f"10.214.{Lab._third_octet}.0/24"
@@ -35,7 +36,7 @@ class Lab:
         slow = [a for i, rate in (node_links or {}).items() for a in ("--node-link", f"{i}={rate}")]
         proc = run_cli(["lab", "up", "--name", self.name, "--nodes", str(nodes), "--cpus-per-node",
                         str(ranks_per_node), "--link", link, "--subnet", self.subnet, *slow,
-                        *([] if declared else ["--undeclared"])], timeout=240)
+                        *([] if declared else ["--undeclared"]), "--leaves", str(leaves)], timeout=240)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert declared or "no expected rate declared" in proc.stdout, proc.stdout
         self.address = re.search(r"address: (\S+)", proc.stdout).group(1)

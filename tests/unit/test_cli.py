@@ -83,3 +83,18 @@ def test_run_id_is_checked_and_refused_beside_resume(tmp_path):
     bad = run_main(["run", "--output", out, "--run-id", "../elsewhere"])
     assert bad.returncode == 2 and bad.stderr.startswith("collbench: error: ") and "../elsewhere" in bad.stderr
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("args, line", [
+    (["--leaves", "0"], "--leaves 0: between 1 and the nodes (2), at most 10"),
+    (["--nodes", "4", "--leaves", "5"], "--leaves 5: between 1 and the nodes (4), at most 10"),
+    (["--nodes", "4", "--leaves", "2", "--leaf-link", "2=1gbit"],
+     "--leaf-link '2=1gbit': expected LEAF=RATE with LEAF in 0..1, such as 1=500mbit"),
+    (["--nodes", "4", "--leaves", "2", "--uplink", "fast"], "--uplink 'fast': expected a rate such as 400mbit or 1gbit"),
+    (["--nodes", "4", "--leaves", "2", "--leaf-link", "1=fast"],
+     "--leaf-link '1=fast': expected LEAF=RATE with a rate such as 500mbit"),
+])
+def test_lab_leaves_are_checked_before_anything_is_built(args, line):
+    """Issue 46's lab: leaf switches with uplinks of their own; a bad count or rate is one line."""
+    proc = run_main(["lab", "up", "--name", "zz", *args])
+    assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", f"collbench: error: {line}\n")

@@ -122,3 +122,19 @@ def test_a_node_the_tree_does_not_list_is_refused_before_anything_is_read(tmp_pa
     missing = run_main(["report", out, "--topology", str(tmp_path / "none.conf")])
     assert missing.returncode == 2 and "cannot read it" in missing.stderr
     assert read(str(tmp_path / "t.conf")).leaf_of() == {"10.0.0.10": "leaf1", "10.0.0.11": "leaf1"}
+
+
+def test_the_heatmap_is_ordered_by_leaf_with_its_borders_drawn(tmp_path):
+    from orchestrator.analysis import plots
+    from orchestrator.operations.report import ReportOptions, report
+
+    out = str(tmp_path / "res")
+    write_cluster_run(out, "r", nodes=6, ranks_per_node=1, patterns=("pairwise",), sizes=[1 << 20], one_file=True)
+    (tmp_path / "t.conf").write_text("SwitchName=a Nodes=10.0.0.10,10.0.0.12,10.0.0.14\n"
+                                     "SwitchName=b Nodes=10.0.0.11,10.0.0.13,10.0.0.15\n")
+    frame = report(ReportOptions(path=out, topology=str(tmp_path / "t.conf"))).frame
+    (_, _, fig), = [f for f in plots.figures(frame, 1.0, "GBps") if f[0] == "pairwise_heatmap.png"]
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == [f"host{i} (10.0.0.{i})" for i in (10, 12, 14, 11, 13, 15)]
+    assert sorted({round(float(ln.get_xdata()[0]), 1) for ln in ax.lines if ln.get_xdata()[0] == ln.get_xdata()[1]}) \
+        == [2.5]  # one border, between the leaves

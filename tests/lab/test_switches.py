@@ -1,0 +1,81 @@
+"""A slow switch named as the switch, on a real lab (issue 46): six nodes on two leaf bridges of
+three, each leaf joined to the head's bridge by its own uplink (tc tbf at 1200 mbit/s: the sum of
+its three 400 mbit/s node links, a non-blocking fabric), `collbench lab up --leaves 2`, which writes
+the switch tree as Slurm's topology.conf. Measured each time by a pairwise run and read by
+`collbench report --topology`:
+- healthy, twice: nothing named;
+- the path between the leaves at a quarter (leaf 0's uplink at 300 mbit/s): slow_uplink, the nine
+  pairs across it its evidence, no node and no pair named (without the tree: slow pairs);
+- node 4's own link at a quarter instead: that node, and no switch."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from orchestrator.lab import cluster as labmod
+from tests.helpers import run_cli
+from tests.lab.conftest import Lab, require_lab
+
+pytestmark = pytest.mark.lab
+SWEEP = ["--ranks-per-node", "1", "--patterns", "pairwise", "--collectives", "all_reduce", "-b", "4M", "-e", "8M",
+         "-n", "3"]
+
+
+@pytest.fixture(scope="module")
+def two_leaves(labs):
+    require_lab()
+    labs.close()  # one lab at a time on this 2-core host
+    lab = Lab(nodes=6, ranks_per_node=1, link="400mbit", declared=False, leaves=2)
+    assert "leaves:  2 (leaf0 1200mbit, leaf1 1200mbit uplinks)" in lab.up_output, lab.up_output
+    yield lab
+    lab.down()
+
+
+def _flags(lab, tmp_path, topology: bool = True) -> tuple[int, list[dict]]:
+    out = tmp_path / "results"
+    proc = run_cli(["run", "--address", lab.address, *SWEEP, "--output", str(out)], env=lab.env(), timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    tree = ["--topology", labmod.load(lab.name).topology_path] if topology else []
+    report = run_cli(["report", str(out), *tree, "--format", "json"], timeout=120)
+    assert report.returncode in (0, 1), report.stderr[-2000:]
+    return report.returncode, json.loads(report.stdout)["flags"]
+
+
+def test_the_lab_writes_its_switch_tree(two_leaves):
+    text = open(labmod.load(two_leaves.name).topology_path).read()
+    ips = two_leaves.node_ips
+    assert f"SwitchName=leaf0 Nodes={','.join(ips[:3])}\n" in text and f"SwitchName=leaf1 Nodes={','.join(ips[3:])}\n" \
+        in text and "SwitchName=spine Switches=leaf0,leaf1\n" in text
+
+
+def test_healthy_twice_names_nothing(two_leaves, tmp_path):
+    for attempt in range(2):
+        code, flags = _flags(two_leaves, tmp_path / str(attempt))
+        assert (code, flags) == (0, []), flags
+
+
+def test_the_path_between_leaves_at_a_quarter_is_the_switch(two_leaves, tmp_path):
+    state = labmod.load(two_leaves.name)
+    labmod.shape_uplink(state, 0, "300mbit")
+    try:
+        code, flags = _flags(two_leaves, tmp_path)
+        assert code == 1
+        assert [(f["kind"], f["switches"], f["pairs"]) for f in flags] == [("slow_uplink", ["leaf0", "leaf1"], 9)], flags
+        assert sorted(flags[0]["nodes"]) == sorted(two_leaves.node_ips)
+        # the same rows without the tree: the pairs across, named one by one
+        _, plain = _flags(two_leaves, tmp_path / "plain", topology=False)
+        assert plain and {f["kind"] for f in plain} <= {"slow_pair", "intermittent"}, plain
+    finally:
+        labmod.shape_uplink(state, 0, state.uplink_of(0))
+
+
+def test_a_slow_node_inside_a_leaf_is_the_node(two_leaves, tmp_path):
+    state = labmod.load(two_leaves.name)
+    labmod.shape_link(state, 4, "100mbit")
+    try:
+        code, flags = _flags(two_leaves, tmp_path)
+        assert code == 1 and [(f["kind"], f["nodes"]) for f in flags] == [("slow_node", [two_leaves.node_ips[4]])]
+    finally:
+        labmod.shape_link(state, 4, "400mbit")
