@@ -4,7 +4,7 @@
 every node pair measured once at one size, with faults planted: none; one leaf's uplink at 40%
 (every pair across it); the uplink and, in another leaf, one node at 40% (its every pair); two
 uplinks of two leaves at 40%. A pair's busbw is the base times its slower node's speed, times the
-uplink factor of each slow leaf it crosses, times a log-normal noise factor of the profile's width
+factor of the slower of the two uplinks it crosses, times a log-normal noise factor of the profile's width
 (benchmarks/qualify_rates.py's profiles: lab 6%, gpu 2%, shared 27%). Counts over clusters:
 uplink false positives (a healthy leaf named in a slow_uplink) and false negatives (a planted
 uplink not named); node false positives (a healthy node named slow_node or intermittent, which an
@@ -41,7 +41,7 @@ def pairwise_frame(node_speed: np.ndarray, leaf: np.ndarray, uplink: np.ndarray,
     leaves set as `collbench report --topology` sets them."""
     n = len(node_speed)
     a, b = np.triu_indices(n, 1)
-    crossed = np.where(leaf[a] != leaf[b], uplink[leaf[a]] * uplink[leaf[b]], 1.0)
+    crossed = np.where(leaf[a] != leaf[b], np.minimum(uplink[leaf[a]], uplink[leaf[b]]), 1.0)  # the slower limits
     busbw = BASE_GBPS * np.minimum(node_speed[a], node_speed[b]) * crossed * np.exp(rng.normal(0.0, noise, len(a)))
     ips = np.array([f"10.{i // 250}.{i % 250}.1" for i in range(n)])
     rows = len(a)

@@ -11,6 +11,7 @@ import warnings
 from orchestrator import __version__
 from orchestrator.commands import compare, doctor, import_, lab, plan, predict, qualify, replay, report, run, watch
 from orchestrator.errors import CollbenchWarning, ConnectTimeout, RenamedOption, UsageError
+from orchestrator.operations import take_stop_signal
 
 
 class _Parser(argparse.ArgumentParser):
@@ -41,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     stdout = sys.stdout
     sys.stdout = _QuietWhenClosed(stdout)
+    take_stop_signal()  # SIGUSR1 ends a run after its round (execution/signals.py), never the process at once
     try:
         return _dispatch(argv)
     except BrokenPipeError:

@@ -113,6 +113,8 @@ def run(act: Action, timeout_s: float = RUN_TIMEOUT_S) -> Done:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
         except FileNotFoundError:
             return Done(act, False, f"{argv[0]}: not found on this machine's PATH")
+        except OSError as e:  # not executable, and the like
+            return Done(act, False, f"{argv[0]}: cannot start it ({e.strerror or e})")
         except subprocess.TimeoutExpired:
             return Done(act, False, f"{shlex.join(argv)}: no answer in {timeout_s:.0f} s")
         if done.returncode != 0:

@@ -285,10 +285,11 @@ def uplink_flags(frame: Frame, shape: pd.DataFrame, low: np.ndarray, fast: set,
     """The shape's slow uplinks (analysis.uplinks) as flags, and the pairs' ratios with those across
     a slow uplink taken against the level of their own kind (a slow node's pairs stay slow among them)."""
     row0, ratio = shape.iloc[0], shape.ratio.to_numpy().copy()
+    factor = np.ones(len(shape))  # the slowest uplink a pair crosses limits it (two in series: the slower)
     out = []
     for up in slow_uplinks(frame.leaves or {}, shape.node_first.to_numpy(), shape.node_last.to_numpy(), low,
                            shape.busbw_gbps.to_numpy(), fast, threshold):
-        ratio[up.across_mask] /= up.factor
+        factor[up.across_mask] = np.minimum(factor[up.across_mask], up.factor)
         nodes = sorted(up.nodes, key=frame.label)
         what = f"slow uplink {up.switches[0]}" if len(up.switches) == 1 else \
             f"slow path between {' and '.join(up.switches)}"
@@ -300,7 +301,7 @@ def uplink_flags(frame: Frame, shape: pd.DataFrame, low: np.ndarray, fast: set,
                         f"{', '.join(frame.label(n) for n in nodes[:4])}{', ...' if len(nodes) > 4 else ''} "
                         "are not slow on their own", extra={"switches": list(up.switches), "slow_pairs": up.low,
                                                              "pairs": up.across}))
-    return out, ratio
+    return out, ratio / factor
 
 
 def _blame(a: np.ndarray, b: np.ndarray, low: np.ndarray) -> dict[int, tuple[int, int, float]]:

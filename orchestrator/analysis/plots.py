@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 import io
 import os
+import re
 from collections.abc import Iterator
 
 import matplotlib
@@ -151,20 +152,26 @@ def _with_tips(text: str, tips: dict[str, list[str]]) -> str:
     order): the browser shows it on hover."""
     for gid, labels in tips.items():
         start = text.find(f'<g id="{gid}">')
-        if start < 0:
+        end = _group_end(text, start) if start >= 0 else -1
+        group = text[start:end]
+        if end < 0 or group.count("<use ") != len(labels):  # a marker short (or extra): no label misplaced
             continue
-        head, tail = text[:start], text[start:]
-        done = []
-        for label in labels:
-            at = tail.find("<use ")
-            close = tail.find("/>", at)
-            if at < 0 or close < 0:
-                break
-            title = html.escape(label)
-            done.append(tail[:close] + f"><title>{title}</title></use>")
-            tail = tail[close + 2:]
-        text = head + "".join(done) + tail
+        parts = group.split("<use ")
+        for i, label in enumerate(labels, 1):
+            close = parts[i].index("/>")
+            parts[i] = parts[i][:close] + f"><title>{html.escape(label)}</title></use>" + parts[i][close + 2:]
+        text = text[:start] + "<use ".join(parts) + text[end:]
     return text
+
+
+def _group_end(text: str, start: int) -> int:
+    """Where the <g> element opening at `start` closes (after its </g>), nested groups counted; -1 if never."""
+    depth = 0
+    for m in re.finditer(r"<g[\s>]|</g>", text[start:]):
+        depth += -1 if m.group() == "</g>" else 1
+        if depth == 0:
+            return start + m.end()
+    return -1
 
 
 def _pair_rows(frame: Frame):

@@ -79,13 +79,15 @@ def slow_uplinks(leaf_of: dict[int, str], a: np.ndarray, b: np.ndarray, low: np.
 
 def below(x: np.ndarray, y: np.ndarray) -> float:
     """One-sided p-value that `x` runs lower than `y` (Mann-Whitney's rank sum, normal approximation
-    with a continuity correction; ties are rare in measured rates)."""
+    with a continuity correction; tied values share their mean rank, the variance corrected for them:
+    imported nccl-tests rates have two decimals)."""
     n1, n2 = len(x), len(y)
-    ranks = np.empty(n1 + n2)
-    ranks[np.argsort(np.concatenate([x, y]), kind="stable")] = np.arange(1, n1 + n2 + 1)
-    u = ranks[:n1].sum() - n1 * (n1 + 1) / 2
-    sd = math.sqrt(n1 * n2 * (n1 + n2 + 1) / 12)
-    return NormalDist().cdf((u + 0.5 - n1 * n2 / 2) / sd) if sd else 1.0
+    n = n1 + n2
+    values, inverse, counts = np.unique(np.concatenate([x, y]), return_inverse=True, return_counts=True)
+    average = np.cumsum(counts) - (counts - 1) / 2  # tied values share their mean rank
+    u = average[inverse[:n1]].sum() - n1 * (n1 + 1) / 2
+    sd = math.sqrt(n1 * n2 / 12 * ((n + 1) - float((counts**3 - counts).sum()) / (n * (n - 1)))) if n > 1 else 0.0
+    return NormalDist().cdf((u + 0.5 - n1 * n2 / 2) / sd) if sd > 0 else 1.0
 
 
 def inside_level(shape: pd.DataFrame, leaves: dict[int, str]) -> pd.DataFrame:

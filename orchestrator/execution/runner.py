@@ -57,8 +57,7 @@ class _GroupRun:
 
 
 class Runner:
-    """Runs a plan round by round on the pool's workers and writes every group's rows as soon as
-    the group ends (ok, failed, timed out or skipped)."""
+    """Runs a plan round by round on the pool's workers; writes each group's rows as it goes and ends."""
 
     def __init__(self, spec: SweepSpec, pool: ActorPool, store: ResultStore, backend: str, run: rows.RunRef,
                  observers: Sequence[RunObserver], platforms: dict[str, tuple[str, ...]],
@@ -69,6 +68,7 @@ class Runner:
         self._cases: dict[int, list[Case]] = {}
         self._cases_for = cases_for  # a plan's own cases (a replay's), else the sweep's by group size
         self._ras_recent: dict = {}  # NCCL RAS's last answer, for the next group that times out (ras.hang_note)
+        self._in_flight = 1  # groups of the round in flight: the checkpoints' budget is shared among them
 
     def run(self, plan: Plan, skip: frozenset[str] | set[str] = frozenset()) -> None:
         for rnd in plan.rounds:
@@ -103,6 +103,7 @@ class Runner:
                 runs.append(r)
         if not runs:
             return
+        self._in_flight = len(runs)
         self.observers.measuring(ev.Measuring(groups[0].round))
         owner = {}
         try:
@@ -118,19 +119,18 @@ class Runner:
             raise
 
     def _cut_short(self, r: _GroupRun) -> None:
-        """End a group an interrupt stopped with the cases it finished: whole where only leaving was
-        left, else with a row for each case it did not finish, error CUT_SHORT (so --resume
-        measures the group again whole)."""
+        """End a group an interrupt stopped with the sizes it finished, a CUT_SHORT row for each other
+        (--resume measures the group again whole); whole where only leaving was left."""
         if r.next_case >= len(r.cases):
             self._end(r, Status.OK)
         else:
             self._end(r, Status.SKIPPED, (), CUT_SHORT)
 
     def _checkpoint(self, r: _GroupRun) -> None:
-        """Write what a group in flight measured, the rest as CUT_SHORT rows (as an interrupt does), at
-        most every CHECKPOINT_S: a crash loses the size in flight and under CHECKPOINT_S before it."""
+        """Write what a group in flight measured, the rest as CUT_SHORT rows (as an interrupt does): at most
+        CHECKPOINT_WRITES files a second over the round, each group every CHECKPOINT_S or more."""
         now = time.monotonic()
-        if r.next_case >= len(r.cases) or now - r.saved_at < CHECKPOINT_S:
+        if r.next_case >= len(r.cases) or now - r.saved_at < CHECKPOINT_S * max(1, self._in_flight / CHECKPOINT_WRITES):
             return
         r.saved_at = now
         self.store.write_group(r.group.group_id, r.rows + rows.unmeasured_rows(
@@ -275,7 +275,7 @@ class Runner:
 
 
 _PEER_GRACE_S = 5.0
-CHECKPOINT_S = 1.0  # how often a group in flight writes its finished sizes at most (Runner._checkpoint)
+CHECKPOINT_S, CHECKPOINT_WRITES = 1.0, 16  # Runner._checkpoint: each group's least interval, files a second
 _RAS_TIMEOUT_S = 5.0  # the most a hang's verdict waits on NCCL's RAS (NCCL_RAS_ADDR set on the workers)
 
 

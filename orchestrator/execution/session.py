@@ -88,8 +88,10 @@ class Session:
                 self.pool.shutdown()
             connect.disconnect(self.connection)
         finally:
-            signals.restore(self._signals)
-            self.store.release()
+            try:
+                signals.restore(self._signals)
+            finally:
+                self.store.release()
 
     def cluster(self) -> tuple[Inventory, str]:
         """The nodes that hold ranks and the backend (a resumed run compares them with its own:

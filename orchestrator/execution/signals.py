@@ -37,6 +37,13 @@ def _on_usr1(signum, frame) -> None:
     _came["usr1"] = True
 
 
+def take_stop_signal() -> None:
+    """SIGUSR1 noted for the command line's whole life (its default would end the process at once,
+    before or after a session: a Slurm job's early warning must not kill what it warns). Main thread only."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGUSR1, _on_usr1)
+
+
 def install() -> dict | None:
     """Take SIGTERM and SIGUSR1 (forgetting any that came before); the handlers they had, or None
     off the main thread."""
@@ -49,7 +56,8 @@ def install() -> dict | None:
 
 def restore(previous: dict | None) -> None:
     for signum, handler in (previous or {}).items():
-        signal.signal(signum, handler)
+        if handler is not None:  # None: a handler set from C, which Python cannot set back
+            signal.signal(signum, handler)
 
 
 def stop_requested() -> bool:

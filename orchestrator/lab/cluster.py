@@ -74,7 +74,7 @@ class LabState:
 
     def uplink_of(self, k: int) -> str:
         under = sum(1 for i in range(self.nodes) if self.leaf_of(i) == k)
-        return self.leaf_links.get(str(k)) or self.uplink or f"{int(link_rate_bps(self.link) * under / 1e6)}mbit"
+        return self.leaf_links.get(str(k)) or self.uplink or f"{max(1, int(link_rate_bps(self.link) * under / 1e3))}kbit"
 
     @property
     def topology_path(self) -> str:

@@ -12,6 +12,7 @@ the faces import, of the driver, only this layer, errors and the options' declar
 `Voice` is where an operation's own lines go: the faces pass COMMAND_LINE (stdout and stderr) or
 QUIET (nothing)."""
 
+from orchestrator.execution.signals import take_stop_signal
 from orchestrator.execution.voice import COMMAND_LINE, QUIET, Voice
 
-__all__ = ["COMMAND_LINE", "QUIET", "Voice"]
+__all__ = ["COMMAND_LINE", "QUIET", "Voice", "take_stop_signal"]

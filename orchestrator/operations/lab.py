@@ -40,6 +40,9 @@ class LabUp:
     def __post_init__(self) -> None:
         if not 1 <= self.leaves <= max(self.nodes, 1) or self.leaves > 10:
             raise UsageError(f"--leaves {self.leaves}: between 1 and the nodes ({self.nodes}), at most 10")
+        if (self.uplink or self.leaf_links) and self.leaves < 2:
+            raise UsageError(f"{'--uplink' if self.uplink else '--leaf-link'}: needs --leaves 2 or more "
+                             "(one leaf is every node on the head's bridge: no uplink to shape)")
         if self.uplink:
             cluster.link_rate_bps(self.uplink, "--uplink")
         _pairs("--leaf-link", self.leaf_links, self.leaves, "leaf")

@@ -94,6 +94,8 @@ def out_of_service(result: Qualification, sched: Scheduler, drain: bool) -> Qual
     """Each node that did not pass with the command that takes it out of `sched`'s service (by its
     scheduler name, else its host name), run where `drain`; a passing node never gets one."""
     for v in result.failing:
+        if sched is Scheduler.KUBERNETES and not v.name:
+            continue  # its host name is the pod's, not a node's: nothing to cordon by (set COLLBENCH_NODE_NAME)
         act = scheduler.action(sched, v.name or v.host, v.verdict.value, v.detail, result.run_id)
         if act is not None:
             result.actions[v.node] = act

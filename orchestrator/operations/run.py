@@ -41,9 +41,9 @@ class RunOptions:
     not measured again."""
 
     def __post_init__(self) -> None:
-        for given in (self.resume, self.run_id):
+        for given, flag in ((self.resume, "--resume"), (self.run_id, "--run-id")):
             if given is not None:
-                resume.check_run_id(given)  # before anything reads or writes a path made from it
+                resume.check_run_id(given, flag)  # before anything reads or writes a path made from it
         if self.resume is not None and self.run_id is not None:
             raise UsageError(f"--run-id {self.run_id} with --resume {self.resume}: give one (--run-id resumes "
                              "its run where it exists)")
@@ -65,6 +65,9 @@ def run(options: RunOptions, *, voice: Voice = COMMAND_LINE, progress: bool = Fa
             return RunResult(options.run_id, spec.output, RunState.FINISHED, 0, manifest=record,
                              message=f"collbench: run {options.run_id} in {spec.output} finished already: nothing "
                              "measured again (a new run needs another --run-id)")
+        if record is not None and record.get("command") not in (None, "run"):
+            raise UsageError(f"--run-id {options.run_id}: {spec.output} holds a {record['command']} run of that "
+                             "id, not a sweep; name another")
         resuming = options.run_id if record is not None else None
     if resuming is not None:
         saved = _resumed_run(spec.output, resuming)

@@ -175,7 +175,7 @@ class Watch:
             cycle.note = "the quick checks failed: nothing measured this cycle"
             return
         cycle.run_id = result.run_id
-        if result.state is not RunState.FINISHED and result.exit_code in (130, 143):
+        if result.state is not RunState.FINISHED and result.exit_code in (130, 138, 143):
             self.stopping = True
             cycle.note = "stopped by a signal: the rows measured so far are kept"
             return

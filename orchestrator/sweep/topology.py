@@ -15,25 +15,29 @@ does not list is one line (UsageError). Pure."""
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from dataclasses import dataclass
 
 from orchestrator.errors import UsageError
 
 _BRACKET = re.compile(r"\[([^\[\]]*)\]")
+MAX_NAMES = 1_000_000  # a host list longer than any fabric: a typo's range (gpu[0-99999999]) refused, not built
 
 
 def expand_hostlist(text: str, where: str = "") -> list[str]:
     """Slurm's host list: `gpu[001-003,007],cpu1` -> gpu001, gpu002, gpu003, gpu007, cpu1 (ranges
     keep their zero padding; several bracket groups in one name are their product)."""
     names: list[str] = []
-    for item in _split_top(text.strip()):
+    for item in _split_top(",".join(text.split())):  # Slurm splits a host list at commas and spaces
         if not item:
             continue
         parts = _BRACKET.split(item)  # literal, inside, literal, inside, ..., literal
         choices = [[p] if i % 2 == 0 else _range(p, item, where) for i, p in enumerate(parts)]
         if "[" in "".join(parts[::2]) or "]" in "".join(parts[::2]):
             raise UsageError(f"{where}{item!r}: not a Slurm host list (unbalanced brackets)")
+        if len(names) + math.prod(len(c) for c in choices) > MAX_NAMES:
+            raise UsageError(f"{where}{item!r}: more than {MAX_NAMES:,} names (a range too wide?)")
         names += ["".join(c) for c in itertools.product(*choices)]
     return names
 
@@ -117,6 +121,8 @@ def parse_yaml(data, source: str) -> Topology:
     for name, body in table.items():
         if not isinstance(body, dict) or not ({"nodes", "switches"} & set(body)) or set(body) - {"nodes", "switches"}:
             raise UsageError(f"{source}: switch {name!r}: expected `nodes:` and/or `switches:`")
+        if any(v is None or v == [] for v in body.values()):
+            raise UsageError(f"{source}: switch {name!r}: an empty `nodes:` or `switches:`")
         listed = {k: ",".join(map(str, v)) if isinstance(v, list) else str(v) for k, v in body.items()}
         _add(nodes, switches, str(name), listed.get("nodes"), listed.get("switches"), f"{source}: ")
     return _checked(Topology(nodes, switches, source))

@@ -81,8 +81,16 @@ def test_run_id_is_checked_and_refused_beside_resume(tmp_path):
     assert both.stderr == ("collbench: error: --run-id a with --resume b: give one (--run-id resumes its run "
                            "where it exists)\n")
     bad = run_main(["run", "--output", out, "--run-id", "../elsewhere"])
-    assert bad.returncode == 2 and bad.stderr.startswith("collbench: error: ") and "../elsewhere" in bad.stderr
+    assert bad.returncode == 2 and bad.stderr.startswith("collbench: error: --run-id '../elsewhere': not a run id")
     assert not (tmp_path / "out").exists()
+    # an id that names a qualify's run is not resumed as a sweep
+    from orchestrator.results.store import ResultStore
+
+    (tmp_path / "out" / "_runs").mkdir(parents=True)
+    ResultStore(out, "q1").write_manifest({"command": "qualify", "state": "interrupted"})
+    probe = run_main(["run", "--output", out, "--run-id", "q1"])
+    assert (probe.returncode, probe.stderr) == (2, f"collbench: error: --run-id q1: {out} holds a qualify run of "
+                                                   "that id, not a sweep; name another\n")
 
 
 @pytest.mark.parametrize("args, line", [
@@ -93,6 +101,8 @@ def test_run_id_is_checked_and_refused_beside_resume(tmp_path):
     (["--nodes", "4", "--leaves", "2", "--uplink", "fast"], "--uplink 'fast': expected a rate such as 400mbit or 1gbit"),
     (["--nodes", "4", "--leaves", "2", "--leaf-link", "1=fast"],
      "--leaf-link '1=fast': expected LEAF=RATE with a rate such as 500mbit"),
+    (["--nodes", "4", "--uplink", "1gbit"],
+     "--uplink: needs --leaves 2 or more (one leaf is every node on the head's bridge: no uplink to shape)"),
 ])
 def test_lab_leaves_are_checked_before_anything_is_built(args, line):
     """Issue 46's lab: leaf switches with uplinks of their own; a bad count or rate is one line."""

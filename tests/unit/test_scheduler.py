@@ -79,6 +79,12 @@ def test_a_drain_the_scheduler_refuses_is_said_with_its_answer(tmp_path, monkeyp
                                            'Error from server (Forbidden): nodes "slm2" is forbidden')
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     assert scheduler.run(result.actions["10.0.0.2"]).said == "kubectl: not found on this machine's PATH"
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "kubectl").write_text("#!/bin/sh\n")  # there, but not executable
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    assert scheduler.run(result.actions["10.0.0.2"]).said == "kubectl: cannot start it (Permission denied)"
+    # the node whose Kubernetes name is unknown gets no command: its host name is its pod's
+    assert "10.0.0.3" not in result.actions
 
 
 @pytest.mark.parametrize("args, line", [

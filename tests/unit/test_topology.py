@@ -138,3 +138,32 @@ def test_the_heatmap_is_ordered_by_leaf_with_its_borders_drawn(tmp_path):
     assert [t.get_text() for t in ax.get_yticklabels()] == [f"host{i} (10.0.0.{i})" for i in (10, 12, 14, 11, 13, 15)]
     assert sorted({round(float(ln.get_xdata()[0]), 1) for ln in ax.lines if ln.get_xdata()[0] == ln.get_xdata()[1]}) \
         == [2.5]  # one border, between the leaves
+
+
+def test_host_lists_split_at_spaces_and_refuse_what_cannot_be_a_fabric():
+    assert expand_hostlist("gpu[1-2] gpu3") == ["gpu1", "gpu2", "gpu3"]  # Slurm splits at commas and spaces
+    with pytest.raises(UsageError, match="more than 1,000,000 names"):
+        expand_hostlist("g[0-99999999]")
+    with pytest.raises(UsageError, match="an empty `nodes:` or `switches:`"):
+        parse_yaml({"switches": {"leaf1": {"nodes": None}}}, "t")
+
+
+def test_the_rank_sum_test_reads_ties_as_ties():
+    """Imported nccl-tests rates have two decimals: equal values are not a difference."""
+    import numpy as np
+
+    from orchestrator.analysis.uplinks import below
+
+    assert below(np.array([1.0, 1.0, 1.0]), np.array([1.0, 1.0, 1.0, 1.0])) == 1.0
+    assert below(np.array([1.0, 2.0, 3.0]), np.array([4.0, 5.0, 6.0, 7.0])) < 0.05
+    assert below(np.array([4.0, 5.0, 6.0]), np.array([1.0, 2.0, 3.0, 7.0])) > 0.5
+
+
+def test_tooltips_stay_inside_their_own_line():
+    """A line whose markers do not match its labels (a point not drawn) gets none, and never lends
+    them to the next line's markers."""
+    from orchestrator.analysis.plots import _with_tips
+
+    svg = '<g id="pts-0"><g><use a="1"/><use a="2"/></g></g><g id="pts-1"><use a="3"/></g>'
+    assert _with_tips(svg, {"pts-0": ["x", "y", "z"], "pts-1": ["w"]}) == (
+        '<g id="pts-0"><g><use a="1"/><use a="2"/></g></g><g id="pts-1"><use a="3"><title>w</title></use></g>')
