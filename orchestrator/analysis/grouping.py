@@ -3,7 +3,7 @@ each key column is coded on its own (a categorical's codes, a factorized column)
 combined into one integer per row. Each function gives what pandas' group-by gives (a row with a
 null key in no group, unless asked; nulls skipped), without the cost of pandas' group-by over
 several keys: in a report's one pass, 0.3-0.4 s of CPU for each such group-by over a million rows,
-most of it the first call's (measured: docs/PERFORMANCE.md, section 4). Pandas' group-bys over
+most of it the first call's (measured: benchmarks/data/performance_history_2026-12.md, from section 4). Pandas' group-bys over
 one key (medians) are as fast as numpy here and stay."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Which regime a measured size is in: latency-bound (its time is mostly the fixed cost of a call,
 barely growing with msg_bytes) or bandwidth-bound (mostly bytes on the wire). The two move by very
 different amounts between runs: on a shared host latency-bound sizes move by factors (7-30x under
-a busy core, docs/PERFORMANCE.md section 7), bandwidth-bound ones by tens of percent; so the judge
+a busy core, benchmarks/data/performance_history_2026-12.md, from section 7.1), bandwidth-bound ones by tens of percent; so the judge
 reads each regime's noise apart (judging/judge.py has a prior per regime). Pure numpy; no I/O.
 
 The rule, per curve (one link's one collective, dtype, op and placement, every size it measured):
