@@ -11,8 +11,9 @@ import pytest
 from orchestrator import api
 from orchestrator.errors import UsageError
 from orchestrator.operations.compare import CompareOptions
-from orchestrator.operations.qualify import DEFAULTS, QualifyOptions, check_spec, qualify_spec
+from orchestrator.operations.qualify import DEFAULTS, Qualification, QualifyOptions, check_spec, qualify_spec
 from orchestrator.operations.report import ReportOptions
+from orchestrator.results.schema import RunState
 from orchestrator.sweep.spec import SweepSpec
 from tests.helpers import run_main
 
@@ -69,7 +70,12 @@ def test_qualify_measures_the_callers_sweep_and_refuses_what_the_command_line_re
     assert (bare.collectives, bare.min_bytes, bare.max_bytes, bare.iters, bare.group_timeout_s) == \
         (("all_reduce",), mib, 4 * mib, DEFAULTS["iters"], DEFAULTS["group_timeout_s"])
     seen = []
-    monkeypatch.setattr("orchestrator.operations.qualify.qualification", lambda spec, **kw: seen.append(spec))
+
+    def recorded(spec, **kw):  # what the qualification would measure; an unfinished one comes back
+        seen.append(spec)
+        return Qualification("r", RunState.FAILED, 1)
+
+    monkeypatch.setattr("orchestrator.operations.qualify.qualification", recorded)
     api.qualify(own, ranks_per_node=2)
     assert seen == [qualify_spec(own, {"ranks_per_node": 2})]
     with pytest.raises(UsageError, match=r"^collbench.api: key 'patterns' is not an option of collbench qualify"):
