@@ -19,14 +19,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 
 import numpy as np
 import pyarrow as pa
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.qualify_rates import NOISE
+from benchmarks.error_tables import cells, print_tables
 from orchestrator.analysis import diagnosis
 from orchestrator.analysis.frame import Frame
 
@@ -115,20 +114,8 @@ def main() -> None:
     a = ap.parse_args()
     nodes, gpus = [int(x) for x in a.nodes.split(",")], [int(x) for x in a.gpus.split(",")]
     cols = [(n, g) for n in nodes for g in gpus]
-    started = time.monotonic()
-    for name in a.profiles.split(","):
-        noise = NOISE[name].noise.width
-        print(f"\n### noise `{name}` (log-normal, sigma {noise})\n")
-        print("GPU FP % / GPU FN % / node FP % / node FN %\n")
-        print("| fault | " + " | ".join(f"N={n} G={g}" for n, g in cols) + " |")
-        print("|---|" + "---:|" * len(cols))
-        for fault in FAULTS:
-            cells = []
-            for n, g in cols:
-                cell = rates(fault, n, g, noise, a.clusters, a.seed)
-                cells.append(" / ".join("-" if x != x else f"{100 * x:.1f}" for x in cell))
-            print(f"| {fault} | " + " | ".join(cells) + " |", flush=True)
-    print(f"\n{time.monotonic() - started:.0f} s")
+    print_tables(a.profiles, "GPU FP % / GPU FN % / node FP % / node FN %", [f"N={n} G={g}" for n, g in cols], FAULTS,
+                 lambda fault, i, noise: cells(rates(fault, *cols[i], noise, a.clusters, a.seed)))
 
 
 if __name__ == "__main__":

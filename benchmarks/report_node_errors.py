@@ -17,14 +17,13 @@ import argparse
 import os
 import re
 import sys
-import time
 
 import numpy as np
 import pyarrow as pa
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.qualify_rates import NOISE
+from benchmarks.error_tables import cells, print_tables
 from orchestrator.analysis import diagnosis
 from orchestrator.analysis.frame import Frame
 
@@ -103,24 +102,15 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
     sizes = [int(x) for x in a.sizes.split(",")]
-    started = time.monotonic()
-    for name in a.profiles.split(","):
-        noise = NOISE[name].noise.width
-        print(f"\n### noise `{name}` (log-normal, sigma {noise})\n")
-        print("FP % / FN %\n")
-        print("| fault | " + " | ".join(f"N={n}" for n in sizes) + " |")
-        print("|---|" + "---:|" * len(sizes))
-        for fault in FAULTS:
-            cells = []
-            for n in sizes:
-                if fault == "1/5 and 1/2" and n < 5:
-                    cells.append("-")
-                    continue
-                clusters = a.clusters if n <= 64 else max(2, a.clusters // (8 if n <= 256 else 20))
-                fp, fn = rates(fault, n, noise, clusters, a.seed)
-                cells.append(f"{100 * fp:.1f} / {'-' if fn != fn else f'{100 * fn:.1f}'}")
-            print(f"| {fault} | " + " | ".join(cells) + " |", flush=True)
-    print(f"\n{time.monotonic() - started:.0f} s")
+
+    def cell(fault: str, i: int, noise: float) -> str:
+        n = sizes[i]
+        if fault == "1/5 and 1/2" and n < 5:
+            return "-"
+        clusters = a.clusters if n <= 64 else max(2, a.clusters // (8 if n <= 256 else 20))
+        return cells(rates(fault, n, noise, clusters, a.seed))
+
+    print_tables(a.profiles, "FP % / FN %", [f"N={n}" for n in sizes], FAULTS, cell)
 
 
 if __name__ == "__main__":

@@ -18,14 +18,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 
 import numpy as np
 import pyarrow as pa
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.qualify_rates import NOISE
+from benchmarks.error_tables import cells, print_tables
 from orchestrator.analysis import diagnosis
 from orchestrator.analysis.frame import Frame
 
@@ -115,18 +114,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
     nodes = [int(x) for x in a.nodes.split(",")]
-    started = time.monotonic()
-    for name in a.profiles.split(","):
-        noise = NOISE[name].noise.width
-        print(f"\n### noise `{name}` (log-normal, sigma {noise})\n")
-        print(f"uplink FP % / uplink FN % / node FP % / node FN % (leaves of {LEAF} nodes)\n")
-        print("| fault | " + " | ".join(f"N={n}" for n in nodes) + " |")
-        print("|---|" + "---:|" * len(nodes))
-        for fault in FAULTS:
-            cells = [" / ".join("-" if x != x else f"{100 * x:.1f}" for x in rates(fault, n, noise, a.clusters, a.seed))
-                     for n in nodes]
-            print(f"| {fault} | " + " | ".join(cells) + " |", flush=True)
-    print(f"\n{time.monotonic() - started:.0f} s")
+    print_tables(a.profiles, f"uplink FP % / uplink FN % / node FP % / node FN % (leaves of {LEAF} nodes)",
+                 [f"N={n}" for n in nodes], FAULTS,
+                 lambda fault, i, noise: cells(rates(fault, nodes[i], noise, a.clusters, a.seed)))
 
 
 if __name__ == "__main__":
