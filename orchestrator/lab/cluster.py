@@ -73,8 +73,8 @@ class LabState:
         return i * self.leaves // self.nodes
 
     def uplink_of(self, k: int) -> str:
-        under = sum(1 for i in range(self.nodes) if self.leaf_of(i) == k)
-        return self.leaf_links.get(str(k)) or self.uplink or f"{max(1, int(link_rate_bps(self.link) * under / 1e3))}kbit"
+        kbit = max(1, int(link_rate_bps(self.link) * sum(self.leaf_of(i) == k for i in range(self.nodes)) / 1e3))
+        return self.leaf_links.get(str(k)) or self.uplink or (f"{kbit // 1000}mbit" if kbit % 1000 == 0 else f"{kbit}kbit")
 
     @property
     def topology_path(self) -> str:
