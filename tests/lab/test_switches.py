@@ -28,9 +28,11 @@ def two_leaves(labs):
     require_lab()
     labs.close()  # one lab at a time on this 2-core host
     lab = Lab(nodes=6, ranks_per_node=1, link="400mbit", declared=False, leaves=2)
-    assert "leaves:  2 (leaf0 1200mbit, leaf1 1200mbit uplinks)" in lab.up_output, lab.up_output
-    yield lab
-    lab.down()
+    try:  # torn down whatever fails, the check below included
+        assert "leaves:  2 (leaf0 1200mbit, leaf1 1200mbit uplinks)" in lab.up_output, lab.up_output
+        yield lab
+    finally:
+        lab.down()
 
 
 def _flags(lab, tmp_path, topology: bool = True) -> tuple[int, list[dict]]:
