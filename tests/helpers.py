@@ -68,3 +68,22 @@ def stand_in(folder, name: str, exit_code: int = 0, says: str = "") -> str:
                     f"[ -n '{says}' ] && echo '{says}' >&2\nexit {exit_code}\n")
     path.chmod(path.stat().st_mode | stat.S_IXUSR)
     return str(folder)
+
+
+def parses(command: str) -> str:
+    """'' where collbench's parser takes `command` (a `collbench ...` line), else its error."""
+    import contextlib
+    import io
+    import shlex
+
+    from orchestrator.cli import build_parser
+
+    words = shlex.split(command)
+    assert words[0] == "collbench", command
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            build_parser().parse_args(words[1:])
+    except SystemExit as e:
+        return err.getvalue().strip().splitlines()[-1] if e.code else ""
+    return ""

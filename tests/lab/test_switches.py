@@ -35,14 +35,15 @@ def two_leaves(labs):
         lab.down()
 
 
-def _flags(lab, tmp_path, topology: bool = True) -> tuple[int, list[dict]]:
+def _flags(lab, tmp_path, exit_code: int, topology: bool = True) -> list[dict]:
+    """The flags of a pairwise run's report, which exits `exit_code` (0: nothing flagged, 1: flags)."""
     out = tmp_path / "results"
     proc = run_cli(["run", "--address", lab.address, *SWEEP, "--output", str(out)], env=lab.env(), timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     tree = ["--topology", labmod.load(lab.name).topology_path] if topology else []
     report = run_cli(["report", str(out), *tree, "--format", "json"], timeout=120)
-    assert report.returncode in (0, 1), report.stderr[-2000:]
-    return report.returncode, json.loads(report.stdout)["flags"]
+    assert report.returncode == exit_code, report.stdout[-2000:] + report.stderr[-2000:]
+    return json.loads(report.stdout)["flags"]
 
 
 def test_the_lab_writes_its_switch_tree(two_leaves):
@@ -54,20 +55,18 @@ def test_the_lab_writes_its_switch_tree(two_leaves):
 
 def test_healthy_twice_names_nothing(two_leaves, tmp_path):
     for attempt in range(2):
-        code, flags = _flags(two_leaves, tmp_path / str(attempt))
-        assert (code, flags) == (0, []), flags
+        assert _flags(two_leaves, tmp_path / str(attempt), 0) == []
 
 
 def test_the_path_between_leaves_at_a_quarter_is_the_switch(two_leaves, tmp_path):
     state = labmod.load(two_leaves.name)
     labmod.shape_uplink(state, 0, "300mbit")
     try:
-        code, flags = _flags(two_leaves, tmp_path)
-        assert code == 1
+        flags = _flags(two_leaves, tmp_path, 1)
         assert [(f["kind"], f["switches"], f["pairs"]) for f in flags] == [("slow_uplink", ["leaf0", "leaf1"], 9)], flags
         assert sorted(flags[0]["nodes"]) == sorted(two_leaves.node_ips)
         # the same rows without the tree: the pairs across, named one by one
-        _, plain = _flags(two_leaves, tmp_path / "plain", topology=False)
+        plain = _flags(two_leaves, tmp_path / "plain", 1, topology=False)
         assert plain and {f["kind"] for f in plain} <= {"slow_pair", "intermittent"}, plain
     finally:
         labmod.shape_uplink(state, 0, state.uplink_of(0))
@@ -77,7 +76,7 @@ def test_a_slow_node_inside_a_leaf_is_the_node(two_leaves, tmp_path):
     state = labmod.load(two_leaves.name)
     labmod.shape_link(state, 4, "100mbit")
     try:
-        code, flags = _flags(two_leaves, tmp_path)
-        assert code == 1 and [(f["kind"], f["nodes"]) for f in flags] == [("slow_node", [two_leaves.node_ips[4]])]
+        flags = _flags(two_leaves, tmp_path, 1)
+        assert [(f["kind"], f["nodes"]) for f in flags] == [("slow_node", [two_leaves.node_ips[4]])]
     finally:
         labmod.shape_link(state, 4, "400mbit")

@@ -5,10 +5,7 @@ short front page that still gives the two set-up commands."""
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import re
-import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +14,7 @@ import pytest
 
 from orchestrator.cli import build_parser
 from orchestrator.sweep.spec import spec_fields
+from tests.helpers import parses
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN_COMMAND = "pip install 'torch==2.13.0' && pip install -e . && collbench run"
@@ -88,14 +86,9 @@ def test_every_command_the_docs_give_parses():
         optional = re.findall(r"\[([^\]]+)\]", command)
         for given in ({re.sub(r"\s*\[[^\]]+\]", "", command)} | ({command.replace("[", "").replace("]", "")}
                                                                if optional else set())):
-            args = shlex.split(given.replace("COMMAND", "run"))[1:]
-            err = io.StringIO()
-            try:
-                with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-                    build_parser().parse_args(args)
-            except SystemExit as e:
-                if e.code:
-                    bad.append(f"{page}: {given}: {err.getvalue().strip().splitlines()[-1]}")
+            said = parses(given.replace("COMMAND", "run"))
+            if said:
+                bad.append(f"{page}: {given}: {said}")
     assert bad == []
 
 

@@ -5,10 +5,8 @@ they give parsed by collbench's own parser. Neither is applied to a real cluster
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import gzip
-import io
 import re
 import shlex
 import subprocess
@@ -18,6 +16,7 @@ import pytest
 import yaml
 
 from orchestrator.cli import build_parser
+from tests.helpers import parses
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD = ROOT / "tests" / "fixtures" / "kuberay" / "ray.io_rayjobs.v1.7.0.yaml.gz"
@@ -46,19 +45,6 @@ def unknown_fields(instance, schema: dict, at: str = "") -> list[str]:
         for i, item in enumerate(instance):
             out += unknown_fields(item, schema["items"], f"{at}[{i}]")
     return out
-
-
-def parses(command: str) -> str:
-    """'' where collbench's parser takes `command` (a `collbench ...` line), else its error."""
-    words = shlex.split(command)
-    assert words[0] == "collbench", command
-    err = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-            build_parser().parse_args(words[1:])
-    except SystemExit as e:
-        return err.getvalue().strip().splitlines()[-1] if e.code else ""
-    return ""
 
 
 def test_the_rayjob_is_what_kuberay_takes():

@@ -1,0 +1,22 @@
+#!/bin/bash
+# The switch verdict (report --topology) on lab shapes no test builds (issue 46; docs/PERFORMANCE.md 8.5):
+# per shape a lab of N nodes on K leaves, a pairwise run healthy twice, then one uplink at half, twice.
+# Needs root; builds and removes its own labs.  bash benchmarks/uplink_lab_check.sh
+set -u
+. /work/main/.venv/bin/activate
+run_shape() {  # name nodes leaves link slow_leaf slow_rate
+  name=$1; n=$2; k=$3; link=$4; leaf=$5; rate=$6
+  collbench lab up --name $name --nodes $n --leaves $k --link $link --undeclared --cpus-per-node 1 --subnet 10.216.$((RANDOM%200+20)).0/24 >/dev/null 2>&1 || { echo "up failed $name"; return; }
+  export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=/tmp/collbench-lab-$name/auth_token
+  A=$(python -c "import json;s=json.load(open('/tmp/collbench-lab-$name/state.json'));print(s['subnet'].replace('.0/24','.1')+':%d'%s['port'])")
+  T=/tmp/collbench-lab-$name/topology.conf
+  for phase in healthy healthy slow slow; do
+    if [ $phase = slow ]; then python -c "from orchestrator.lab import cluster; st=cluster.load('$name'); cluster.shape_uplink(st, $leaf, '$rate')"; fi
+    out=/tmp/lc-$name-$RANDOM
+    collbench run --address $A --ranks-per-node 1 --patterns pairwise --collectives all_reduce -b 4M -e 8M -n 3 --output $out >/dev/null 2>&1
+    collbench report $out --topology $T --format json 2>/dev/null | python -c "import json,sys; d=json.load(sys.stdin); b=[r['inter'] for r in d['tables']['busbw']]; print('$name $phase', [(f['kind'], f.get('switches') or f['nodes']) for f in d['flags']], 'busbw median', b)"
+  done
+  collbench lab down --name $name >/dev/null
+}
+run_shape lc3 6 3 400mbit 1 200mbit
+run_shape lc2 4 2 400mbit 0 200mbit
