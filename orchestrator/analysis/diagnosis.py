@@ -230,7 +230,8 @@ def _pair_flags(frame: Frame, scores: pd.DataFrame, threshold: float) -> list[Fl
     pairs is slow through its path or one of them now and then: it is blamed on the node whose pairs
     are low more often (both, where as often); a node blamed for two low pairs or more, more than
     the shape's noise would make (a binomial tail below FAMILY_ALPHA over the nodes), is
-    `intermittent`, those pairs its evidence; the other such pairs are slow pairs."""
+    `intermittent`, those pairs its evidence; the other such pairs are slow pairs. Pairs across a
+    slow uplink are neither: pairs of one round share it unequally, and their shares are its evidence."""
     out = []
     for _, shape in scores.groupby(SHAPE, observed=True):
         if frame.leaves:  # the level of the pairs inside leaves: pairs across may be most, and slow
@@ -239,8 +240,9 @@ def _pair_flags(frame: Frame, scores: pd.DataFrame, threshold: float) -> list[Fl
         a, b = shape.node_first.to_numpy(), shape.node_last.to_numpy()
         low = _low(shape.ratio, floor, threshold).to_numpy()
         fast_nodes = set(a[~low]) | set(b[~low])
+        congested = np.zeros(len(shape), dtype=bool)
         if frame.leaves:  # pairs across a slow uplink are judged against their own level, then
-            uplinks, ratio = uplink_flags(frame, shape, low, fast_nodes, threshold)
+            uplinks, ratio, congested = uplink_flags(frame, shape, low, fast_nodes, threshold)
             out += uplinks
             shape = shape.assign(ratio=ratio)
             low = _low(shape.ratio, floor, threshold).to_numpy()
@@ -254,7 +256,9 @@ def _pair_flags(frame: Frame, scores: pd.DataFrame, threshold: float) -> list[Fl
                             f"slow node {frame.label(node)}: no {row0.collective} pair of it reaches what the fastest "
                             f"of {int(row0.peers)} pairs deliver ({row0.peer_median:.4g} GB/s); its best runs "
                             f"{ratio:.0%} of it (noise floor {1 - floor:.0%})", extra={"ratio": ratio}))
-        proven = np.isin(a, list(fast_nodes)) & np.isin(b, list(fast_nodes))
+        # a pair across a slow uplink shares it with the round's other pairs across: its share is
+        # the uplink's evidence, not a path or node of its own (its nodes are judged by all pairs)
+        proven = np.isin(a, list(fast_nodes)) & np.isin(b, list(fast_nodes)) & ~congested
         blamed = _blame(a[proven], b[proven], low[proven])
         flapping = {}
         nodes = len(set(a) | set(b))
@@ -281,9 +285,10 @@ def _pair_flags(frame: Frame, scores: pd.DataFrame, threshold: float) -> list[Fl
 
 
 def uplink_flags(frame: Frame, shape: pd.DataFrame, low: np.ndarray, fast: set,
-                 threshold: float) -> tuple[list[Flag], np.ndarray]:
-    """The shape's slow uplinks (analysis.uplinks) as flags, and the pairs' ratios with those across
-    a slow uplink taken against the level of their own kind (a slow node's pairs stay slow among them)."""
+                 threshold: float) -> tuple[list[Flag], np.ndarray, np.ndarray]:
+    """The shape's slow uplinks (analysis.uplinks) as flags, the pairs' ratios with those across
+    a slow uplink taken against the level of their own kind (a slow node's pairs stay slow among them),
+    and which pairs cross a slow uplink."""
     row0, ratio = shape.iloc[0], shape.ratio.to_numpy().copy()
     factor = np.ones(len(shape))  # the slowest uplink a pair crosses limits it (two in series: the slower)
     out = []
@@ -301,7 +306,7 @@ def uplink_flags(frame: Frame, shape: pd.DataFrame, low: np.ndarray, fast: set,
                         f"{', '.join(frame.label(n) for n in nodes[:4])}{', ...' if len(nodes) > 4 else ''} "
                         "are not slow on their own", extra={"switches": list(up.switches), "slow_pairs": up.low,
                                                              "pairs": up.across}))
-    return out, ratio / factor
+    return out, ratio / factor, factor < 1
 
 
 def _blame(a: np.ndarray, b: np.ndarray, low: np.ndarray) -> dict[int, tuple[int, int, float]]:

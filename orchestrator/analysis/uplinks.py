@@ -12,7 +12,9 @@ judged pairs not across L (inside any leaf, or across other leaves):
 - L's pairs inside it do not: at least one, their median above the median across by more than
   `threshold`, and not lower than R's by that test (else its nodes are slow, not its uplink).
 Two leaves share their pairs across: both meet the rule, and the finding is the path between them.
-A leaf of one node has no pair inside: its node's own verdict stands."""
+A leaf of one node has no pair inside: its node's own verdict stands. The pairs across a slow uplink
+are its evidence and nothing else's (diagnosis._pair_flags): the pairs of a round that cross it
+share it, unequally, so one pair's share is no fault of that pair or its nodes."""
 
 from __future__ import annotations
 

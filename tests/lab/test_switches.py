@@ -5,7 +5,11 @@ the switch tree as Slurm's topology.conf. Measured each time by a pairwise run a
 `collbench report --topology`:
 - healthy, twice: nothing named;
 - the path between the leaves at a quarter (leaf 0's uplink at 300 mbit/s): slow_uplink, the nine
-  pairs across it its evidence, no node and no pair named (without the tree: slow pairs);
+  pairs across it its evidence, no node and no pair named (without the tree: slow pairs). A round
+  of three pairs across shares the uplink (each near 100 mbit/s, unequally: 0.0094, 0.0113 and
+  0.0118 GB/s in one round measured here), a round of one pair across runs near 300: those shares
+  are the uplink's evidence, never slow pairs of their own (CI's run of 2026-12-05 named a second
+  flag beside the switch, which the unequal shares explain: tests/unit/test_topology.py);
 - node 4's own link at a quarter instead: that node, and no switch."""
 
 from __future__ import annotations
@@ -63,7 +67,8 @@ def test_the_path_between_leaves_at_a_quarter_is_the_switch(two_leaves, tmp_path
     labmod.shape_uplink(state, 0, "300mbit")
     try:
         flags = _flags(two_leaves, tmp_path, 1)
-        assert [(f["kind"], f["switches"], f["pairs"]) for f in flags] == [("slow_uplink", ["leaf0", "leaf1"], 9)], flags
+        assert [(f["kind"], f.get("switches"), f.get("pairs")) for f in flags] == [("slow_uplink", ["leaf0", "leaf1"], 9)], \
+            flags
         assert sorted(flags[0]["nodes"]) == sorted(two_leaves.node_ips)
         # the same rows without the tree: the pairs across, named one by one
         plain = _flags(two_leaves, tmp_path / "plain", 1, topology=False)

@@ -90,6 +90,21 @@ def test_the_path_between_two_leaves_at_a_quarter_is_the_switch_not_six_nodes(tm
     assert plain and all(f["kind"] in ("slow_pair", "intermittent") for f in plain)
 
 
+def test_pairs_sharing_a_slow_uplink_unequally_are_its_evidence_not_slow_pairs(tmp_path):
+    """What the lab measured (tests/lab/test_switches.py, 2026-12-05): with leaf 0's uplink at 300
+    mbit/s under 400 mbit/s node links, a pairwise round of three pairs across shares it (each near
+    a quarter) and a round of one pair across has three quarters to itself; flows of one round take
+    unequal shares (one here at 60% of its round's). Named: the path, and no pair or node."""
+    quarter = [(0, 5), (1, 4), (2, 3), (0, 3), (1, 5), (2, 4)]  # the two rounds of three pairs across
+    faults = (("uplink", (0, 1, 2), 0.75), *(("pair", a, b, 1 / 3) for a, b in quarter[1:]),
+              ("pair", 0, 5, 0.6 / 3))
+    for seed in range(3):
+        proc, flags = _report(tmp_path, 6, {"leaf1": range(3), "leaf2": range(3, 6)}, faults=faults, noise=0.03,
+                              seed=seed)
+        assert [(f["kind"], f.get("switches")) for f in flags] == [("slow_uplink", ["leaf1", "leaf2"])], flags
+        assert proc.returncode == 1
+
+
 def test_one_slow_uplink_of_three_leaves_is_that_leaf(tmp_path):
     proc, flags = _report(tmp_path, 9, {"leaf1": range(3), "leaf2": range(3, 6), "leaf3": range(6, 9)},
                           faults=(("uplink", (3, 4, 5), 0.3),), noise=0.03, yaml_form=True)
