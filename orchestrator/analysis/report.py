@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from orchestrator.analysis import alltoallv, diagnosis, expected, fits, replay, stragglers
+from orchestrator.analysis import alltoallv, diagnosis, expected, fits, replay, stragglers, uplinks
 from orchestrator.analysis import tables as by_size_tables
 from orchestrator.analysis.diagnosis import Flag, FlagKind
 from orchestrator.analysis.explain import COLUMNS as explain_columns
@@ -165,6 +165,8 @@ def build(frame: Frame, manifest: dict | None, threshold: float, unit: str, scal
                         "its peers only (add entries with --expected FILE)")
     if agreed and judged.uncovered and not judged.flags:
         warnings.append(agreed)  # never a bare "nothing flagged" where only peers could judge
+    if frame.leaves:
+        warnings += uplinks.unjudged(diagnosis.shape_scores(df), frame.leaves)
     return Report(run, unit, tables, found, warnings)
 
 

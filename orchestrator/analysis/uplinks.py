@@ -103,3 +103,22 @@ def inside_level(shape: pd.DataFrame, leaves: dict[int, str]) -> pd.DataFrame:
     if level is None:
         return shape
     return shape.assign(peer_median=level.reference, ratio=busbw / level.reference, floor=level.floor)
+
+
+def unjudged(scores: pd.DataFrame, leaves: dict[int, str]) -> list[str]:
+    """Where a switch tree was given but the run cannot show a slow switch, one line each (the
+    report's warnings): no pairwise rows, or a pairwise shape with fewer than MIN_VALUES pairs inside
+    leaves, whose level is then every pair's, most of them across leaves, which a slow path sets."""
+    pairs = scores[scores.pattern == "pairwise"]
+    if pairs.empty:
+        return [("--topology: the run has no pairwise rows, and switches are judged on node pairs "
+                 "(measure with --patterns pairwise)")]
+    out = []
+    for collective, shape in pairs.groupby("collective", observed=True, sort=True):
+        first, last = shape.node_first.map(leaves), shape.node_last.map(leaves)
+        inside = int((first == last).sum())
+        if inside < MIN_VALUES:
+            out.append(f"--topology: {collective} pairwise has {inside} pair(s) inside leaves and "
+                       f"{len(shape) - inside} across; with fewer than {MIN_VALUES} inside, the level is every "
+                       "pair's, so a slow path between leaves can go unnamed (3 or more nodes per leaf, or more leaves)")
+    return out

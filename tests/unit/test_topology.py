@@ -105,6 +105,28 @@ def test_pairs_sharing_a_slow_uplink_unequally_are_its_evidence_not_slow_pairs(t
         assert proc.returncode == 1
 
 
+def test_a_tree_the_run_cannot_judge_is_said_not_silent(tmp_path):
+    """Two leaves of two nodes (benchmarks/uplink_lab_check.sh missed their slow path twice): two
+    pairs inside leaves are too few for a level of their own, and the report says so; three leaves
+    of two have three, and a run without pairwise rows has nothing to judge switches on."""
+    import json as json_
+
+    said = ("--topology: all_reduce pairwise has 2 pair(s) inside leaves and 4 across; with fewer than 3 inside, "
+            "the level is every pair's, so a slow path between leaves can go unnamed (3 or more nodes per leaf, "
+            "or more leaves)")
+    proc, _ = _report(tmp_path, 4, {"leaf1": range(2), "leaf2": range(2, 4)}, noise=0.03)
+    assert said in json_.loads(proc.stdout)["warnings"]
+    proc, _ = _report(tmp_path, 6, {"leaf1": range(2), "leaf2": range(2, 4), "leaf3": range(4, 6)}, noise=0.03,
+                      seed=1)
+    assert [w for w in json_.loads(proc.stdout)["warnings"] if w.startswith("--topology")] == []
+    out = str(tmp_path / "inter")
+    write_cluster_run(out, "r", nodes=4, ranks_per_node=1, patterns=("inter",), sizes=[1 << 20])
+    (tmp_path / "t.conf").write_text("SwitchName=a Nodes=10.0.0.1[0-1]\nSwitchName=b Nodes=10.0.0.1[2-3]\n")
+    report = json_.loads(run_main(["report", out, "--topology", str(tmp_path / "t.conf"), "--format", "json"]).stdout)
+    assert "--topology: the run has no pairwise rows, and switches are judged on node pairs (measure with " \
+        "--patterns pairwise)" in report["warnings"]
+
+
 def test_one_slow_uplink_of_three_leaves_is_that_leaf(tmp_path):
     proc, flags = _report(tmp_path, 9, {"leaf1": range(3), "leaf2": range(3, 6), "leaf3": range(6, 9)},
                           faults=(("uplink", (3, 4, 5), 0.3),), noise=0.03, yaml_form=True)
