@@ -1,0 +1,134 @@
+"""collbench under a real Slurm (issue 44): slurmctld and one slurmd per lab node (tests/lab/slurmlab.py,
+Debian's slurm-wlm 22.05 and munge, installed by .ci/run), the shipped batch scripts of examples/slurm
+submitted with `sbatch` with their site values substituted and nothing else changed (node count,
+partition, no GPU line, the venv, the sweep's or qualify's options). Ray is started by the jobs
+themselves (`ray symmetric-run`), as on a site. Checked:
+- the sweep: rows from every node, named by their Slurm names (slmI) beside host names that differ
+  (h-slmI), every check exact, the manifest recording the job;
+- with one node's link slow, qualify.sbatch (`--drain`) exits 1, names that node by its Slurm name,
+  and `sinfo` shows exactly that node drained with collbench's reason, no other touched;
+- `scancel` mid-sweep: the job's finished groups are saved, and the
+  script's resume (`sbatch sweep.sbatch RUN_ID`, a new job and a new Ray cluster) finishes it with
+  every row once. (srun kills its step within milliseconds of scancel: the driver cannot mark its
+  manifest, which stays `running` as for any driver killed outright.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import pandas as pd
+import pytest
+
+from orchestrator.lab import cluster as labmod
+from orchestrator.results import dataset
+from tests.lab.conftest import Lab, require_lab
+from tests.lab.slurmlab import SlurmLab, missing, site_script
+
+pytestmark = pytest.mark.lab
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+VENV = sys.prefix  # the venv running the tests: the jobs run the same collbench
+NODES = 3
+JOB_TIMEOUT_S = 420
+
+
+@pytest.fixture(scope="module")
+def slurm(labs):
+    require_lab()
+    lacking = missing()
+    if lacking:
+        message = f"the Slurm lab needs {', '.join(lacking)} (apt-get install slurm-wlm munge)"
+        if os.environ.get("COLLBENCH_REQUIRE_LAB"):
+            pytest.fail(message + " (required: COLLBENCH_REQUIRE_LAB is set)")
+        pytest.skip(message)
+    labs.close()  # one lab at a time on this 2-core host
+    Lab._third_octet += 1
+    lab = SlurmLab("s" + os.urandom(2).hex(), NODES, f"10.214.{Lab._third_octet}.0/24")
+    try:
+        yield lab
+    finally:
+        lab.down()
+
+
+def _sweep(slurm, tmp_path, sweep: str, *args: str) -> tuple[int, str]:
+    script = site_script(os.path.join(ROOT, "examples", "slurm", "sweep.sbatch"), str(tmp_path), NODES, VENV, "SWEEP",
+                         sweep)
+    return slurm.sbatch(script, str(tmp_path), *args), script
+
+
+def _rows(tmp_path, run_id: str) -> pd.DataFrame:
+    return pd.read_parquet(tmp_path / "results" / run_id)
+
+
+def _manifest(tmp_path, run_id: str) -> dict:
+    return dataset.manifest(str(tmp_path / "results"), run_id)
+
+
+def test_the_sweep_script_measures_every_node_named_by_slurm(slurm, tmp_path):
+    job, _ = _sweep(slurm, tmp_path, "--patterns inter,pairwise --ranks-per-node 1 -b 1M -e 1M --collectives all_reduce")
+    fields = slurm.wait_job(job, JOB_TIMEOUT_S)
+    out = (tmp_path / f"collbench-sweep-{job}.out").read_text()
+    assert (fields["JobState"], fields["ExitCode"]) == ("COMPLETED", "0:0"), out[-3000:]
+    rows = _rows(tmp_path, f"slurm-{job}")
+    assert set(rows.status) == {"ok"} and rows.n_wrong.sum() == 0
+    assert sorted({n for names in rows.scheduler_nodes for n in names}) == ["slm0", "slm1", "slm2"]
+    assert sorted({h for hosts in rows.hosts for h in hosts}) == ["h-slm0", "h-slm1", "h-slm2"]
+    pairs = sorted(tuple(sorted(n)) for n, p in zip(rows.scheduler_nodes, rows.pattern) if p == "pairwise")
+    assert pairs == [("slm0", "slm1"), ("slm0", "slm2"), ("slm1", "slm2")]
+    job_record = json.loads(_manifest(tmp_path, f"slurm-{job}")["scheduler"])
+    assert (job_record["job_id"], job_record["partition"], job_record["nodelist"]) == (str(job), "lab", "slm[0-2]")
+    assert "nice 15" not in out  # the script starts Ray with its workers at nice 0
+
+
+def test_the_qualify_script_drains_the_slow_node_and_no_other(slurm, tmp_path):
+    labmod.shape_link(slurm.state, 2, "100mbit")
+    try:
+        script = site_script(os.path.join(ROOT, "examples", "slurm", "qualify.sbatch"), str(tmp_path), NODES, VENV,
+                             "QUALIFY", "--collective all_reduce -b 4M -e 4M --ranks-per-node 1 --drain")
+        job = slurm.sbatch(script, str(tmp_path))
+        fields = slurm.wait_job(job, JOB_TIMEOUT_S)
+        out = (tmp_path / f"collbench-qualify-{job}.out").read_text()
+        assert (fields["JobState"], fields["ExitCode"]) == ("FAILED", "1:0"), out[-3000:]
+        assert "collbench: drained slm2 (slurm): scontrol update NodeName=slm2 State=DRAIN" in out, out[-3000:]
+        states = slurm.states()
+        assert states == {"slm0": "idle", "slm1": "idle", "slm2": "drained"}, states
+        assert slurm.reasons()["slm2"].startswith("collbench: slow"), slurm.reasons()
+    finally:
+        labmod.shape_link(slurm.state, 2, "400mbit")
+        slurm.scontrol("update", "NodeName=slm2", "State=RESUME")
+
+
+def test_scancel_mid_sweep_and_the_scripts_resume_finish_the_run_once(slurm, tmp_path):
+    sweep = "--patterns inter,pairwise --ranks-per-node 1 -b 1M -e 4M --collectives all_reduce,all_gather"
+    job, script = _sweep(slurm, tmp_path, sweep)
+    out_path = tmp_path / f"collbench-sweep-{job}.out"
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    while time.monotonic() < deadline and "[progress] 1/" not in (out_path.read_text() if out_path.exists() else ""):
+        time.sleep(0.5)
+    assert "[progress] 1/" in out_path.read_text(), out_path.read_text()[-3000:]
+    slurm.scancel(job)
+    fields = slurm.wait_job(job, 120)
+    assert fields["JobState"] == "CANCELLED", fields
+    run_id = f"slurm-{job}"
+    # scancel signals every process of the job at once, and srun, signalled too, kills its step
+    # (`srun: forcing job termination`: SIGKILL) within milliseconds: the driver, killed within 10 ms
+    # of its SIGTERM on this lab, leaves its manifest `running`, as any driver killed outright; what
+    # it finished is on disk and the resume measures the rest (docs/deploy/schedulers.md)
+    kept = _rows(tmp_path, run_id)  # the groups finished before the signal, on disk
+    assert "r0-g0" in set(kept.group_id) and (kept[kept.group_id == "r0-g0"].status == "ok").all()
+    assert not any(word in (tmp_path / f"collbench-sweep-{job}.out").read_text()
+                   for word in ("ProcessGroupGloo", "RayActorError", "collbench: error"))
+    again = slurm.sbatch(script, str(tmp_path), run_id)  # the script's resume: a new job, a new Ray cluster
+    fields = slurm.wait_job(again, JOB_TIMEOUT_S)
+    out = (tmp_path / f"collbench-sweep-{again}.out").read_text()
+    assert (fields["JobState"], fields["ExitCode"]) == ("COMPLETED", "0:0"), out[-3000:]
+    rows = _rows(tmp_path, run_id)
+    assert set(rows.status) == {"ok"} and rows.n_wrong.sum() == 0
+    key = rows.apply(lambda r: (r.group_id, r.collective, bool(r.in_place), int(r.msg_bytes)), axis=1)
+    assert key.is_unique, key[key.duplicated()].tolist()
+    # every case once: 5 groups (inter: 2 nodes, 3 nodes; three pairs) x (all_reduce in place, all_gather
+    # in and out of place) x 2 sizes (1M, 4M)
+    assert len(rows) == 5 * 3 * 2, sorted(key)
+    assert _manifest(tmp_path, run_id)["state"] == "finished"
