@@ -153,9 +153,9 @@ class SlurmLab:
         assert proc.returncode == 0, proc.stderr
         return proc.stdout
 
-    def scancel(self, job_id: int) -> None:
-        proc = subprocess.run(["scancel", str(job_id)], capture_output=True, text=True, env=self.env, timeout=30,
-                              check=False)
+    def scancel(self, job_id: int, *options: str) -> None:
+        proc = subprocess.run(["scancel", *options, str(job_id)], capture_output=True, text=True, env=self.env,
+                              timeout=30, check=False)
         assert proc.returncode == 0, proc.stderr
 
     def sbatch(self, script: str, cwd: str, *args: str) -> int:

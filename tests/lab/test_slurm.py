@@ -10,7 +10,11 @@ themselves (`ray symmetric-run`), as on a site. Checked:
 - `scancel` mid-sweep: the job's finished groups are saved, and the
   script's resume (`sbatch sweep.sbatch RUN_ID`, a new job and a new Ray cluster) finishes it with
   every row once. (srun kills its step within milliseconds of scancel: the driver cannot mark its
-  manifest, which stays `running` as for any driver killed outright.)"""
+  manifest, which stays `running` as for any driver killed outright.)
+- SIGUSR1 to the batch shell (what `#SBATCH --signal=B:USR1@120` sends ahead of the time limit;
+  here `scancel --signal=USR1 --batch`): the script passes it to the driver alone, the run ends after
+  its round in flight with nothing cut short, exit 138, the manifest `interrupted`; the resume
+  finishes it."""
 
 from __future__ import annotations
 
@@ -104,10 +108,7 @@ def test_scancel_mid_sweep_and_the_scripts_resume_finish_the_run_once(slurm, tmp
     sweep = "--patterns inter,pairwise --ranks-per-node 1 -b 1M -e 4M --collectives all_reduce,all_gather"
     job, script = _sweep(slurm, tmp_path, sweep)
     out_path = tmp_path / f"collbench-sweep-{job}.out"
-    deadline = time.monotonic() + JOB_TIMEOUT_S
-    while time.monotonic() < deadline and "[progress] 1/" not in (out_path.read_text() if out_path.exists() else ""):
-        time.sleep(0.5)
-    assert "[progress] 1/" in out_path.read_text(), out_path.read_text()[-3000:]
+    _wait_for_progress(out_path, JOB_TIMEOUT_S)
     slurm.scancel(job)
     fields = slurm.wait_job(job, 120)
     assert fields["JobState"] == "CANCELLED", fields
@@ -131,4 +132,32 @@ def test_scancel_mid_sweep_and_the_scripts_resume_finish_the_run_once(slurm, tmp
     # every case once: 5 groups (inter: 2 nodes, 3 nodes; three pairs) x (all_reduce in place, all_gather
     # in and out of place) x 2 sizes (1M, 4M)
     assert len(rows) == 5 * 3 * 2, sorted(key)
+    assert _manifest(tmp_path, run_id)["state"] == "finished"
+
+
+def _wait_for_progress(path, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and "[progress] 1/" not in (path.read_text() if path.exists() else ""):
+        time.sleep(0.5)
+    assert "[progress] 1/" in path.read_text(), path.read_text()[-3000:]
+
+
+def test_sigusr1_to_the_batch_shell_ends_the_run_after_its_round_and_the_resume_finishes_it(slurm, tmp_path):
+    sweep = "--patterns inter,pairwise --ranks-per-node 1 -b 1M -e 4M --collectives all_reduce,all_gather"
+    job, script = _sweep(slurm, tmp_path, sweep)
+    out_path = tmp_path / f"collbench-sweep-{job}.out"
+    _wait_for_progress(out_path, JOB_TIMEOUT_S)
+    slurm.scancel(job, "--signal=USR1", "--batch")  # what --signal=B:USR1@120 sends at the time limit
+    fields = slurm.wait_job(job, JOB_TIMEOUT_S)
+    out = out_path.read_text()
+    assert (fields["JobState"], fields["ExitCode"]) == ("FAILED", "138:0"), out[-3000:]
+    run_id = f"slurm-{job}"
+    assert _manifest(tmp_path, run_id)["state"] == "interrupted"
+    kept = _rows(tmp_path, run_id)
+    assert set(kept.status) == {"ok"} and 1 <= kept.group_id.nunique() < 5, kept.group_id.unique()  # none cut short
+    again = slurm.sbatch(script, str(tmp_path), run_id)
+    fields = slurm.wait_job(again, JOB_TIMEOUT_S)
+    assert (fields["JobState"], fields["ExitCode"]) == ("COMPLETED", "0:0")
+    rows = _rows(tmp_path, run_id)
+    assert set(rows.status) == {"ok"} and len(rows) == 5 * 3 * 2 and rows.group_id.nunique() == 5
     assert _manifest(tmp_path, run_id)["state"] == "finished"

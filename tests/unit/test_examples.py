@@ -92,7 +92,8 @@ def _sbatch(name: str) -> tuple[dict[str, str], dict[str, list[str]], str]:
     options = dict((line[len("#SBATCH "):] + "=").split("=")[:2] for line in text.splitlines()
                    if line.startswith("#SBATCH --"))  # --exclusive: ""
     arrays = {m[0]: shlex.split(m[1]) for m in re.findall(r"^\s*(\w+)=\((.*)\)", text, flags=re.M)}
-    command = next(line.strip() for line in text.splitlines() if line.strip().startswith("collbench "))
+    command = next(line.strip().removesuffix(" &") for line in text.splitlines()
+                   if line.strip().startswith("collbench "))
     return options, arrays, command
 
 
@@ -100,7 +101,7 @@ def _sbatch(name: str) -> tuple[dict[str, str], dict[str, list[str]], str]:
 def test_the_batch_scripts_are_bash_and_give_collbench_what_it_takes(name):
     """The scripts an operator submits (edited in the #SBATCH lines and two more): bash takes them,
     they ask for one task a node with its GPUs, and every collbench command they can run parses.
-    Not submitted to a Slurm cluster by CI yet (issue 44's Slurm lab is not built)."""
+    Submitted to a real Slurm by tests/lab/test_slurm.py."""
     path = ROOT / "examples" / "slurm" / name
     assert subprocess.run(["bash", "-n", str(path)], capture_output=True, check=False).returncode == 0
     options, arrays, command = _sbatch(name)
