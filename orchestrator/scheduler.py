@@ -44,6 +44,45 @@ _SLURM_JOB = {"job_id": "SLURM_JOB_ID", "job_name": "SLURM_JOB_NAME", "partition
               "cluster": "SLURM_CLUSTER_NAME", "nodelist": "SLURM_JOB_NODELIST", "nodes": "SLURM_JOB_NUM_NODES"}
 
 
+def nodes_to_wait_for(wait_nodes: int | None, environ: Mapping[str, str]) -> tuple[int, str]:
+    """How many nodes a run waits for before planning, and why (for its line): --wait-nodes where
+    given, else a Slurm job's node count (the driver runs inside the allocation), else 0 (none)."""
+    if wait_nodes is not None:
+        return wait_nodes, "--wait-nodes"
+    raw = environ.get("SLURM_JOB_NUM_NODES") or environ.get("SLURM_NNODES") or ""
+    return (int(raw), "the Slurm job's nodes, $SLURM_JOB_NUM_NODES") if raw.strip().isdigit() else (0, "")
+
+
+def not_joined(environ: Mapping[str, str], hosts: set[str], ips: set[str], run=subprocess.run) -> str:
+    """What a run that waited in vain says of the nodes that never joined: `; not joined: slm2
+    (Slurm)` in a Slurm job (slurm_not_joined), else nothing."""
+    missing = slurm_not_joined(environ, hosts, ips, run)
+    return f"; not joined: {', '.join(missing)} (Slurm)" if missing else ""
+
+
+def slurm_not_joined(environ: Mapping[str, str], hosts: set[str], ips: set[str], run=subprocess.run) -> list[str]:
+    """The Slurm names of the job's nodes (SLURM_JOB_NODELIST) that no joined Ray node is: none of
+    its name, its NodeHostName or its NodeAddr (`scontrol show node`, where it answers) among the
+    joined nodes' host names (short too) and IP addresses. Empty outside a Slurm job."""
+    from orchestrator.sweep.topology import expand_hostlist
+
+    nodelist = environ.get("SLURM_JOB_NODELIST", "")
+    if not nodelist:
+        return []
+    try:
+        said = run(["scontrol", "show", "node", "-o", nodelist], capture_output=True, text=True,
+                   timeout=RUN_TIMEOUT_S, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        said = ""  # no scontrol here: the names alone
+    known = {}
+    for line in said.splitlines():
+        fields = dict(word.split("=", 1) for word in line.split() if "=" in word)
+        if "NodeName" in fields:
+            known[fields["NodeName"]] = {fields.get("NodeHostName", ""), fields.get("NodeAddr", "")} - {""}
+    seen = hosts | {h.split(".")[0] for h in hosts} | ips
+    return [name for name in expand_hostlist(nodelist) if not ({name} | known.get(name, set())) & seen]
+
+
 def job(environ: Mapping[str, str]) -> dict | None:
     """The job the driver runs in, for the manifest's `scheduler` field: Slurm's id, name,
     partition, cluster and node list; under Kubernetes the pod's namespace and name where the

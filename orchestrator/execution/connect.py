@@ -24,6 +24,7 @@ import ray
 
 from orchestrator.errors import ConnectTimeout, RunStopped, UsageError, first_line
 from orchestrator.lab.raynodes import MEASURING_NICENESS
+from orchestrator.scheduler import nodes_to_wait_for, not_joined
 from orchestrator.timeouts import connect_timeout_s
 
 _GCS_HINT = "collbench joins the cluster's GCS address (HOST:6379)"
@@ -47,8 +48,7 @@ def connect(address: str | None, verbose: bool = False) -> Connection:
 
 
 def _ray_logs(verbose: bool) -> dict:
-    """ray.init's logging arguments: warnings only and workers' output in their log files, or
-    (verbose) Ray's INFO lines and the workers' output on the driver's terminal."""
+    """ray.init's logging: warnings, workers' output in their logs; or (verbose) INFO, on the terminal."""
     return {"logging_level": logging.INFO if verbose else logging.WARNING, "log_to_driver": verbose}
 
 
@@ -80,15 +80,6 @@ def _join_or_start(address: str | None, verbose: bool = False) -> str:
     return "embedded Ray instance"
 
 
-def nodes_to_wait_for(wait_nodes: int | None, environ: dict[str, str]) -> tuple[int, str]:
-    """How many nodes a run waits for before planning, and why (for its line): --wait-nodes where
-    given, else a Slurm job's node count (the driver runs inside the allocation), else 0 (none)."""
-    if wait_nodes is not None:
-        return wait_nodes, "--wait-nodes"
-    raw = environ.get("SLURM_JOB_NUM_NODES") or environ.get("SLURM_NNODES") or ""
-    return (int(raw), "the Slurm job's nodes, $SLURM_JOB_NUM_NODES") if raw.strip().isdigit() else (0, "")
-
-
 def joined_nodes(spec, say: Callable[[str], None]):
     """The nodes that can hold a rank, once as many as the run waits for have joined (--wait-nodes,
     or a Slurm job's node count: a worker still starting must not shrink the sweep silently), up
@@ -99,15 +90,19 @@ def joined_nodes(spec, say: Callable[[str], None]):
     inv = inventory.from_ray_nodes(ray.nodes(), spec.ranks_per_node)
     if len(inv.nodes) >= wanted:
         return inv
-    say(f"collbench: waiting for {wanted} node(s) ({why}): {len(inv.nodes)} joined")
+    say(f"collbench: waiting for {wanted} node(s) ({why}), up to {spec.group_timeout_s:g} s: {len(inv.nodes)} joined")
     deadline = time.monotonic() + spec.group_timeout_s
     while len(inv.nodes) < wanted and time.monotonic() < deadline:
         time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
-        inv = inventory.from_ray_nodes(ray.nodes(), spec.ranks_per_node)
+        before, inv = len(inv.nodes), inventory.from_ray_nodes(ray.nodes(), spec.ranks_per_node)
+        if len(inv.nodes) != before:
+            say(f"collbench: {len(inv.nodes)} of {wanted} node(s) joined")
     if len(inv.nodes) < wanted:
         joined = ", ".join(f"{n.hostname} ({n.ip})" for n in inv.nodes) or "none"
+        missing = not_joined(os.environ, {n.hostname for n in inv.nodes}, {n.ip for n in inv.nodes})
         raise RunStopped(f"{wanted} node(s) expected ({why}), {len(inv.nodes)} joined in {spec.group_timeout_s:g} s: "
-                         f"{joined}; start the missing nodes' Ray, or give --wait-nodes {len(inv.nodes)} to measure those")
+                         f"{joined}{missing}; start the missing nodes' Ray, or give --wait-nodes {len(inv.nodes)} "
+                         "to measure those")
     return inv
 
 

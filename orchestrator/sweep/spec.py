@@ -101,8 +101,8 @@ class SweepSpec:
         (), ("--exclude",), "leave these nodes out, comma-separated: IP address, host name or Ray node id", "list",
     )
     wait_nodes: int | None = _opt(None, ("--wait-nodes",), "wait, up to --group-timeout, for this many nodes, and stop (exit "
-                                  "1) naming those that joined where fewer did; 0: what has joined (default: a Slurm "
-                                  "job's $SLURM_JOB_NUM_NODES, else 0)", "int")
+                                  "1) naming those that joined where fewer did (in a Slurm job, those that did not "
+                                  "too); 0: what has joined (default: a Slurm job's $SLURM_JOB_NUM_NODES, else 0)", "int")
     group_timeout_s: float = _opt(
         300.0, ("--group-timeout",),
         "time a group may take to form, to leave, and for each case on top of its bytes' time (--deadline-rate): "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 
 from tests.helpers import run_cli
@@ -72,14 +74,15 @@ def test_a_run_waits_for_the_nodes_it_expects_and_stops_naming_those_that_joined
     """Issue 44: in a Slurm job of two nodes whose second Ray never joined, `collbench run` measured
     the one that did and exited 0. It waits (here --group-timeout 3 s) and stops, exit 1, in one line;
     --wait-nodes names the count itself, and 0 or a count met starts at once."""
-    env = {**ray_head.env(), "SLURM_JOB_NUM_NODES": "2"}
+    env = {**ray_head.env(), "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": f"{socket.gethostname()},gpu7"}
     proc = run_cli(["run", "--group-timeout", "3", "--output", str(tmp_path / "out")], env=env, timeout=120)
     assert proc.returncode == 1, proc.stderr[-2000:]
     why = "the Slurm job's nodes, $SLURM_JOB_NUM_NODES"
-    assert f"collbench: waiting for 2 node(s) ({why}): 1 joined" in proc.stdout + proc.stderr
+    assert f"collbench: waiting for 2 node(s) ({why}), up to 3 s: 1 joined" in proc.stdout + proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith(f"collbench: error: 2 node(s) expected ({why}), 1 joined in 3 s: ") and \
-        last.endswith("; start the missing nodes' Ray, or give --wait-nodes 1 to measure those"), last
+        last.endswith("; not joined: gpu7 (Slurm); start the missing nodes' Ray, or give --wait-nodes 1 to measure "
+                      "those"), last
     assert not (tmp_path / "out").exists()
     ok = run_cli(["run", "--wait-nodes", "1", "--collectives", "all_reduce", "-b", "1K", "-e", "1K", "-n", "2",
                   "--output", str(tmp_path / "out")], env=env, timeout=300)

@@ -11,6 +11,8 @@ themselves (`ray symmetric-run`), as on a site. Checked:
   script's resume (`sbatch sweep.sbatch RUN_ID`, a new job and a new Ray cluster) finishes it with
   every row once. (srun kills its step within milliseconds of scancel: the driver cannot mark its
   manifest, which stays `running` as for any driver killed outright.)
+- a job whose third node's Ray cannot reach the head (its GCS port refused from that node): collbench
+  waits for the job's nodes up to --group-timeout and stops, exit 1, naming `slm2` as not joined;
 - SIGUSR1 to the batch shell (what `#SBATCH --signal=B:USR1@120` sends ahead of the time limit;
   here `scancel --signal=USR1 --batch`): the script passes it to the driver alone, the run ends after
   its round in flight with nothing cut short, exit 138, the manifest `interrupted`; the resume
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -161,3 +164,25 @@ def test_sigusr1_to_the_batch_shell_ends_the_run_after_its_round_and_the_resume_
     rows = _rows(tmp_path, run_id)
     assert set(rows.status) == {"ok"} and len(rows) == 5 * 3 * 2 and rows.group_id.nunique() == 5
     assert _manifest(tmp_path, run_id)["state"] == "finished"
+
+
+def test_a_node_whose_ray_never_joins_is_named_by_slurm_within_the_deadline(slurm, tmp_path):
+    ns = slurm.state.namespaces[2]
+    rule = ["OUTPUT", "-p", "tcp", "--dport", "6379", "-j", "REJECT"]  # the head's GCS, from slm2 only
+    subprocess.run(["ip", "netns", "exec", ns, "iptables", "-A", *rule], check=True, timeout=30)
+    try:
+        started = time.monotonic()
+        job, _ = _sweep(slurm, tmp_path, "--patterns inter --ranks-per-node 1 -b 1M -e 1M --collectives all_reduce "
+                                         "--group-timeout 20")
+        fields = slurm.wait_job(job, JOB_TIMEOUT_S)
+        out = (tmp_path / f"collbench-sweep-{job}.out").read_text()
+        assert (fields["JobState"], fields["ExitCode"]) == ("FAILED", "1:0"), out[-3000:]
+        said = [line for line in out.splitlines() if line.startswith("collbench: error:")]
+        assert len(said) == 1 and said[0].startswith(
+            "collbench: error: 3 node(s) expected (the Slurm job's nodes, $SLURM_JOB_NUM_NODES), 2 joined in 20 s: ") \
+            and "; not joined: slm2 (Slurm); " in said[0], said
+        assert "collbench: waiting for 3 node(s) (the Slurm job's nodes, $SLURM_JOB_NUM_NODES), up to 20 s" in out
+        assert not (tmp_path / "results" / f"slurm-{job}").exists()  # nothing measured: no smaller sweep
+        assert time.monotonic() - started < 150
+    finally:
+        subprocess.run(["ip", "netns", "exec", ns, "iptables", "-D", *rule], check=True, timeout=30)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 
 import pytest
 
@@ -197,9 +198,32 @@ def test_predict_is_one_operation_under_both_faces(tmp_path):
         api.predict(out, params=7e9, gpus=8)
 
 
+def test_the_slurm_nodes_not_joined_are_named_by_slurm_whatever_the_host_is_called():
+    """A node joins Ray under its host name and address, which Slurm's NodeHostName and NodeAddr
+    give; a name no joined node answers to is named (scontrol read where it answers, else names)."""
+    from orchestrator.scheduler import slurm_not_joined
+
+    said = ("NodeName=slm0 Arch=x86_64 NodeAddr=10.0.0.10 NodeHostName=h-slm0 Version=22.05\n"
+            "NodeName=slm1 NodeAddr=10.0.0.11 NodeHostName=h-slm1\nNodeName=slm2 NodeAddr=10.0.0.12 NodeHostName=h-slm2\n")
+    calls = []
+
+    def scontrol(argv, **kw):
+        calls.append(argv)
+        return subprocess.CompletedProcess(argv, 0, said, "")
+
+    env = {"SLURM_JOB_NODELIST": "slm[0-2]"}
+    assert slurm_not_joined(env, {"h-slm0.lab.example"}, {"10.0.0.11"}, run=scontrol) == ["slm2"]
+    assert calls == [["scontrol", "show", "node", "-o", "slm[0-2]"]]
+
+    def absent(argv, **kw):
+        raise FileNotFoundError(argv[0])
+    assert slurm_not_joined(env, {"slm0", "h-slm1"}, set(), run=absent) == ["slm1", "slm2"]  # names alone
+    assert slurm_not_joined({}, set(), set(), run=absent) == []
+
+
 def test_the_nodes_a_run_waits_for_come_from_the_option_or_the_slurm_job():
     """Issue 44: inside a Slurm job the driver knows the allocation's size; --wait-nodes overrides it."""
-    from orchestrator.execution.connect import nodes_to_wait_for
+    from orchestrator.scheduler import nodes_to_wait_for
 
     slurm = {"SLURM_JOB_NUM_NODES": "3", "SLURM_JOB_ID": "7"}
     assert nodes_to_wait_for(None, slurm) == (3, "the Slurm job's nodes, $SLURM_JOB_NUM_NODES")
