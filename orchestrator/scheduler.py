@@ -60,15 +60,15 @@ def not_joined(environ: Mapping[str, str], hosts: set[str], ips: set[str], run=s
     return f"; not joined: {', '.join(missing)} (Slurm)" if missing else ""
 
 
-def slurm_not_joined(environ: Mapping[str, str], hosts: set[str], ips: set[str], run=subprocess.run) -> list[str]:
-    """The Slurm names of the job's nodes (SLURM_JOB_NODELIST) that no joined Ray node is: none of
-    its name, its NodeHostName or its NodeAddr (`scontrol show node`, where it answers) among the
-    joined nodes' host names (short too) and IP addresses. Empty outside a Slurm job."""
+def slurm_nodes(environ: Mapping[str, str], run=subprocess.run) -> dict[str, set[str]]:
+    """The Slurm job's nodes (SLURM_JOB_NODELIST), each with its other names: NodeHostName and
+    NodeAddr from `scontrol show node` where it answers (none where it does not). Empty outside a
+    Slurm job."""
     from orchestrator.sweep.topology import expand_hostlist
 
     nodelist = environ.get("SLURM_JOB_NODELIST", "")
     if not nodelist:
-        return []
+        return {}
     try:
         said = run(["scontrol", "show", "node", "-o", nodelist], capture_output=True, text=True,
                    timeout=RUN_TIMEOUT_S, check=False).stdout
@@ -79,8 +79,23 @@ def slurm_not_joined(environ: Mapping[str, str], hosts: set[str], ips: set[str],
         fields = dict(word.split("=", 1) for word in line.split() if "=" in word)
         if "NodeName" in fields:
             known[fields["NodeName"]] = {fields.get("NodeHostName", ""), fields.get("NodeAddr", "")} - {""}
+    return {name: known.get(name, set()) for name in expand_hostlist(nodelist)}
+
+
+def slurm_not_joined(environ: Mapping[str, str], hosts: set[str], ips: set[str], run=subprocess.run) -> list[str]:
+    """The Slurm names of the job's nodes that no joined Ray node is: none of its names (slurm_nodes)
+    among the joined nodes' host names (short too) and IP addresses."""
     seen = hosts | {h.split(".")[0] for h in hosts} | ips
-    return [name for name in expand_hostlist(nodelist) if not ({name} | known.get(name, set())) & seen]
+    return [name for name, other in slurm_nodes(environ, run).items() if not ({name} | other) & seen]
+
+
+def aliases(names: tuple[str, ...], environ: Mapping[str, str], run=subprocess.run) -> dict[str, set[str]]:
+    """For --nodes and --exclude: each of `names` that is a Slurm node of this job, with its host
+    name and address (so `--exclude slm2` finds the Ray node of h-slm2, 10.0.0.12); empty
+    outside a Slurm job or where no name is given (scontrol is not asked)."""
+    if not names or not environ.get("SLURM_JOB_NODELIST"):
+        return {}
+    return {name: other for name, other in slurm_nodes(environ, run).items() if name in names}
 
 
 def job(environ: Mapping[str, str]) -> dict | None:

@@ -24,7 +24,7 @@ import ray
 
 from orchestrator.errors import ConnectTimeout, RunStopped, UsageError, first_line
 from orchestrator.lab.raynodes import MEASURING_NICENESS
-from orchestrator.scheduler import nodes_to_wait_for, not_joined
+from orchestrator.scheduler import aliases, nodes_to_wait_for, not_joined
 from orchestrator.timeouts import connect_timeout_s
 
 _GCS_HINT = "collbench joins the cluster's GCS address (HOST:6379)"
@@ -120,7 +120,8 @@ def joined_inventory(spec, domains: bool = False):
 
     joined = connect(spec.address, spec.verbose)
     try:
-        inv = inventory.select(inventory.from_ray_nodes(ray.nodes(), spec.ranks_per_node), spec.nodes, spec.exclude)
+        inv = inventory.select(inventory.from_ray_nodes(ray.nodes(), spec.ranks_per_node), spec.nodes, spec.exclude,
+                               aliases(spec.nodes + spec.exclude, os.environ))
         if domains and inv.use_gpus:
             from orchestrator.execution import probe
 

@@ -15,6 +15,7 @@ import time
 
 import ray
 
+from orchestrator import scheduler
 from orchestrator.errors import UsageError
 from orchestrator.execution import connect, doctor, probe, provenance, signals
 from orchestrator.execution.events import GroupEnded, GroupJoined, RunObserver
@@ -102,7 +103,8 @@ class Session:
             inv = inventory.from_placement_group(ray.nodes(), placement_bundles(self.placement_group))
         else:
             inv = connect.joined_nodes(self.spec, self.voice.say)
-        inv = inventory.select(inv, self.spec.nodes, self.spec.exclude)
+        inv = inventory.select(inv, self.spec.nodes, self.spec.exclude,
+                               scheduler.aliases(self.spec.nodes + self.spec.exclude, os.environ))
         if not inv.nodes:
             raise UsageError("the Ray cluster has no node that can hold a rank")
         backend = auto_backend(self.spec.backend, inv.use_gpus)

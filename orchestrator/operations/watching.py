@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import os
 import signal
 import threading
 import time
@@ -133,17 +134,19 @@ class Watch:
         import ray
         from ray._private import state
 
+        from orchestrator import scheduler
         from orchestrator.execution import jobs
         from orchestrator.execution.doctor import QUICK, DoctorRefusal
         from orchestrator.sweep import inventory
 
         nodes = ray.nodes()
         totals = {n["NodeID"]: n.get("Resources", {}) for n in nodes if n.get("Alive")}
+        named = scheduler.aliases(self.spec.nodes + self.spec.exclude, os.environ)  # Slurm's names
         inv = inventory.select(inventory.from_ray_nodes(nodes, self.spec.ranks_per_node), self.spec.nodes,
-                               self.spec.exclude)
+                               self.spec.exclude, named)
         ranks, small = fit_cpu_ranks(inv, totals, CPUS_PER_RANK, self.spec.ranks_per_node, self.fit_ranks)
         if ranks != self.spec.ranks_per_node:
-            inv = inventory.select(inventory.from_ray_nodes(nodes, ranks), self.spec.nodes, self.spec.exclude)
+            inv = inventory.select(inventory.from_ray_nodes(nodes, ranks), self.spec.nodes, self.spec.exclude, named)
         cycle.ranks_per_node = ranks if any(not n.gpus for n in inv.nodes) else None
         self.cycle_ranks = ranks
         cycle.nodes_too_small = sorted(small)
@@ -249,9 +252,8 @@ class Watch:
         return found.run_id, alerts
 
     def _wait_released(self, run_ids: list[str | None], timeout_s: float = RELEASE_TIMEOUT_S) -> None:
-        """Until the cycle's own workers (named collbench-RUN-rankR) are gone, so that the next
-        cycle does not read what they held as another job's (one cycle after a qualify, two nodes
-        read busy). Bounded: a worker Ray has not reaped by then is left to it."""
+        """Until the cycle's workers (collbench-RUN-rankR) are gone, lest the next cycle read what they
+        held as another job's (after a qualify, two nodes read busy). A worker Ray never reaps is left."""
         import ray
 
         prefixes = tuple(f"collbench-{r}-rank" for r in run_ids if r)
@@ -335,6 +337,4 @@ def _main_thread() -> bool:
 
 
 def _env_address() -> str | None:
-    import os
-
     return os.environ.get("RAY_ADDRESS")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from orchestrator.errors import UsageError
@@ -129,11 +130,13 @@ def from_description(text: str) -> Inventory:
     return Inventory(order_nodes(nodes))
 
 
-def select(inv: Inventory, nodes: tuple[str, ...] = (), exclude: tuple[str, ...] = ()) -> Inventory:
+def select(inv: Inventory, nodes: tuple[str, ...] = (), exclude: tuple[str, ...] = (),
+           aliases: Mapping[str, set[str]] | None = None) -> Inventory:
     """The inventory's nodes named in `nodes` (all when empty) less those in `exclude`, each named
-    by IP, host name or Ray node id; a name that matches no node is refused, naming the nodes."""
+    by IP, host name or Ray node id, or by a scheduler's name whose other names (`aliases`:
+    scheduler.aliases) are those; a name that matches no node is refused, naming the nodes."""
     def matches(node: Node, name: str) -> bool:
-        return name in (node.ip, node.hostname, node.node_id)
+        return bool({name, *(aliases or {}).get(name, ())} & {node.ip, node.hostname, node.node_id})
 
     for flag, names in (("--nodes", nodes), ("--exclude", exclude)):
         for name in names:

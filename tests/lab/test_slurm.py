@@ -5,6 +5,7 @@ partition, no GPU line, the venv, the sweep's or qualify's options). Ray is star
 themselves (`ray symmetric-run`), as on a site. Checked:
 - the sweep: rows from every node, named by their Slurm names (slmI) beside host names that differ
   (h-slmI), every check exact, the manifest recording the job;
+- `--exclude slm1` (a Slurm name; its host is h-slm1) leaves that node out;
 - with one node's link slow, qualify.sbatch (`--drain`) exits 1, names that node by its Slurm name,
   and `sinfo` shows exactly that node drained with collbench's reason, no other touched;
 - `scancel` mid-sweep: the job's finished groups are saved, and the
@@ -87,6 +88,17 @@ def test_the_sweep_script_measures_every_node_named_by_slurm(slurm, tmp_path):
     job_record = json.loads(_manifest(tmp_path, f"slurm-{job}")["scheduler"])
     assert (job_record["job_id"], job_record["partition"], job_record["nodelist"]) == (str(job), "lab", "slm[0-2]")
     assert "nice 15" not in out  # the script starts Ray with its workers at nice 0
+
+
+def test_exclude_takes_the_slurm_name(slurm, tmp_path):
+    """`--exclude slm1` where the node's host is h-slm1: found through Slurm's NodeHostName."""
+    job, _ = _sweep(slurm, tmp_path, "--patterns pairwise --exclude slm1 --ranks-per-node 1 -b 1M -e 1M "
+                                     "--collectives all_reduce")
+    fields = slurm.wait_job(job, JOB_TIMEOUT_S)
+    out = (tmp_path / f"collbench-sweep-{job}.out").read_text()
+    assert (fields["JobState"], fields["ExitCode"]) == ("COMPLETED", "0:0"), out[-3000:]
+    rows = _rows(tmp_path, f"slurm-{job}")
+    assert [sorted(n) for n in rows.scheduler_nodes] == [["slm0", "slm2"]] and set(rows.status) == {"ok"}
 
 
 def test_the_qualify_script_drains_the_slow_node_and_no_other(slurm, tmp_path):

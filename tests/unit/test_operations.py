@@ -221,6 +221,32 @@ def test_the_slurm_nodes_not_joined_are_named_by_slurm_whatever_the_host_is_call
     assert slurm_not_joined({}, set(), set(), run=absent) == []
 
 
+def test_nodes_and_exclude_take_slurm_names_inside_a_slurm_job():
+    """`--exclude slm2` inside a job whose nodes' host names are h-slmI: Slurm's NodeHostName and
+    NodeAddr find the Ray node; outside a Slurm job or without names, scontrol is not asked."""
+    from orchestrator.scheduler import aliases
+    from orchestrator.sweep.inventory import Inventory, Node, select
+
+    said = "".join(f"NodeName=slm{i} NodeAddr=10.0.0.1{i} NodeHostName=h-slm{i}\n" for i in range(3))
+    asked = []
+
+    def scontrol(argv, **kw):
+        asked.append(argv)
+        return subprocess.CompletedProcess(argv, 0, said, "")
+
+    env = {"SLURM_JOB_NODELIST": "slm[0-2]", "SLURM_JOB_ID": "9"}
+    inv = Inventory(tuple(Node(f"id{i}", f"10.0.0.1{i}", f"h-slm{i}", 0, 1) for i in range(3)))
+    named = aliases(("slm2",), env, run=scontrol)
+    assert named == {"slm2": {"h-slm2", "10.0.0.12"}}
+    assert [n.hostname for n in select(inv, (), ("slm2",), named).nodes] == ["h-slm0", "h-slm1"]
+    assert [n.ip for n in select(inv, ("slm1", "10.0.0.10"), (), aliases(("slm1", "10.0.0.10"), env,
+                                                                          run=scontrol)).nodes] == ["10.0.0.10", "10.0.0.11"]
+    with pytest.raises(UsageError, match=r"^--nodes slm7: not a node of the cluster"):
+        select(inv, ("slm7",), (), aliases(("slm7",), env, run=scontrol))
+    asked.clear()
+    assert aliases((), env, run=scontrol) == {} and aliases(("slm2",), {}, run=scontrol) == {} and asked == []
+
+
 def test_the_nodes_a_run_waits_for_come_from_the_option_or_the_slurm_job():
     """Issue 44: inside a Slurm job the driver knows the allocation's size; --wait-nodes overrides it."""
     from orchestrator.scheduler import nodes_to_wait_for
