@@ -29,6 +29,28 @@ from orchestrator.lab import cluster as labmod
 from orchestrator.lab import raynodes
 
 DAEMONS = ("slurmctld", "slurmd", "munged", "sbatch", "scontrol", "sinfo", "scancel")
+# The lab's stand-in for proctrack/cgroup, which a site uses and this host cannot (no cgroup tree of its
+# own to give each job): what a job left on its node when it ended (Ray's daemons, which `ray start`
+# detaches from the job's process tree, so that proctrack/linuxproc neither signals nor kills them
+# when the job is cancelled) is killed by the node's Epilog. It sees its own node only (/proc of the
+# node's PID namespace) and spares PID 1, slurmd and slurmstepd, and itself with its ancestors.
+EPILOG = """import os, signal
+keep, pid = {1}, os.getpid()
+while pid > 1:
+    keep.add(pid)
+    with open(f"/proc/{pid}/stat") as f:
+        pid = int(f.read().rsplit(")", 1)[1].split()[1])
+for entry in os.listdir("/proc"):
+    if not entry.isdigit() or int(entry) in keep:
+        continue
+    try:
+        with open(f"/proc/{entry}/comm") as f:
+            if f.read().strip() in ("slurmd", "slurmstepd"):
+                continue
+        os.kill(int(entry), signal.SIGKILL)
+    except OSError:
+        pass
+"""
 REAPER = ("import os, subprocess, sys\n"
           "child = subprocess.Popen(sys.argv[1:])\n"
           "while True:\n"
@@ -93,6 +115,7 @@ class SlurmLab:
             "AccountingStorageType=accounting_storage/none", "SelectType=select/cons_tres",
             "SelectTypeParameters=CR_Core", "SchedulerType=sched/backfill", "MpiDefault=none",
             "ReturnToService=2", "MinJobAge=3600", "SlurmdParameters=config_overrides", "KillWait=10",
+            f"Epilog={self._p('epilog')}",
             f"StateSaveLocation={self._p('ctld')}", f"SlurmdSpoolDir={self._p('spool-%n')}",
             f"SlurmctldPidFile={self._p('slurmctld.pid')}", f"SlurmdPidFile={self._p('slurmd-%n.pid')}",
             f"SlurmctldLogFile={self._p('slurmctld.log')}", f"SlurmdLogFile={self._p('slurmd-%n.log')}",
@@ -103,6 +126,9 @@ class SlurmLab:
         with open(self._p("slurm.conf"), "w") as f:
             f.write("\n".join(conf) + "\n")
         os.makedirs(self._p("ctld"), exist_ok=True)
+        with open(self._p("epilog"), "w") as f:
+            f.write(f"#!{sys.executable}\n{EPILOG}")
+        os.chmod(self._p("epilog"), 0o755)
         self._daemon(["slurmctld", "-D", "-f", self._p("slurm.conf")], "slurmctld.out")
         os.makedirs("/tmp/ray", exist_ok=True)
         for i, ns in enumerate(st.namespaces):
