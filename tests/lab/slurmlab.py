@@ -62,10 +62,16 @@ REAPER = ("import os, subprocess, sys\n"
           "        break\n")
 
 
+SEARCH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin", "/usr/bin"])  # daemons live in sbin
+
+
+def which(name: str) -> str | None:
+    return shutil.which(name, path=SEARCH)
+
+
 def missing() -> list[str]:
     """What this host lacks for a Slurm lab (.ci/run installs slurm-wlm and munge)."""
-    return [name for name in DAEMONS if not shutil.which(name)] + \
-        [name for name in ("nsenter", "unshare") if not shutil.which(name)]
+    return [name for name in (*DAEMONS, "nsenter", "unshare") if not which(name)]
 
 
 class SlurmLab:
@@ -86,7 +92,7 @@ class SlurmLab:
     def env(self) -> dict[str, str]:
         """The environment for Slurm's commands (and, through sbatch, the jobs): no lab Ray address."""
         env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "SLURM_"))}
-        return {**env, "SLURM_CONF": os.path.join(self.dir, "slurm.conf")}
+        return {**env, "SLURM_CONF": os.path.join(self.dir, "slurm.conf"), "PATH": SEARCH}
 
     def node_name(self, i: int) -> str:
         return f"slm{i}"
@@ -138,7 +144,8 @@ class SlurmLab:
             setup = (f"hostname h-slm{i} && mount --rbind /sys/fs/cgroup {cgroups} && mount -t sysfs sysfs /sys"
                      f" && mount --rbind {cgroups} /sys/fs/cgroup && mount --bind {self._p('hosts')} /etc/hosts"
                      f" && mount --bind {ray_tmp} /tmp/ray && mount -t proc proc /proc"
-                     f" && exec {sys.executable} -c '{REAPER}' slurmd -D -N slm{i} -f {self._p('slurm.conf')}")
+                     f" && exec {sys.executable} -c '{REAPER}' {which('slurmd')} -D -N slm{i}"
+                     f" -f {self._p('slurm.conf')}")
             self._daemon(["nsenter", f"--net=/run/netns/{ns}", "unshare", "--mount", "--uts", "--pid", "--fork",
                           "--propagation", "private", "sh", "-c", setup], f"slurmd{i}.out")
         self._wait(lambda: self.states() == {f"slm{i}": "idle" for i in range(self.nodes)}, 60,
@@ -148,6 +155,7 @@ class SlurmLab:
         return os.path.join(self.dir, name)
 
     def _daemon(self, cmd: list[str], log: str) -> None:
+        cmd = [which(cmd[0]) or cmd[0], *cmd[1:]]
         with open(self._p(log), "ab") as out:
             self.sessions.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
                                                   stdin=subprocess.DEVNULL, start_new_session=True).pid)
