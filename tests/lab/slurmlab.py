@@ -94,9 +94,6 @@ class SlurmLab:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "SLURM_"))}
         return {**env, "SLURM_CONF": os.path.join(self.dir, "slurm.conf"), "PATH": SEARCH}
 
-    def node_name(self, i: int) -> str:
-        return f"slm{i}"
-
     def _start(self) -> None:
         os.makedirs(self.dir, mode=0o700, exist_ok=True)
         key = os.path.join(self.dir, "munge.key")
