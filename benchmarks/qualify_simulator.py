@@ -37,7 +37,11 @@ class Model:
     (`slow`: the node itself; `nic_slow`: only probes that leave the node; `scale_slow`: only
     probes of more than two nodes; `intermittent`: in a probe with probability one half);
     `hang` nodes stop every probe they are in (and do not answer a ping); an intermittent node is
-    slow in a probe with probability `intermittent_share`)."""
+    slow in a probe with probability `intermittent_share`). Leaf switches (`leaves`, each node's):
+    a leaf in `uplink` carries that factor times its nodes' links to the rest, shared by the probes
+    of a round that cross it (members on both sides), unequally (log-normal, sigma `share_sigma`),
+    as the lab's measured (benchmarks/uplink_errors.py `--contention`); a healthy uplink carries its
+    leaf's links at full rate."""
 
     n_nodes: int
     ranks_per_node: int = 8
@@ -50,6 +54,9 @@ class Model:
     intermittent_share: float = 0.5
     noise: Noise | float = 0.02  # a float: uniform of that width
     seed: int = 0
+    leaves: tuple[str, ...] = ()
+    uplink: dict[str, float] = field(default_factory=dict)
+    share_sigma: float = 0.15
 
     def __post_init__(self) -> None:
         if not isinstance(self.noise, Noise):
@@ -67,14 +74,30 @@ class Model:
             speeds += [self.scale_slow.get(n, 1.0) for n in probe.nodes]
         return Result(probe, Outcome.PASS, self.base_gbps * min(speeds) * self.noise.factor(rng))
 
+    def run_round(self, probes: list[Probe], rng: random.Random) -> list[Result]:
+        """A round's probes at once: each as `run`, then limited by its share of each slow uplink it crosses."""
+        results = [self.run(p, rng) for p in probes]
+        for leaf, factor in self.uplink.items():
+            crossing = [i for i, p in enumerate(probes) if results[i].status is Outcome.PASS
+                        and len({self.leaves[n] == leaf for n in p.nodes}) == 2]
+            fair = factor * self.leaves.count(leaf) / max(len(crossing), 1)
+            if fair >= 1:
+                continue
+            shares = [math.exp(rng.gauss(0.0, self.share_sigma)) for _ in crossing]
+            for i, share in zip(crossing, shares):
+                got = min(1.0, fair * share * len(shares) / sum(shares))
+                results[i] = Result(probes[i], Outcome.PASS, results[i].busbw * got)
+        return results
+
 
 def simulate(model: Model, threshold: float = 0.10, reference: Reference | None = None,
-             min_fraction: float = 0.8, prior: Prior | None = None) -> Qualifier:
+             min_fraction: float = 0.8, prior: Prior | None = None, leaves: tuple[str, ...] | None = None) -> Qualifier:
     """Qualify the model's cluster; the returned qualifier holds verdicts and the rounds used.
-    `prior`: how far apart the judge expects healthy probes (default: the Qualifier's, gloo across nodes)."""
+    `prior`: how far apart the judge expects healthy probes (default: the Qualifier's, gloo across nodes);
+    `leaves`: the topology qualify is given (default: the model's; () for none)."""
     q = Qualifier(model.n_nodes, model.ranks_per_node, threshold, reference or Reference(), model.seed, min_fraction,
-                  **({"prior": prior} if prior else {}))
+                  leaves=leaves if leaves is not None else model.leaves, **({"prior": prior} if prior else {}))
     rng = random.Random(model.seed + 1)
     while probes := q.next_round():
-        q.record([model.run(p, rng) for p in probes])
+        q.record(model.run_round(probes, rng))
     return q

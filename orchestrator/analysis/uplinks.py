@@ -11,7 +11,9 @@ judged pairs not across L (inside any leaf, or across other leaves):
   FAMILY_ALPHA over the leaves);
 - L's pairs inside it do not: at least one, their median above the median across by more than
   `threshold`, and not lower than R's by that test (else its nodes are slow, not its uplink).
-Two leaves share their pairs across: both meet the rule, and the finding is the path between them.
+Leaves are found one at a time, the slowest first, and the pairs across one found leave the others'
+judgement (a healthy leaf's pairs to a slow one are that one's evidence). Two leaves share their pairs
+across: both meet the rule, and the finding is the path between them.
 A leaf of one node has no pair inside: its node's own verdict stands. The pairs across a slow uplink
 are its evidence and nothing else's (diagnosis._pair_flags): the pairs of a round that cross it
 share it, unequally, so one pair's share is no fault of that pair or its nodes."""
@@ -47,36 +49,50 @@ class Uplink:
 def slow_uplinks(leaf_of: dict[int, str], a: np.ndarray, b: np.ndarray, low: np.ndarray, busbw: np.ndarray,
                  fast: set[int], threshold: float) -> list[Uplink]:
     """The shape's slow uplinks: `a`, `b` the pairs' node codes, `low` which pairs are low, `fast`
-    the nodes that proved fast (see the module's rule)."""
+    the nodes that proved fast (see the module's rule). Found one at a time, the slowest first;
+    the pairs across one found are then left out of the others' judgement (a healthy leaf's pairs
+    to a slow one are slow for that one's uplink, not its own)."""
     la = np.array([leaf_of.get(int(x), "") for x in a], dtype=object)
     lb = np.array([leaf_of.get(int(x), "") for x in b], dtype=object)
     judged = np.isin(a, list(fast)) & np.isin(b, list(fast)) & (la != "") & (lb != "")
-    across = judged & (la != lb)
     leaves = sorted(set(la[judged]) | set(lb[judged]))
     alpha = FAMILY_ALPHA / max(len(leaves), 1)
-    found: dict[tuple, Uplink] = {}
-    for leaf in leaves:
-        mine = across & ((la == leaf) | (lb == leaf))
-        inside = judged & (la == leaf) & (lb == leaf)
-        rest = judged & ~mine
-        if not inside.any() or mine.sum() < 2 or not rest.any():
-            continue
-        level, crossing = np.median(busbw[rest]), np.median(busbw[mine])
-        if crossing > (1 - threshold) * level or below(busbw[mine], busbw[rest]) > alpha:
-            continue
-        if np.median(busbw[inside]) * (1 - threshold) <= crossing or below(busbw[inside], busbw[rest]) <= alpha:
-            continue  # inside as slow: the leaf's nodes, not its uplink
-        nodes = tuple(sorted({int(x) for x in np.concatenate([a[judged], b[judged]]) if leaf_of.get(int(x)) == leaf}))
-        key = tuple(np.flatnonzero(mine))  # two leaves alone: the same pairs across, one finding
-        seen = found.get(key)
-        if seen is not None:
-            found[key] = Uplink((*seen.switches, leaf), tuple(sorted({*seen.nodes, *nodes})), seen.low, seen.across,
-                                seen.inside + int(inside.sum()), seen.busbw_gbps, seen.across_mask, seen.factor)
-            continue
-        found[key] = Uplink((leaf,), nodes, int(low[mine].sum()), int(mine.sum()), int(inside.sum()), float(crossing),
-                            (la != lb) & (la != "") & (lb != "") & ((la == leaf) | (lb == leaf)),
-                            float(crossing / level))
-    return list(found.values())
+    found: list[Uplink] = []
+    while True:
+        slow = [(crossing / level, leaf, mine, inside) for leaf in leaves if not any(leaf in u.switches for u in found)
+                for crossing, level, mine, inside in [_leaf(leaf, la, lb, judged, busbw, threshold, alpha)]
+                if mine is not None]
+        if not slow:
+            return found
+        factor, leaf, mine, inside = min(slow, key=lambda x: (x[0], x[1]))
+        # two leaves whose pairs across are the same pairs (two leaves alone): one finding, the path
+        both = [other for _, other, m, _ in slow if other != leaf and np.array_equal(m, mine)]
+        inside = inside | (judged & (la == lb) & np.isin(la, both))
+        switches = tuple(sorted([leaf, *both]))
+        under = np.concatenate([a[judged], b[judged]])
+        nodes = tuple(sorted({int(x) for x in under if leaf_of.get(int(x)) in switches}))
+        found.append(Uplink(switches, nodes, int(low[mine].sum()), int(mine.sum()), int(inside.sum()),
+                            float(np.median(busbw[mine])),
+                            (la != lb) & (la != "") & (lb != "") & (np.isin(la, switches) | np.isin(lb, switches)),
+                            float(factor)))
+        judged = judged & ~mine
+
+
+def _leaf(leaf: str, la: np.ndarray, lb: np.ndarray, judged: np.ndarray, busbw: np.ndarray, threshold: float,
+          alpha: float) -> tuple[float, float, np.ndarray | None, np.ndarray | None]:
+    """One leaf under the module's rule over the `judged` pairs: the median across it, the median of
+    the rest, and its pairs across and inside where its uplink is slow (else None, None)."""
+    mine = judged & (la != lb) & ((la == leaf) | (lb == leaf))
+    inside = judged & (la == leaf) & (lb == leaf)
+    rest = judged & ~mine
+    if not inside.any() or mine.sum() < 2 or not rest.any():
+        return 0.0, 1.0, None, None
+    level, crossing = float(np.median(busbw[rest])), float(np.median(busbw[mine]))
+    if crossing > (1 - threshold) * level or below(busbw[mine], busbw[rest]) > alpha:
+        return crossing, level, None, None
+    if np.median(busbw[inside]) * (1 - threshold) <= crossing or below(busbw[inside], busbw[rest]) <= alpha:
+        return crossing, level, None, None  # inside as slow: the leaf's nodes, not its uplink
+    return crossing, level, mine, inside
 
 
 def below(x: np.ndarray, y: np.ndarray) -> float:

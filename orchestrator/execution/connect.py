@@ -83,7 +83,8 @@ def _join_or_start(address: str | None, verbose: bool = False) -> str:
 def joined_nodes(spec, say: Callable[[str], None]):
     """The nodes that can hold a rank, once as many as the run waits for have joined (--wait-nodes,
     or a Slurm job's node count: a worker still starting must not shrink the sweep silently), up
-    to --group-timeout; RunStopped naming those that joined where fewer did."""
+    to --group-timeout; refused (UsageError, exit 2: the cluster is not the one the job allocated, as
+    `--patterns pairwise` on one node is refused) naming those that joined where fewer did."""
     from orchestrator.sweep import inventory
 
     wanted, why = nodes_to_wait_for(spec.wait_nodes, dict(os.environ))
@@ -100,7 +101,7 @@ def joined_nodes(spec, say: Callable[[str], None]):
     if len(inv.nodes) < wanted:
         joined = ", ".join(f"{n.hostname} ({n.ip})" for n in inv.nodes) or "none"
         missing = not_joined(os.environ, {n.hostname for n in inv.nodes}, {n.ip for n in inv.nodes})
-        raise RunStopped(f"{wanted} node(s) expected ({why}), {len(inv.nodes)} joined in {spec.group_timeout_s:g} s: "
+        raise UsageError(f"{wanted} node(s) expected ({why}), {len(inv.nodes)} joined in {spec.group_timeout_s:g} s: "
                          f"{joined}{missing}; start the missing nodes' Ray, or give --wait-nodes {len(inv.nodes)} "
                          "to measure those")
     return inv

@@ -45,46 +45,28 @@ over NVLink; across: over the network), never one level over both.
 
 from __future__ import annotations
 
-import math
 import random
 from dataclasses import dataclass, field
 from enum import Enum
 
 from orchestrator.judging.defaults import MIN_FRACTION, PEER_THRESHOLD
 from orchestrator.judging.judge import PRIORS, Prior
+from orchestrator.sweep import qualify_switches
 from orchestrator.sweep.qualify_judging import (
     DISAGREEING_PROBES,
     DISAGREEING_PROBES_DECISIVE,
     Cut,
     Judgement,
     NodeState,
-    circle_round,
-    circle_rounds,
 )
+from orchestrator.sweep.qualify_pairing import LOOKS, circle_round, circle_rounds, fresh_rounds, plan_retests
+from orchestrator.sweep.qualify_switches import SlowUplink
 from orchestrator.sweep.qualify_types import UNJUDGED, Deadlines, Outcome, Phase, Probe, Reference, Result, Verdict
 
 __all__ = ["DISAGREEING_PROBES", "UNJUDGED", "Cut", "Deadlines", "Outcome", "Phase", "Probe", "Qualifier", "Reference",
-           "Result", "Verdict", "circle_rounds", "fresh_rounds"]
+           "Result", "Verdict", "LOOKS", "circle_rounds", "fresh_rounds"]
 
 _MAX_GATES = 3
-LOOKS = 6  # fresh pairs every node is in (a fault in half its probes shows twice in 6 in 89% of nodes)
-HEALTHY_SHARE = 0.4  # the fewest healthy nodes, as a share, that the fresh pairs are sure to find together
-MISS = 0.005  # ... sure: the chance that no two of them met
-
-
-def fresh_rounds(n: int) -> int:
-    """Rounds of fresh pairs for n nodes: LOOKS, and as many as make two healthy nodes meet (with
-    MISS left) where only HEALTHY_SHARE of them are healthy: a round pairs two given nodes with
-    chance 1/(n-1), so h healthy nodes meet in it with chance ~ 1 - exp(-h(h-1) / 2(n-1)); at most
-    every pair (n-1 rounds, n when n is odd)."""
-    if n < 2:
-        return 0
-    every = n - 1 if n % 2 == 0 else n
-    h = max(2, round(HEALTHY_SHARE * n))
-    meet = h * (h - 1) / (2 * (n - 1))
-    return min(every, max(LOOKS, math.ceil(-math.log(MISS) / meet)))
-
-
 class QualifyStep(Enum):
     """Where the qualification stands (what `_advance` plans next)."""
 
@@ -103,12 +85,14 @@ class Qualifier:
     seed: int = 0
     min_fraction: float = MIN_FRACTION  # of an expected value
     domains: tuple[str | None, ...] = ()  # each node's NVLink domain (None: none known); () without domain facts
+    leaves: tuple[str | None, ...] = ()  # each node's leaf switch (--topology); () without a topology
     prior: Prior = PRIORS[("gloo", True)]  # how far apart healthy probes can be (judging/judge.py)
     rounds: int = 0
     stopped: str | None = None  # why the rounds stopped before every node was settled
     verdicts: dict[int, Outcome] = field(default_factory=dict)
     evidence: dict[int, list[Result]] = field(default_factory=dict)
     unjudged: set[Phase] = field(default_factory=set)  # kinds of probe measured with nothing to judge them by
+    uplinks: list[SlowUplink] = field(default_factory=list)  # slow uplinks (leaves): switch verdicts
     _stage: QualifyStep = QualifyStep.START
     _results: list[Result] = field(default_factory=list)  # every probe's result, as measured
     _tentative: dict[int, Outcome] = field(default_factory=dict)  # verdicts the evidence gives now (final at the end)
@@ -124,8 +108,9 @@ class Qualifier:
     def __post_init__(self) -> None:
         self._rng = random.Random(self.seed)
         self.evidence = {i: [] for i in range(self.n_nodes)}
-        if self.domains and len(self.domains) != self.n_nodes:
-            raise ValueError(f"{len(self.domains)} NVLink domains for {self.n_nodes} nodes")
+        for facts, what in ((self.domains, "NVLink domains"), (self.leaves, "leaf switches")):
+            if facts and len(facts) != self.n_nodes:
+                raise ValueError(f"{len(facts)} {what} for {self.n_nodes} nodes")
         # nodes by NVLink domain (nodes without one together), where nodes lie in two or more; else []
         known = {d for d in self.domains if d is not None}
         self._groups: list[list[int]] = []
@@ -136,6 +121,12 @@ class Qualifier:
         # each domain's order for the circle method: its rounds give every pair once
         self._orders = [self._rng.sample(g, len(g)) for g in self._groups or [list(range(self.n_nodes))]]
         self._rounds_of_fresh = max((fresh_rounds(len(o)) for o in self._orders), default=0)
+        # under leaf switches: a first round of pairs inside each leaf (random pairs are mostly across
+        # leaves), what a leaf's pairs across are judged beside (qualify_switches)
+        self._leaf_orders = [] if self._groups else [
+            self._rng.sample(g, len(g)) for g in qualify_switches.sides(self.leaves, [], range(self.n_nodes), True)
+            if len(g) > 1]
+        self._rounds_of_fresh += bool(self._leaf_orders)
         # a bound no qualification should meet: fresh rounds, a node's own probes in each class, bisections
         self.max_rounds = 2 * (self._rounds_of_fresh + 3 * DISAGREEING_PROBES_DECISIVE) + 2 * max(
             1, self.n_nodes).bit_length() + _MAX_GATES * 2
@@ -180,8 +171,9 @@ class Qualifier:
             return self._advance()  # a round whose fresh pairs were all taken: the next one
         self._stage = QualifyStep.GATES
         open_ = set(self._open())
-        gates = [Probe(Phase.GATE, members) for group in self._groups or [range(self.n_nodes)]
-                 if len(members := tuple(sorted(open_.intersection(group)))) > 2]  # a gate per domain
+        groups = self._groups or qualify_switches.sides(self.leaves, self.uplinks, range(self.n_nodes))
+        gates = [Probe(Phase.GATE, members) for group in groups  # a gate per domain, per side of a slow uplink
+                 if len(members := tuple(sorted(open_.intersection(group)))) > 2]
         if self._gate_again and self._gates < _MAX_GATES and gates:
             self._gates, self._gate_again = self._gates + 1, False
             self._queue.append(gates)
@@ -215,7 +207,9 @@ class Qualifier:
         evidence names slow so far stays in its fresh pairs: they cost no round, and a fast one
         tells a flapping node from a steadily slow one."""
         if self._fresh < self._rounds_of_fresh:
-            self._waiting += [pair for order in self._orders for pair in circle_round(order, self._fresh)]
+            first = self._fresh - bool(self._leaf_orders)  # the round inside leaves first, where there is one
+            self._waiting += [pair for order in (self._leaf_orders if first < 0 else self._orders)
+                              for pair in circle_round(order, max(first, 0))]
         out, left = [], []
         for a, b in self._waiting:
             if self._stuck(a) or self._stuck(b):
@@ -237,39 +231,28 @@ class Qualifier:
         return node in self.verdicts or self._tentative.get(node) in (Outcome.HANG, Outcome.FAILED, Outcome.LOST)
 
     def _plan_retests(self, state: dict[int, NodeState]) -> list[Probe]:
-        """Each node that needs a measurement of its own, with as many partners that proved fast
-        (of its own domain) as it needs, while partners last; the rest wait for the next round.
-        Partners: nodes with nothing against them first; on a noisy host, where every node may have
-        read slow once, the least suspect."""
-        suspects = sorted((n for n, s in state.items() if s.needs and not self._out(n)),
-                          key=lambda n: (state[n].proven, n))  # the unproven first: they have no other way
-        partners = sorted((n for n, s in state.items() if s.proven and not self._out(n)),
-                          key=lambda n: (not state[n].good, state[n].suspicion, n))
-        probes, busy = [], set()
-        for node in suspects:
-            if node in busy:
-                continue
-            k = {"alone": 0, "pair": 1, "group": 2}[state[node].needs_class]
-            if k == 0:
-                probes.append(Probe(Phase.INTRA, (node,)))
-                busy.add(node)
-                continue
-            mine = [p for p in partners if p != node and p not in busy and self._same_domain(p, node)][:k]
-            if len(mine) == k:
-                probes.append(Probe(Phase.RETEST, (node, *mine)))
-                busy |= {node, *mine}
-        return probes
+        return plan_retests(state, self._out, lambda n, p: self._same_domain(p, n) and not self._on_uplink(
+            Probe(Phase.RETEST, (n, p))))
 
     def _same_domain(self, a: int, b: int) -> bool:
         return self._group_of.get(a) == self._group_of.get(b)
 
+    def _on_uplink(self, probe: Probe) -> bool:
+        """Whether a probe crosses a slow uplink: its evidence, no node's (qualify_switches)."""
+        return any(u.crosses(self.leaves, probe) for u in self.uplinks)
+
     def _span(self, probe: Probe) -> str | None:
         """Where nodes lie in NVLink domains, whether a probe of nodes runs inside one ('intra': over
-        NVLink) or across ('cross': over the network), judged only against its own span; else None."""
-        if not self._groups or len(probe.nodes) < 2:
+        NVLink) or across ('cross': over the network); under leaf switches, whether inside a leaf
+        ('leaf') or across ('spine'); judged only against its own span; else None."""
+        if len(probe.nodes) < 2:
             return None
-        domains = {self.domains[n] for n in probe.nodes}
-        return "intra" if len(domains) == 1 and None not in domains else "cross"
+        domains = {self.domains[n] for n in probe.nodes} if self._groups else set()
+        span = ("intra" if len(domains) == 1 and None not in domains else "cross") if domains else None
+        if span == "intra" or not any(self.leaves):
+            return span
+        leaf = "leaf" if len({self.leaves[n] for n in probe.nodes}) == 1 and self.leaves[probe.nodes[0]] else "spine"
+        return leaf if span is None else f"{span}-{leaf}"
 
     # -- what came back ------------------------------------------------------------------------
     def record(self, results: list[Result]) -> list[Result]:
@@ -279,6 +262,9 @@ class Qualifier:
             self._blame(r)
         self._judgement = Judgement(self._results, self.reference, self.prior, self.threshold, self.min_fraction,
                                     self._span)
+        if any(self.leaves):  # the probes across a slow uplink are its evidence, no node's
+            self.uplinks = qualify_switches.find(self._judgement.all_judged(), self.leaves, self.threshold)
+            self._judgement.theirs = self._on_uplink
         judged = [self._judgement.judged(r) for r in results]
         for r in judged:
             if r.status is not Outcome.PASS and r.probe.phase is Phase.GATE:
@@ -359,9 +345,10 @@ class Qualifier:
     def agreement(self) -> str | None:
         """Where nothing was slow and no expected value was known: what can and cannot be said."""
         j = self._judgement
-        if j is None or any(v is not Outcome.PASS for v in self.verdicts.values()) or self.reference.pair:
+        if j is None or any(v is not Outcome.PASS for v in self.verdicts.values()) or self.reference.pair \
+                or self.uplinks:
             return None
-        level = j.level(Phase.PAIRS, None) or j.level(Phase.PAIRS, "intra")
+        level = j.level(Phase.PAIRS, None) or j.level(Phase.PAIRS, "intra") or j.level(Phase.PAIRS, "leaf")
         if level is None:
             return None
         # every node passed: a probe that did not was noise its retests cleared, and is said so

@@ -101,6 +101,7 @@ class Judgement:
                  min_fraction: float, span: Callable[[Probe], str | None]) -> None:
         self._reference, self._prior, self._threshold, self._min_fraction = reference, prior, threshold, min_fraction
         self._span = span
+        self.theirs: Callable[[Probe], bool] = lambda probe: False  # a slow uplink's evidence: no node's
         self._results = list(results)
         self._levels: dict[tuple[Phase, str | None], Level | None] = {}
         family = self._family = judged_family(len({n for r in results for n in r.probe.nodes}))
@@ -212,6 +213,8 @@ class Judgement:
         ambiguous = hung = False
         hangs = 0  # hung or failed pairs whose other member proved fast
         for r in mine:
+            if self.theirs(r.probe):
+                continue
             pair = r.probe.phase is Phase.PAIRS and len(r.probe.nodes) == 2
             other = (r.probe.nodes[1] if r.probe.nodes[0] == node else r.probe.nodes[0]) if pair else None
             if r.status is Outcome.PASS:
@@ -295,23 +298,3 @@ class Judgement:
 def _share(rs: list[Result]) -> float:
     """The share of these probes that read slow (0 for none)."""
     return sum(r.status is Outcome.SLOW for r in rs) / len(rs) if rs else 0.0
-
-
-def circle_round(order: list[int], r: int) -> list[tuple[int, int]]:
-    """Round r of the circle method over `order` (every pair once in len-1 rounds, len when odd):
-    the first node fixed, the others rotated by r; an odd count gets a bye."""
-    ring = list(order) + ([None] if len(order) % 2 else [])
-    m = len(ring)
-    if m < 2 or r >= m - 1:
-        return []
-    rest = ring[1:]
-    shift = r % (m - 1)
-    rotated = [ring[0], *rest[len(rest) - shift:], *rest[:len(rest) - shift]]
-    pairs = [(rotated[i], rotated[m - 1 - i]) for i in range(m // 2)]
-    return [(a, b) for a, b in pairs if a is not None and b is not None]
-
-
-def circle_rounds(nodes: list[int]) -> list[list[Probe]]:
-    """Every pair of `nodes` once, in rounds of disjoint pairs (circle_round): N-1 rounds, N when N is odd."""
-    count = len(nodes) - 1 if len(nodes) % 2 == 0 else len(nodes)
-    return [[Probe(Phase.PAIRS, p) for p in circle_round(nodes, r)] for r in range(count)]

@@ -72,11 +72,11 @@ def test_pattern_needing_more_nodes_than_exist(ray_head, tmp_path):
 
 def test_a_run_waits_for_the_nodes_it_expects_and_stops_naming_those_that_joined(ray_head, tmp_path):
     """Issue 44: in a Slurm job of two nodes whose second Ray never joined, `collbench run` measured
-    the one that did and exited 0. It waits (here --group-timeout 3 s) and stops, exit 1, in one line;
+    the one that did and exited 0. It waits (here --group-timeout 3 s) and refuses, exit 2, in one line;
     --wait-nodes names the count itself, and 0 or a count met starts at once."""
     env = {**ray_head.env(), "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": f"{socket.gethostname()},gpu7"}
     proc = run_cli(["run", "--group-timeout", "3", "--output", str(tmp_path / "out")], env=env, timeout=120)
-    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert proc.returncode == 2, proc.stderr[-2000:]
     why = "the Slurm job's nodes, $SLURM_JOB_NUM_NODES"
     assert f"collbench: waiting for 2 node(s) ({why}), up to 3 s: 1 joined" in proc.stdout + proc.stderr
     last = proc.stderr.strip().splitlines()[-1]

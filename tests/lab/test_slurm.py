@@ -13,7 +13,7 @@ themselves (`ray symmetric-run`), as on a site. Checked:
   every row once. (srun kills its step within milliseconds of scancel: the driver cannot mark its
   manifest, which stays `running` as for any driver killed outright.)
 - a job whose third node's Ray cannot reach the head (its GCS port refused from that node): collbench
-  waits for the job's nodes up to --group-timeout and stops, exit 1, naming `slm2` as not joined;
+  waits for the job's nodes up to --group-timeout and refuses, exit 2, naming `slm2` as not joined;
 - SIGUSR1 to the batch shell (what `#SBATCH --signal=B:USR1@120` sends ahead of the time limit;
   here `scancel --signal=USR1 --batch`): the script passes it to the driver alone, the run ends after
   its round in flight with nothing cut short, exit 138, the manifest `interrupted`; the resume
@@ -188,7 +188,7 @@ def test_a_node_whose_ray_never_joins_is_named_by_slurm_within_the_deadline(slur
                                          "--group-timeout 20")
         fields = slurm.wait_job(job, JOB_TIMEOUT_S)
         out = (tmp_path / f"collbench-sweep-{job}.out").read_text()
-        assert (fields["JobState"], fields["ExitCode"]) == ("FAILED", "1:0"), out[-3000:]
+        assert (fields["JobState"], fields["ExitCode"]) == ("FAILED", "2:0"), out[-3000:]
         said = [line for line in out.splitlines() if line.startswith("collbench: error:")]
         assert len(said) == 1 and said[0].startswith(
             "collbench: error: 3 node(s) expected (the Slurm job's nodes, $SLURM_JOB_NUM_NODES), 2 joined in 20 s: ") \

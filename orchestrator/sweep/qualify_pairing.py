@@ -1,0 +1,75 @@
+"""How qualify pairs nodes: its rounds of fresh pairs (the circle method: every pair of an order
+once, in rounds of disjoint pairs; how many rounds a qualification of N nodes takes) and a
+suspect's partners for its retests. Pure."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from orchestrator.sweep.qualify_judging import NodeState
+from orchestrator.sweep.qualify_types import Phase, Probe
+
+LOOKS = 6  # fresh pairs every node is in (a fault in half its probes shows twice in 6 in 89% of nodes)
+HEALTHY_SHARE = 0.4  # the fewest healthy nodes, as a share, that the fresh pairs are sure to find together
+MISS = 0.005  # ... sure: the chance that no two of them met
+
+
+def fresh_rounds(n: int) -> int:
+    """Rounds of fresh pairs for n nodes: LOOKS, and as many as make two healthy nodes meet (with
+    MISS left) where only HEALTHY_SHARE of them are healthy: a round pairs two given nodes with
+    chance 1/(n-1), so h healthy nodes meet in it with chance ~ 1 - exp(-h(h-1) / 2(n-1)); at most
+    every pair (n-1 rounds, n when n is odd)."""
+    if n < 2:
+        return 0
+    every = n - 1 if n % 2 == 0 else n
+    h = max(2, round(HEALTHY_SHARE * n))
+    meet = h * (h - 1) / (2 * (n - 1))
+    return min(every, max(LOOKS, math.ceil(-math.log(MISS) / meet)))
+
+
+def circle_round(order: list[int], r: int) -> list[tuple[int, int]]:
+    """Round r of the circle method over `order` (every pair once in len-1 rounds, len when odd):
+    the first node fixed, the others rotated by r; an odd count gets a bye."""
+    ring = list(order) + ([None] if len(order) % 2 else [])
+    m = len(ring)
+    if m < 2 or r >= m - 1:
+        return []
+    rest = ring[1:]
+    shift = r % (m - 1)
+    rotated = [ring[0], *rest[len(rest) - shift:], *rest[:len(rest) - shift]]
+    pairs = [(rotated[i], rotated[m - 1 - i]) for i in range(m // 2)]
+    return [(a, b) for a, b in pairs if a is not None and b is not None]
+
+
+def circle_rounds(nodes: list[int]) -> list[list[Probe]]:
+    """Every pair of `nodes` once, in rounds of disjoint pairs (circle_round): N-1 rounds, N when N is odd."""
+    count = len(nodes) - 1 if len(nodes) % 2 == 0 else len(nodes)
+    return [[Probe(Phase.PAIRS, p) for p in circle_round(nodes, r)] for r in range(count)]
+
+
+def plan_retests(state: dict[int, NodeState], out: Callable[[int], bool],
+                 allowed: Callable[[int, int], bool]) -> list[Probe]:
+    """Each node that needs a measurement of its own, with as many partners that proved fast as it
+    needs (`allowed(node, partner)`: of its own NVLink domain, not across a slow uplink), while
+    partners last; the rest wait for the next round. Partners: nodes with nothing against them
+    first; on a noisy host, where every node may have read slow once, the least suspect. `out`:
+    a node no longer probed."""
+    suspects = sorted((n for n, s in state.items() if s.needs and not out(n)),
+                      key=lambda n: (state[n].proven, n))  # the unproven first: they have no other way
+    partners = sorted((n for n, s in state.items() if s.proven and not out(n)),
+                      key=lambda n: (not state[n].good, state[n].suspicion, n))
+    probes, busy = [], set()
+    for node in suspects:
+        if node in busy:
+            continue
+        k = {"alone": 0, "pair": 1, "group": 2}[state[node].needs_class]
+        if k == 0:
+            probes.append(Probe(Phase.INTRA, (node,)))
+            busy.add(node)
+            continue
+        mine = [p for p in partners if p != node and p not in busy and allowed(node, p)][:k]
+        if len(mine) == k:
+            probes.append(Probe(Phase.RETEST, (node, *mine)))
+            busy |= {node, *mine}
+    return probes
