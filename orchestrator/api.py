@@ -99,15 +99,17 @@ def replay(dumps: str | Sequence[str], /, *, repeat: int = 3, gaps: bool = False
 def qualify(sweep: SweepSpec | None = None, /, *, nodes: Sequence[str] | None = None, placement_group=None,
             threshold: float = PEER_THRESHOLD, min_fraction: float = MIN_FRACTION, seed: int = 0,
             expected: str | None = None, scheduler: str = "auto", drain: bool = False,
-            doctor: bool = True, verbose: bool = False, **options: Any) -> Qualification:
+            doctor: bool = True, verbose: bool = False, topology: str | None = None, **options: Any) -> Qualification:
     """Name the slow, hanging, failing and lost nodes: a Qualification with a verdict and its
     evidence per node (`.failing`: those that did not pass). Options as `collbench qualify`'s (any
     other is refused); without `sweep`, qualify's defaults under them (all_reduce 1M-16M, 5
     iterations), with it, that sweep as given. `.actions` by node IP: the command that takes a
-    node that did not pass out of its scheduler's service; `drain=True` runs it (`.drained`)."""
+    node that did not pass out of its scheduler's service; `drain=True` runs it (`.drained`).
+    `topology`: the switch tree (a topology.conf or YAML file; "none": none; default: inside a Slurm
+    job, `scontrol show topology`): a slow uplink is named in `.uplinks`, its nodes not."""
     chosen = qualifying.QualifyOptions(sweep=qualifying.qualify_spec(sweep, _with_nodes(nodes, options)),
                                        threshold=threshold, min_fraction=min_fraction, seed=seed, expected=expected,
-                                       doctor=doctor, scheduler=scheduler, drain=drain)
+                                       doctor=doctor, scheduler=scheduler, drain=drain, topology=topology)
     return qualifying.qualify(chosen, voice=COMMAND_LINE if verbose else QUIET, log=sys.stdout if verbose else None,
                               placement_group=placement_group)
 
@@ -125,7 +127,8 @@ class Preflight:
 
     @property
     def ok(self) -> bool:
-        return self.qualification.finished and not self.exclude
+        """Finished, no node to exclude and no slow uplink."""
+        return self.qualification.finished and not self.exclude and not self.qualification.uplinks
 
 
 def preflight(target=None, /, *, timeout_s: float = 60.0, verbose: bool = False, **options: Any) -> Preflight:

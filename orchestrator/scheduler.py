@@ -89,6 +89,19 @@ def slurm_not_joined(environ: Mapping[str, str], hosts: set[str], ips: set[str],
     return [name for name, other in slurm_nodes(environ, run).items() if not ({name} | other) & seen]
 
 
+def slurm_topology(environ: Mapping[str, str], run=subprocess.run) -> str:
+    """`scontrol show topology` inside a Slurm job (the switch tree of slurm.conf's topology/tree
+    plugin), or "" where there is none: outside a job, no scontrol, or no tree configured."""
+    if not environ.get("SLURM_JOB_ID"):
+        return ""
+    try:
+        done = run(["scontrol", "show", "topology"], capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
+                   check=False)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return done.stdout if done.returncode == 0 and "SwitchName=" in done.stdout else ""
+
+
 def aliases(names: tuple[str, ...], environ: Mapping[str, str], run=subprocess.run) -> dict[str, set[str]]:
     """For --nodes and --exclude: each of `names` that is a Slurm node of this job, with its host
     name and address (so `--exclude slm2` finds the Ray node of h-slm2, 10.0.0.12); empty

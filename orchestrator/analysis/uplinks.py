@@ -49,9 +49,9 @@ class Uplink:
 def slow_uplinks(leaf_of: dict[int, str], a: np.ndarray, b: np.ndarray, low: np.ndarray, busbw: np.ndarray,
                  fast: set[int], threshold: float) -> list[Uplink]:
     """The shape's slow uplinks: `a`, `b` the pairs' node codes, `low` which pairs are low, `fast`
-    the nodes that proved fast (see the module's rule). Found one at a time, the slowest first;
-    the pairs across one found are then left out of the others' judgement (a healthy leaf's pairs
-    to a slow one are slow for that one's uplink, not its own)."""
+    the nodes that proved fast (see the module's rule). Found one at a time, the surest first (the
+    rank test's p-value, then the lower factor); the pairs across one found are then left out of the
+    others' judgement (a healthy leaf's pairs to a slow one are slow for that one's uplink, not its own)."""
     la = np.array([leaf_of.get(int(x), "") for x in a], dtype=object)
     lb = np.array([leaf_of.get(int(x), "") for x in b], dtype=object)
     judged = np.isin(a, list(fast)) & np.isin(b, list(fast)) & (la != "") & (lb != "")
@@ -59,14 +59,15 @@ def slow_uplinks(leaf_of: dict[int, str], a: np.ndarray, b: np.ndarray, low: np.
     alpha = FAMILY_ALPHA / max(len(leaves), 1)
     found: list[Uplink] = []
     while True:
-        slow = [(crossing / level, leaf, mine, inside) for leaf in leaves if not any(leaf in u.switches for u in found)
-                for crossing, level, mine, inside in [_leaf(leaf, la, lb, judged, busbw, threshold, alpha)]
+        slow = [(p, crossing / level, leaf, mine, inside) for leaf in leaves
+                if not any(leaf in u.switches for u in found)
+                for p, crossing, level, mine, inside in [_leaf(leaf, la, lb, judged, busbw, threshold, alpha)]
                 if mine is not None]
         if not slow:
             return found
-        factor, leaf, mine, inside = min(slow, key=lambda x: (x[0], x[1]))
+        _, factor, leaf, mine, inside = min(slow, key=lambda x: (x[0], x[1], x[2]))
         # two leaves whose pairs across are the same pairs (two leaves alone): one finding, the path
-        both = [other for _, other, m, _ in slow if other != leaf and np.array_equal(m, mine)]
+        both = [other for _, _, other, m, _ in slow if other != leaf and np.array_equal(m, mine)]
         inside = inside | (judged & (la == lb) & np.isin(la, both))
         switches = tuple(sorted([leaf, *both]))
         under = np.concatenate([a[judged], b[judged]])
@@ -79,20 +80,22 @@ def slow_uplinks(leaf_of: dict[int, str], a: np.ndarray, b: np.ndarray, low: np.
 
 
 def _leaf(leaf: str, la: np.ndarray, lb: np.ndarray, judged: np.ndarray, busbw: np.ndarray, threshold: float,
-          alpha: float) -> tuple[float, float, np.ndarray | None, np.ndarray | None]:
-    """One leaf under the module's rule over the `judged` pairs: the median across it, the median of
-    the rest, and its pairs across and inside where its uplink is slow (else None, None)."""
+          alpha: float) -> tuple[float, float, float, np.ndarray | None, np.ndarray | None]:
+    """One leaf under the module's rule over the `judged` pairs: the p-value of its pairs across
+    running lower than the rest, the median across it, the median of the rest, and its pairs across
+    and inside where its uplink is slow (else None, None)."""
     mine = judged & (la != lb) & ((la == leaf) | (lb == leaf))
     inside = judged & (la == leaf) & (lb == leaf)
     rest = judged & ~mine
     if not inside.any() or mine.sum() < 2 or not rest.any():
-        return 0.0, 1.0, None, None
+        return 1.0, 0.0, 1.0, None, None
     level, crossing = float(np.median(busbw[rest])), float(np.median(busbw[mine]))
-    if crossing > (1 - threshold) * level or below(busbw[mine], busbw[rest]) > alpha:
-        return crossing, level, None, None
+    p = below(busbw[mine], busbw[rest])
+    if crossing > (1 - threshold) * level or p > alpha:
+        return p, crossing, level, None, None
     if np.median(busbw[inside]) * (1 - threshold) <= crossing or below(busbw[inside], busbw[rest]) <= alpha:
-        return crossing, level, None, None  # inside as slow: the leaf's nodes, not its uplink
-    return crossing, level, mine, inside
+        return p, crossing, level, None, None  # inside as slow: the leaf's nodes, not its uplink
+    return p, crossing, level, mine, inside
 
 
 def below(x: np.ndarray, y: np.ndarray) -> float:

@@ -40,7 +40,7 @@ def add_parser(sub) -> None:
         "the median, which is the slow level where most nodes are slow) by --threshold and the noise. Where "
         "nothing is slow and no expected value applies, it says that the nodes agree, and that only an "
         "expected value tells a healthy fabric from one equally slow. Exit 0 when every node passes, 1 when "
-        "one does not, 2 for bad input.",
+        "one does not or a switch's uplink is slow (--topology), 2 for bad input.",
     )
     add_spec_options(p, only=SWEEPS.fields, defaults=SWEEPS.defaults, helps={
         "collectives": "the one collective to probe with: " + ",".join(COLLECTIVES),
@@ -61,6 +61,14 @@ def add_parser(sub) -> None:
     p.add_argument("--drain", action="store_true",
                    help="run that command for every node that did not pass (never a passing one), one line each; "
                    "one that fails (no privilege, no such node) is said with what the scheduler answered")
+    p.add_argument("--topology", metavar="FILE",
+                   help="the fabric's switch tree: Slurm's topology.conf (SwitchName=leaf1 Nodes=gpu[001-032]; "
+                   "SwitchName=spine Switches=leaf[1-2]) or a YAML file of the same (switches: {leaf1: {nodes: "
+                   "[...]}}). A first round pairs nodes inside each leaf; pairs inside and across leaves are judged "
+                   "apart, and a leaf whose pairs across are slow while those inside are not is named slow_uplink "
+                   "(exit 1), its nodes not on their own (never drained for it). Nodes are matched by Slurm name, "
+                   "host name or IP; one the file does not list is refused. Default: inside a Slurm job, `scontrol "
+                   "show topology` where the site has a tree; none outside one ('none': no tree)")
     add_doctor_option(p)
     p.set_defaults(handler=main)
 
@@ -68,7 +76,7 @@ def add_parser(sub) -> None:
 def main(args: argparse.Namespace) -> int:
     options = QualifyOptions(sweep=spec_from_args(args), threshold=args.threshold, min_fraction=args.min_fraction,
                              seed=args.seed, expected=args.expected, doctor=not args.no_doctor,
-                             scheduler=args.scheduler, drain=args.drain)
+                             scheduler=args.scheduler, drain=args.drain, topology=args.topology)
     log = sys.stderr if args.format == "json" else sys.stdout  # stdout: the JSON alone
     result = qualify(options, voice=Voice(lambda line: print(line, file=log, flush=True), COMMAND_LINE.problem),
                      log=log)
@@ -77,10 +85,13 @@ def main(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps({"run_id": result.run_id, "rounds": result.rounds, "wall_s": round(result.wall_s, 3),
                           "speed_judged": result.speed_judged, "unjudged": result.unjudged,
-                          "agreement": result.agreement, "nodes": [_json(v, result) for v in result.nodes]},
-                         indent=1))
+                          "agreement": result.agreement, "nodes": [_json(v, result) for v in result.nodes],
+                          "switches": result.uplinks}, indent=1))
     else:
-        print(render_tables([("verdicts", [_table_row(v) for v in result.nodes])], "table"))
+        switches = [{"switch": ",".join(u["switches"]), "verdict": u["verdict"], "nodes": ",".join(u["nodes"]),
+                     "detail": u["detail"]} for u in result.uplinks]
+        print(render_tables([("verdicts", [_table_row(v) for v in result.nodes]),
+                             *([("switches", switches)] if switches else [])], "table"))
     for ip, act in result.actions.items():  # what takes each failing node out, and how running it went
         done = result.drained.get(ip)
         print(done.line() if done else f"collbench: to take {act.node} out of service: " + "; ".join(act.shown()),
@@ -88,6 +99,10 @@ def main(args: argparse.Namespace) -> int:
     for note in (result.unjudged, result.agreement):  # never a silent pass, nor a bare "healthy"
         if note:
             print(f"collbench: {note}", file=log, flush=True)
+    for u in result.uplinks:  # a switch is no node's to drain: the operator checks its uplink
+        print(f"collbench: slow_uplink {','.join(u['switches'])}: {u['detail']}; none of its {len(u['nodes'])} "
+              "node(s) is named for it: check the leaf's uplink (optics, cables, the spine's port)", file=log,
+              flush=True)
     n = len(result.nodes)
     print(f"collbench: {n - len(result.failing)} of {n} node(s) pass; {result.rounds} round(s), {result.probes} "
           f"probe(s), wall {result.wall_s:.1f}s, {result.startup}; rows in {result.rows_at}", file=log, flush=True)

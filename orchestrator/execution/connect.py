@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import ray
 
-from orchestrator.errors import ConnectTimeout, RunStopped, UsageError, first_line
+from orchestrator.errors import ConnectTimeout, UsageError, first_line
 from orchestrator.lab.raynodes import MEASURING_NICENESS
 from orchestrator.scheduler import aliases, nodes_to_wait_for, not_joined
 from orchestrator.timeouts import connect_timeout_s

@@ -20,8 +20,10 @@ from orchestrator.operations.qualifying import Qualification, qualification
 from orchestrator.operations.sweeps import NONE, Sweeps
 from orchestrator.results.location import check_writable, resolve_output
 from orchestrator.scheduler import Scheduler
+from orchestrator.sweep import topology
 from orchestrator.sweep.qualify_types import NodeVerdict, Outcome
 from orchestrator.sweep.spec import ALL, SweepSpec
+from orchestrator.sweep.topology import Topology
 from workloads.dtypes import ELEMENT_BYTES
 from workloads.registry import COLLECTIVES
 
@@ -64,6 +66,10 @@ class QualifyOptions:
     """Whose command takes a node out of service: slurm, kubernetes, none, or auto (the driver's environment)."""
     drain: bool = False
     """Run that command for every node that does not pass (never for one that does)."""
+    topology: str | None = None
+    """The fabric's switch tree: Slurm's topology.conf or its YAML form (pairs judged inside and across leaves,
+    a slow uplink named as the switch); None: inside a Slurm job, `scontrol show topology` where it has one;
+    "none": no switch tree."""
 
     def __post_init__(self) -> None:
         if self.scheduler not in SCHEDULERS:
@@ -78,6 +84,7 @@ def qualify(options: QualifyOptions, *, voice: Voice = COMMAND_LINE, log: TextIO
     """Qualify the cluster's nodes (or the sweep's `nodes`, or a caller's placement group's); a
     verdict per node with its evidence. `log`: where failed probes are printed (None: nowhere)."""
     entries = user_expected(options.expected)  # a bad file refused before the output is touched
+    tree = switch_tree(options.topology, os.environ)
     sched = scheduler.chosen(options.scheduler, os.environ)
     if options.drain and sched is Scheduler.NONE:
         raise UsageError("--drain: no scheduler to drain in (not inside a Slurm job or a Kubernetes pod); "
@@ -86,7 +93,7 @@ def qualify(options: QualifyOptions, *, voice: Voice = COMMAND_LINE, log: TextIO
     check_writable(spec.output)
     result = qualification(spec, threshold=options.threshold, min_fraction=options.min_fraction, seed=options.seed,
                            user_entries=entries, voice=voice, log=log, placement_group=placement_group,
-                           doctor=options.doctor)
+                           doctor=options.doctor, switches=tree)
     return out_of_service(result, sched, options.drain) if result.finished else result
 
 
@@ -102,6 +109,17 @@ def out_of_service(result: Qualification, sched: Scheduler, drain: bool) -> Qual
             if drain:
                 result.drained[v.node] = scheduler.run(act)
     return result
+
+
+def switch_tree(path: str | None, environ: Mapping[str, str]) -> Topology | None:
+    """The switch tree qualify judges by: the file at `path`; without one, inside a Slurm job, what
+    `scontrol show topology` says where the site configured a tree; "none": none."""
+    if path == "none":
+        return None
+    if path:
+        return topology.read(path)
+    said = scheduler.slurm_topology(environ)
+    return topology.parse_scontrol(said) if said else None
 
 
 def qualify_spec(base: SweepSpec | None = None, options: Mapping[str, Any] = NONE,

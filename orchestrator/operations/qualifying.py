@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
+import os
 import statistics
 import time
 from dataclasses import dataclass, field
 
+from orchestrator import scheduler
 from orchestrator.errors import UsageError
 from orchestrator.execution.events import GroupEnded, GroupFailure, GroupStarted, RunObserver
 from orchestrator.execution.jobs import new_run_id, say_warnings
@@ -21,11 +24,13 @@ from orchestrator.judging.defaults import MIN_FRACTION, PEER_THRESHOLD
 from orchestrator.judging.judge import prior_for
 from orchestrator.results.schema import RunState
 from orchestrator.scheduler import Action, Done
+from orchestrator.sweep import topology
 from orchestrator.sweep.inventory import Inventory
 from orchestrator.sweep.qualify import Deadlines, Outcome, Probe, Qualifier, Reference, Result
 from orchestrator.sweep.qualify_types import NodeVerdict
 from orchestrator.sweep.sizes import format_bytes
 from orchestrator.sweep.spec import SweepSpec
+from orchestrator.sweep.topology import Topology
 from workloads.messages import Status
 
 
@@ -46,6 +51,7 @@ class Qualification:
     startup: str = ""
     rows_at: str = ""
     message: str | None = None
+    uplinks: list[dict] = field(default_factory=list)  # slow uplinks (qualify_switches.SlowUplink.to_json)
     actions: dict[str, Action] = field(default_factory=dict)  # by node IP: what takes it out of its scheduler
     drained: dict[str, Done] = field(default_factory=dict)  # by node IP: how running that went (--drain)
 
@@ -63,10 +69,10 @@ class Qualification:
 def qualification(spec: SweepSpec, *, threshold: float = PEER_THRESHOLD, min_fraction: float = MIN_FRACTION, seed: int = 0,
                   user_entries: list | None = None, voice: Voice = COMMAND_LINE, log=None,
                   placement_group=None, cpus_per_rank: float = 0.0, partition: str | None = None,
-                  doctor: bool = True) -> Qualification:
+                  doctor: bool = True, switches: Topology | None = None) -> Qualification:
     """Qualify the cluster's nodes (or `spec.nodes`, less `spec.exclude`; or a caller's placement
     group's); `log`: where the console prints failed probes (its progress goes to stderr; None:
-    no console)."""
+    no console); `switches`: the switch tree whose leaves pairs are judged inside and across."""
     from orchestrator.analysis import report
     from orchestrator.execution import console
     from orchestrator.execution.lifecycle import live
@@ -86,12 +92,19 @@ def qualification(spec: SweepSpec, *, threshold: float = PEER_THRESHOLD, min_fra
             raise UsageError("qualify needs two nodes, or nodes with more than one rank (--ranks-per-node)")
         session.check_devices({rpn, 2 * rpn, inv.world_size})
         inv = session.inv or inv  # GPU nodes: with their NVLink domains, read by the devices' check
+        leaf_of = _placed(switches, inv)  # a node the tree does not list refused before any worker starts
         q = Qualifier(len(inv.nodes), rpn, threshold, seed=seed, min_fraction=min_fraction,
-                      domains=tuple(n.nvlink_domain for n in inv.nodes), prior=prior_for(backend, True))
+                      domains=tuple(n.nvlink_domain for n in inv.nodes), prior=prior_for(backend, True),
+                      leaves=tuple(leaf_of[n.ip] for n in inv.nodes) if leaf_of else ())
         done["q"], done["inv"] = q, inv
-        collector = _Collector(q, inv, Deadlines(spec.group_timeout_s))
+        collector = _Collector(inv, Deadlines(spec.group_timeout_s))
         shown = [console.Console(None, log, rows=False)] if log is not None else []
         runner, outcome = session.start(0, [*shown, collector], command="qualify")
+        if switches is not None:
+            session.manifest["switches"] = json.dumps({**switches.to_json(), "leaves": leaf_of})
+            voice.say(f"collbench: switches from {switches.source}: " + ", ".join(
+                f"{leaf} {sum(v == leaf for v in leaf_of.values())} node(s)" for leaf in dict.fromkeys(
+                    leaf_of[n.ip] for n in inv.nodes)))
         say_warnings(session.diagnosis, voice)
         q.reference = _reference(report.entries(session.manifest, user_entries or []), session, spec)
         voice.say(f"collbench: qualify {run_id} on {session.where}: {len(inv.nodes)} node(s), {inv.world_size} "
@@ -120,9 +133,10 @@ def qualification(spec: SweepSpec, *, threshold: float = PEER_THRESHOLD, min_fra
     if finished:
         q, inv = done["q"], done["inv"]
         result.nodes = _verdicts(q, inv, done.get("names", {}))
+        result.uplinks = [u.to_json([n.ip for n in inv.nodes]) for u in q.uplinks]
         result.state, result.rounds = RunState.FINISHED, q.rounds
         result.speed_judged, result.unjudged, result.agreement = not q.unjudged, q.unjudged_note(), q.agreement()
-        result.exit_code = 1 if result.failing else 0
+        result.exit_code = 1 if result.failing or result.uplinks else 0
     return _closed(result, session, t_start, done["groups"])
 
 
@@ -170,8 +184,8 @@ class _Collector(RunObserver):
     """The runner's observer for qualify: each probe's group ends as a qualify Result (its busbw at
     the largest size; who hung, died or left), and how long it took sets the next deadlines."""
 
-    def __init__(self, q: Qualifier, inv: Inventory, deadlines: Deadlines) -> None:
-        self.q, self.inv, self.deadlines = q, inv, deadlines
+    def __init__(self, inv: Inventory, deadlines: Deadlines) -> None:
+        self.inv, self.deadlines = inv, deadlines
         self._probes: dict[str, Probe] = {}
         self._t0: dict[str, float] = {}
         self._results: list[Result] = []
@@ -240,13 +254,31 @@ def _round_line(rnd: int, probes: list[Probe], judged: list[Result], limit_s: fl
             f"deadline {limit_s:.0f}s; {q.named()} node(s) named so far")
 
 
+def _placed(switches: Topology | None, inv: Inventory) -> dict[str, str]:
+    """Each node's leaf (by IP) under `switches`, the nodes matched by Slurm name (inside a job:
+    `scontrol show node`'s host name and address), host name or IP; {} without a tree."""
+    if switches is None:
+        return {}
+    slurm = scheduler.slurm_nodes(os.environ)
+
+    def name(node) -> str | None:
+        known = {node.ip, node.hostname, node.hostname.split(".")[0]}
+        return next((s for s, other in slurm.items() if ({s} | other) & known), None)
+    return topology.place(switches, [(n.ip, n.hostname, name(n)) for n in inv.nodes])
+
+
 def _verdicts(q: Qualifier, inv: Inventory, names: dict[str, str]) -> list[NodeVerdict]:
     """The qualifier's summary with nodes as operators know them (IP, host, Ray node id, and the
     scheduler's name where the workers were started under one: `names`, by IP)."""
     out = []
+    under = {n: u for u in q.uplinks for n in u.nodes}
     for item in q.summary():
         node = inv.nodes[item["node"]]
         evidence = [{**e, "nodes": [inv.nodes[i].ip for i in e["nodes"]]} for e in item["evidence"]]
-        out.append(NodeVerdict(node.ip, node.hostname, node.node_id, Outcome(item["verdict"]), item["detail"],
+        detail = item["detail"]
+        if item["node"] in under and item["verdict"] == Outcome.PASS.value:
+            detail = "; ".join(filter(None, [detail, f"under slow_uplink {','.join(under[item['node']].switches)}: "
+                                             "its pairs across are the switch's evidence"]))
+        out.append(NodeVerdict(node.ip, node.hostname, node.node_id, Outcome(item["verdict"]), detail,
                                tuple(evidence), names.get(node.ip)))
     return out

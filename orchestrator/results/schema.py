@@ -152,6 +152,9 @@ MANIFEST_SCHEMA = pa.schema(
         # JSON: the scheduler's job the driver ran in (Slurm: job_id, job_name, partition, cluster,
         # nodelist, nodes; Kubernetes: namespace, pod), orchestrator.scheduler.job; null outside one
         ("scheduler", pa.string()),
+        # JSON: the switch tree a qualification judged pairs by (sweep.topology: source, switches'
+        # nodes and child switches) and `leaves`, each node IP's leaf; null without one
+        ("switches", pa.string()),
         ("collbench_version", pa.string()),
         ("torch_version", pa.string()),
         ("ray_version", pa.string()),
@@ -194,7 +197,8 @@ MANIFEST_SCHEMA = pa.schema(
 # The manifest's fields that hold JSON: in memory (and in the Parquet manifest of schema_version
 # 1) a JSON string each; in the manifest file a JSON value nested as it is, so `jq .spec.iters` and
 # json.load read it without a second decode (store.write_manifest, dataset.manifest).
-MANIFEST_JSON_FIELDS = ("comm_env", "spec", "inventory", "platforms", "expected", "doctor", "sources", "scheduler")
+MANIFEST_JSON_FIELDS = ("comm_env", "spec", "inventory", "platforms", "expected", "doctor", "sources", "scheduler",
+                        "switches")
 
 ROW_COLUMNS: frozenset[str] = frozenset(ROW_SCHEMA.names)
 

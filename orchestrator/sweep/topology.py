@@ -166,6 +166,19 @@ def _checked(topo: Topology) -> Topology:
     return topo
 
 
+def parse_scontrol(text: str, source: str = "scontrol show topology") -> Topology:
+    """What `scontrol show topology` says inside a job (`SwitchName=leaf1 Level=0 LinkSpeed=1
+    Nodes=slm[0-2]`; a higher switch lists its switches and every node below them, which is left:
+    a node's leaf is the lowest switch that lists it)."""
+    lines = []
+    for line in text.splitlines():
+        words = line.split()
+        if any(w.startswith("Switches=") for w in words):
+            words = [w for w in words if not w.startswith("Nodes=")]
+        lines.append(" ".join(words))
+    return parse_conf("\n".join(lines), source)
+
+
 def read(path: str) -> Topology:
     """The file at `path`: YAML where it ends in .yaml or .yml, Slurm's topology.conf otherwise."""
     try:

@@ -1,0 +1,176 @@
+"""Qualify names a slow switch as the switch (issue 46): the real Qualifier against simulated
+clusters under leaf switches (benchmarks/qualify_simulator.py: a slow uplink carries its factor
+times its leaf's node links, shared unequally by the round's probes across it, as the lab measured;
+log-normal noise of the lab's width, 6%), with the verdicts known by construction. The lab form
+(bridges joined by a shaped link, a real qualify) is tests/lab/test_switches.py."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+
+import numpy as np
+import pytest
+
+from benchmarks.qualify_simulator import Model, Noise, simulate
+from orchestrator import scheduler
+from orchestrator.analysis.uplinks import slow_uplinks
+from orchestrator.errors import UsageError
+from orchestrator.operations.qualify import switch_tree
+from orchestrator.sweep.qualify import Qualifier
+from orchestrator.sweep.qualify_switches import SlowUplink, sides
+from orchestrator.sweep.qualify_types import Outcome, Phase, Probe
+from orchestrator.sweep.topology import parse_scontrol
+
+LAB_NOISE = Noise(0.06, "lognormal")
+SEEDS = range(8)
+
+
+def _leaves(n: int, per_leaf: int) -> tuple[str, ...]:
+    return tuple(f"leaf{i // per_leaf}" for i in range(n))
+
+
+def _qualify(n: int, per_leaf: int, seed: int, topology: bool = True, **faults) -> Qualifier:
+    model = Model(n, 1, noise=LAB_NOISE, seed=seed, leaves=_leaves(n, per_leaf), **faults)
+    return simulate(model, leaves=None if topology else ())
+
+
+def _named(q: Qualifier) -> dict[int, Outcome]:
+    return {n: v for n, v in q.verdicts.items() if v is not Outcome.PASS}
+
+
+def _switches(q: Qualifier) -> list[tuple[str, ...]]:
+    return [u.switches for u in q.uplinks]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_two_leaves_of_three_with_a_quarter_rate_path_name_the_path_and_no_node(seed):
+    """The lab's shape: the pairs across share the slow link and each gets an unequal share of it."""
+    q = _qualify(6, 3, seed, uplink={"leaf0": 0.25})
+    assert (_switches(q), _named(q)) == ([("leaf0", "leaf1")], {})
+    u = q.uplinks[0]
+    assert u.nodes == tuple(range(6)) and u.factor < 0.5 and u.inside >= 2
+    assert q.agreement() is None  # never "all nodes agree" beside a slow switch
+
+
+def test_without_the_topology_the_same_cluster_names_healthy_nodes():
+    """What the switch verdict replaces: the pairs across share the slow link unequally, and a node
+    whose pairs got a small share reads slow against the others (here in some of the seeds)."""
+    named = [_named(_qualify(6, 3, seed, topology=False, uplink={"leaf0": 0.25})) for seed in SEEDS]
+    assert any(named) and all(v is Outcome.INTERMITTENT for m in named for v in m.values())
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_one_slow_leaf_of_three_is_named_alone(seed):
+    q = _qualify(12, 4, seed, uplink={"leaf1": 0.4})
+    assert (_switches(q), _named(q)) == ([("leaf1",)], {})
+    assert q.uplinks[0].nodes == (4, 5, 6, 7)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_slow_node_is_the_node_and_no_switch(seed):
+    q = _qualify(6, 3, seed, slow={4: 0.4})
+    assert (_switches(q), _named(q)) == ([], {4: Outcome.SLOW})
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_slow_uplink_and_a_slow_node_elsewhere_are_both_named(seed):
+    q = _qualify(12, 4, seed, uplink={"leaf1": 0.4}, slow={9: 0.4})
+    assert (_switches(q), _named(q)) == ([("leaf1",)], {9: Outcome.SLOW})
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_healthy_cluster_under_leaves_names_nothing(seed):
+    q = _qualify(12, 4, seed)
+    assert (_switches(q), _named(q)) == ([], {})
+    assert q.agreement().startswith("all 12 nodes agree at ")
+
+
+def test_the_first_round_pairs_inside_leaves_and_nothing_crosses_a_slow_uplink_after_it_is_found():
+    """Pairs at random are mostly across leaves: a first round inside each leaf gives the pairs across
+    their comparison. Once an uplink is found, retests take partners of the suspect's own side and
+    gates run one per side, so that no node is judged on a path the uplink limits."""
+    leaves = _leaves(12, 4)
+    model = Model(12, 1, noise=LAB_NOISE, seed=3, leaves=leaves, uplink={"leaf1": 0.4}, slow={9: 0.4})
+    q = Qualifier(12, 1, leaves=leaves, seed=3)
+    rng, rounds = random.Random(4), []
+    while probes := q.next_round():
+        found = list(q.uplinks)
+        rounds.append((probes, found))
+        q.record(model.run_round(probes, rng))
+    first = rounds[0][0]
+    assert len(first) == 6 and all(len({leaves[n] for n in p.nodes}) == 1 for p in first)
+    late = [p for probes, found in rounds for p in probes if found and p.phase is not Phase.PAIRS]
+    assert late and not [p for p in late if any(u.crosses(leaves, p) for u in q.uplinks)]
+    assert any(p.phase is Phase.GATE for p in late)
+
+
+def test_slow_uplink_crosses_and_sides():
+    leaves = ("a", "a", "b", "b", "c", "c")
+    up = SlowUplink(("a",), (0, 1), 4, 4, 1, 10.0, 0.25)
+    assert up.crosses(leaves, Probe(Phase.PAIRS, (0, 2))) and not up.crosses(leaves, Probe(Phase.PAIRS, (2, 4)))
+    assert not up.crosses(leaves, Probe(Phase.PAIRS, (0, 1)))
+    assert up.crosses(leaves, Probe(Phase.GATE, (0, 1, 2)))
+    assert sides(leaves, [up], range(6)) == [[0, 1], [2, 3, 4, 5]]
+    assert sides(leaves, [], range(6), every=True) == [[0, 1], [2, 3], [4, 5]]
+    assert sides((), [], range(3)) == [[0, 1, 2]] and sides((), [], range(3), every=True) == []
+    assert up.detail == ("the uplink of a: 4 of 4 pair probe(s) across it slow, their median 10 GB/s (0.25x the "
+                         "others); 1 inside at full speed")
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_healthy_leafs_pairs_to_a_slow_leaf_do_not_name_it(seed):
+    """Three leaves of four, leaf A's uplink at 30%; measured: every pair inside leaves, A's pairs to
+    B and C, two of B's pairs to C. B's pairs across are then mostly to A (slow), and against the
+    rest it read slow too (named beside A before). Found surest first, A's pairs leave B's judgement."""
+    rng = np.random.default_rng(seed)
+    leaf_of = {i: "ABC"[i // 4] for i in range(12)}
+    every = [(x, y) for x in range(12) for y in range(x + 1, 12)]
+    kept = [(x, y) for x, y in every if leaf_of[x] == leaf_of[y] or "A" in (leaf_of[x], leaf_of[y])]
+    a, b = np.array(kept + [(4, 8), (5, 9)]).T
+    slow = np.array([(leaf_of[x] == "A") != (leaf_of[y] == "A") for x, y in zip(a, b)])
+    busbw = 40.0 * np.where(slow, 0.3, 1.0) * np.exp(rng.normal(0, 0.06, len(a)))
+    found = slow_uplinks(leaf_of, a, b, slow, busbw, set(range(12)), 0.10)
+    assert [u.switches for u in found] == [("A",)]
+    assert (found[0].across, found[0].inside, found[0].low) == (32, 6, 32)
+
+
+SCONTROL = """SwitchName=leaf0 Level=0 LinkSpeed=1 Nodes=slm[0-2]
+SwitchName=leaf1 Level=0 LinkSpeed=1 Nodes=slm[3-5]
+SwitchName=spine Level=1 LinkSpeed=1 Nodes=slm[0-5] Switches=leaf[0-1]
+"""
+
+
+def test_scontrol_show_topology_is_read_with_each_node_under_its_lowest_switch():
+    tree = parse_scontrol(SCONTROL)
+    assert tree.leaf_of() == {f"slm{i}": f"leaf{i // 3}" for i in range(6)}
+    assert tree.switches == {"spine": ("leaf0", "leaf1")} and tree.source == "scontrol show topology"
+
+
+def test_the_slurm_topology_is_asked_inside_a_job_only_and_kept_only_with_switches():
+    def run(said: str, rc: int = 0):
+        def fake(argv, **kw):
+            assert argv == ["scontrol", "show", "topology"] and kw["timeout"] == scheduler.RUN_TIMEOUT_S
+            return subprocess.CompletedProcess(argv, rc, said, "")
+        return fake
+    job = {"SLURM_JOB_ID": "7"}
+    assert scheduler.slurm_topology(job, run(SCONTROL)) == SCONTROL
+    assert scheduler.slurm_topology({}, run(SCONTROL)) == ""
+    assert scheduler.slurm_topology(job, run("", 1)) == ""
+    assert scheduler.slurm_topology(job, run("No topology information available\n")) == ""
+
+    def missing(argv, **kw):
+        raise FileNotFoundError("scontrol")
+    assert scheduler.slurm_topology(job, missing) == ""
+
+
+def test_qualify_reads_the_tree_given_none_or_refuses_a_bad_file(tmp_path):
+    conf = tmp_path / "topology.conf"
+    conf.write_text("SwitchName=leaf0 Nodes=slm[0-2]\nSwitchName=leaf1 Nodes=slm[3-5]\n"
+                    "SwitchName=spine Switches=leaf[0-1]\n")
+    assert switch_tree(str(conf), {}).leaf_of()["slm4"] == "leaf1"
+    assert switch_tree("none", {"SLURM_JOB_ID": "7"}) is None
+    assert switch_tree(None, {}) is None  # outside a job: no tree unless given
+    conf.write_text("SwitchName=leaf0 Nodes=slm[0-2\n")
+    with pytest.raises(UsageError, match=r"not a Slurm host list \(unbalanced brackets\)"):
+        switch_tree(str(conf), {})
