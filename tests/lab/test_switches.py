@@ -10,7 +10,11 @@ the switch tree as Slurm's topology.conf. Measured each time by a pairwise run a
   0.0118 GB/s in one round measured here), a round of one pair across runs near 300: those shares
   are the uplink's evidence, never slow pairs of their own (CI's run of 2026-12-05 named a second
   flag beside the switch, which the unequal shares explain: tests/unit/test_topology.py);
-- node 4's own link at a quarter instead: that node, and no switch."""
+- node 4's own link at a quarter instead: that node, and no switch.
+The same three faults judged by `collbench qualify --topology` (a real qualification: a first
+round of pairs inside each leaf, then fresh pairs, retests and gates): healthy, twice, exit 0 and
+nothing named; the quarter-rate path, exit 1 with `slow_uplink leaf0,leaf1` and every node passing
+(none drained for it); node 4's link slow, that node and no switch."""
 
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ from tests.helpers import run_cli
 from tests.lab.conftest import Lab, require_lab
 
 pytestmark = pytest.mark.lab
+QUALIFY = ["--ranks-per-node", "1", "-b", "4M", "-e", "8M", "-n", "3", "--format", "json"]
 SWEEP = ["--ranks-per-node", "1", "--patterns", "pairwise", "--collectives", "all_reduce", "-b", "4M", "-e", "8M",
          "-n", "3"]
 
@@ -83,5 +88,46 @@ def test_a_slow_node_inside_a_leaf_is_the_node(two_leaves, tmp_path):
     try:
         flags = _flags(two_leaves, tmp_path, 1)
         assert [(f["kind"], f["nodes"]) for f in flags] == [("slow_node", [two_leaves.node_ips[4]])]
+    finally:
+        labmod.shape_link(state, 4, "400mbit")
+
+
+def _qualify(lab, tmp_path, exit_code: int) -> tuple[dict, list[dict]]:
+    """`collbench qualify --topology`'s verdicts by node IP and its switch verdicts; it exits `exit_code`."""
+    tree = labmod.load(lab.name).topology_path
+    proc = run_cli(["qualify", "--address", lab.address, *QUALIFY, "--topology", tree, "--output",
+                    str(tmp_path / "results")], env=lab.env(), timeout=900)
+    assert proc.returncode == exit_code, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    assert f"collbench: switches from {tree}: leaf0 3 node(s), leaf1 3 node(s)" in proc.stderr, proc.stderr[-2000:]
+    return {v["node"]: v["verdict"] for v in out["nodes"]}, out["switches"]
+
+
+def test_qualify_healthy_twice_names_nothing(two_leaves, tmp_path):
+    for attempt in range(2):
+        verdicts, switches = _qualify(two_leaves, tmp_path / str(attempt), 0)
+        assert (verdicts, switches) == ({ip: "pass" for ip in two_leaves.node_ips}, [])
+
+
+def test_qualify_names_the_quarter_rate_path_and_no_node(two_leaves, tmp_path):
+    state = labmod.load(two_leaves.name)
+    labmod.shape_uplink(state, 0, "300mbit")
+    try:
+        verdicts, switches = _qualify(two_leaves, tmp_path, 1)
+        assert verdicts == {ip: "pass" for ip in two_leaves.node_ips}
+        assert [(s["verdict"], s["switches"], sorted(s["nodes"])) for s in switches] == [
+            ("slow_uplink", ["leaf0", "leaf1"], sorted(two_leaves.node_ips))], switches
+        assert switches[0]["factor"] < 0.5 and switches[0]["inside"] >= 2, switches
+    finally:
+        labmod.shape_uplink(state, 0, state.uplink_of(0))
+
+
+def test_qualify_names_a_slow_node_and_no_switch(two_leaves, tmp_path):
+    state = labmod.load(two_leaves.name)
+    labmod.shape_link(state, 4, "100mbit")
+    try:
+        verdicts, switches = _qualify(two_leaves, tmp_path, 1)
+        slow = two_leaves.node_ips[4]
+        assert (verdicts, switches) == ({ip: "slow" if ip == slow else "pass" for ip in two_leaves.node_ips}, [])
     finally:
         labmod.shape_link(state, 4, "400mbit")

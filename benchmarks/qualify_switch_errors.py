@@ -1,0 +1,99 @@
+"""How often qualify's switch verdicts are wrong (issue 46): the real Qualifier (the code `collbench
+qualify --topology` runs) against simulated clusters of N nodes under leaves of `--leaf` nodes
+(benchmarks/qualify_simulator.py: a slow uplink carries its factor times its leaf's node links,
+shared by the probes of a round that cross it, unequally, log-normal sigma 0.15, as the lab
+measured; a healthy uplink carries its leaf's links at full rate), one rank per node, no expected
+value, with faults planted: none; one leaf's uplink at 40%; that and, in another leaf, one node
+at 40%; two leaves' uplinks at 40%. Noise per probe: the profiles of benchmarks/qualify_rates.py
+(log-normal; lab 6%, gpu 2%, shared 27%). Counts over clusters: uplink false positives (a healthy
+leaf named in a slow_uplink; with two leaves, naming both is naming the path), uplink false
+negatives (a planted uplink not named), node false positives (a healthy node named, which an
+uplink's nodes must not be), node false negatives (the planted node passed); and the most rounds.
+
+    python benchmarks/qualify_switch_errors.py [--clusters 20] [--profiles lab,gpu,shared]
+        [--nodes 16,64,256] [--leaf 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.error_tables import cells, print_tables
+from benchmarks.qualify_simulator import Model, Noise, simulate
+from orchestrator.sweep.qualify_types import Outcome
+
+NODES = (16, 64, 256)
+LEAF = 8
+FAULTS = ("none", "uplink 40%", "uplink 40% + node 40%", "two uplinks 40%")
+
+
+def plant(fault: str, n: int, leaf_nodes: int, rng: random.Random) -> tuple[tuple[str, ...], dict, dict]:
+    """Each node's leaf, the slow uplinks (leaf -> factor), the slow nodes (node -> factor)."""
+    count = max(2, n // leaf_nodes)
+    leaves = tuple(f"leaf{i * count // n}" for i in range(n))
+    chosen = rng.sample(range(count), 2)
+    if fault == "none":
+        return leaves, {}, {}
+    uplink = {f"leaf{chosen[0]}": 0.4}
+    if fault == "two uplinks 40%":
+        uplink[f"leaf{chosen[1]}"] = 0.4
+    slow = {}
+    if fault == "uplink 40% + node 40%":
+        slow = {rng.choice([i for i in range(n) if leaves[i] == f"leaf{chosen[1]}"]): 0.4}
+    return leaves, uplink, slow
+
+
+def rates(fault: str, n: int, noise: float, clusters: int, seed: int, leaf_nodes: int) -> tuple[float, ...]:
+    rng = random.Random(f"{seed}-{n}-{noise}-{fault}")
+    up_fp = up_fn = node_fp = node_fn = leaves_healthy = leaves_planted = nodes_healthy = nodes_planted = 0
+    most = 0
+    for k in range(clusters):
+        leaves, uplink, slow = plant(fault, n, leaf_nodes, rng)
+        model = Model(n, 1, noise=Noise(noise, "lognormal"), seed=rng.randrange(1 << 30), leaves=leaves,
+                      uplink=uplink, slow=slow)
+        q = simulate(model)
+        named = {s for u in q.uplinks for s in u.switches}
+        planted = set(uplink) | (set(leaves) if uplink and len(set(leaves)) == 2 else set())
+        up_fp += len(named - planted)
+        up_fn += len(set(uplink) - named)
+        leaves_healthy += len(set(leaves)) - len(planted)
+        leaves_planted += len(uplink)
+        bad = {i for i, v in q.verdicts.items() if v is not Outcome.PASS}
+        node_fp += len(bad - set(slow))
+        node_fn += len(set(slow) - bad)
+        nodes_healthy += n - len(slow)
+        nodes_planted += len(slow)
+        most = max(most, q.rounds)
+
+    def share(x: int, m: int) -> float:
+        return x / m if m else float("nan")
+    return (share(up_fp, leaves_healthy), share(up_fn, leaves_planted), share(node_fp, nodes_healthy),
+            share(node_fn, nodes_planted), most)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--clusters", type=int, default=20, help="clusters per cell (default: 20)")
+    ap.add_argument("--profiles", default="lab,gpu,shared", help="noise profiles (benchmarks/qualify_rates.py)")
+    ap.add_argument("--nodes", default=",".join(map(str, NODES)), help="node counts, comma-separated")
+    ap.add_argument("--leaf", type=int, default=LEAF, help=f"nodes under a leaf (default: {LEAF})")
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    nodes = [int(x) for x in a.nodes.split(",")]
+    if any(n < 2 * a.leaf for n in nodes):
+        ap.error(f"--nodes {a.nodes}: each at least two leaves of {a.leaf}")
+
+    def cell(fault: str, i: int, noise: float) -> str:
+        *shares, most = rates(fault, nodes[i], noise, a.clusters, a.seed, a.leaf)
+        return f"{cells(shares)} ({most})"
+    print_tables(a.profiles, f"uplink FP % / uplink FN % / node FP % / node FN % (most rounds); leaves of {a.leaf} "
+                 "nodes, a slow uplink shared per round", [f"N={n}" for n in nodes], FAULTS, cell)
+
+
+if __name__ == "__main__":
+    main()
