@@ -59,7 +59,14 @@ from orchestrator.sweep.qualify_judging import (
     Judgement,
     NodeState,
 )
-from orchestrator.sweep.qualify_pairing import LOOKS, circle_round, circle_rounds, fresh_rounds, plan_retests
+from orchestrator.sweep.qualify_pairing import (
+    LOOKS,
+    across_round,
+    circle_round,
+    circle_rounds,
+    fresh_rounds,
+    plan_retests,
+)
 from orchestrator.sweep.qualify_switches import SlowUplink
 from orchestrator.sweep.qualify_types import UNJUDGED, Deadlines, Outcome, Phase, Probe, Reference, Result, Verdict
 
@@ -121,12 +128,13 @@ class Qualifier:
         # each domain's order for the circle method: its rounds give every pair once
         self._orders = [self._rng.sample(g, len(g)) for g in self._groups or [list(range(self.n_nodes))]]
         self._rounds_of_fresh = max((fresh_rounds(len(o)) for o in self._orders), default=0)
-        # under leaf switches: a first round of pairs inside each leaf (random pairs are mostly across
-        # leaves), what a leaf's pairs across are judged beside (qualify_switches)
-        self._leaf_orders = [] if self._groups else [
-            self._rng.sample(g, len(g)) for g in qualify_switches.sides(self.leaves, [], range(self.n_nodes), True)
-            if len(g) > 1]
-        self._rounds_of_fresh += bool(self._leaf_orders)
+        # under leaf switches, first a round of pairs inside each leaf (pairs at random are mostly
+        # across leaves), then one of pairs across leaves, every node in one (each uplink loaded as a
+        # job loads it): what a leaf's pairs across are judged beside, and by (qualify_switches)
+        leaf_groups = [] if self._groups else qualify_switches.sides(self.leaves, [], range(self.n_nodes), True)
+        self._leaf_rounds = [r for r in ([p for g in leaf_groups for p in circle_round(self._rng.sample(g, len(g)), 0)],
+                                         across_round(self.leaves, leaf_groups, self._rng)) if r]
+        self._rounds_of_fresh += len(self._leaf_rounds)
         # a bound no qualification should meet: fresh rounds, a node's own probes in each class, bisections
         self.max_rounds = 2 * (self._rounds_of_fresh + 3 * DISAGREEING_PROBES_DECISIVE) + 2 * max(
             1, self.n_nodes).bit_length() + _MAX_GATES * 2
@@ -157,7 +165,8 @@ class Qualifier:
                 self._queue.append([Probe(Phase.INTRA, (i,)) for i in self._open()])
                 return True
         state = self._assess()
-        retests = self._confirmations() + self._plan_retests(state)
+        whole = self._stage is QualifyStep.PAIRS and self._fresh < len(self._leaf_rounds)  # the round across: no
+        retests = [] if whole else self._confirmations() + self._plan_retests(state)  # node kept from it
         busy = {n for p in retests for n in p.nodes}
         fresh = []
         if self._stage is QualifyStep.PAIRS and (self._fresh < self._rounds_of_fresh or self._waiting):
@@ -207,9 +216,9 @@ class Qualifier:
         evidence names slow so far stays in its fresh pairs: they cost no round, and a fast one
         tells a flapping node from a steadily slow one."""
         if self._fresh < self._rounds_of_fresh:
-            first = self._fresh - bool(self._leaf_orders)  # the round inside leaves first, where there is one
-            self._waiting += [pair for order in (self._leaf_orders if first < 0 else self._orders)
-                              for pair in circle_round(order, max(first, 0))]
+            k = self._fresh - len(self._leaf_rounds)  # the rounds of leaves first, whole, where there are any
+            self._waiting = self._leaf_rounds[self._fresh] + self._waiting if k < 0 else self._waiting + [
+                pair for order in self._orders for pair in circle_round(order, k)]
         out, left = [], []
         for a, b in self._waiting:
             if self._stuck(a) or self._stuck(b):

@@ -5,6 +5,7 @@ suspect's partners for its retests. Pure."""
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Callable
 
 from orchestrator.sweep.qualify_judging import NodeState
@@ -46,6 +47,18 @@ def circle_rounds(nodes: list[int]) -> list[list[Probe]]:
     """Every pair of `nodes` once, in rounds of disjoint pairs (circle_round): N-1 rounds, N when N is odd."""
     count = len(nodes) - 1 if len(nodes) % 2 == 0 else len(nodes)
     return [[Probe(Phase.PAIRS, p) for p in circle_round(nodes, r)] for r in range(count)]
+
+
+def across_round(leaves: tuple[str | None, ...], groups: list[list[int]], rng: random.Random) -> list[tuple[int, int]]:
+    """One round of pairs across leaves (`groups`: the nodes under each leaf), every node in one
+    where no leaf holds more than half of them: the nodes in leaf order, the largest leaf first
+    (each leaf's own order shuffled), node i paired with node i + n/2; a pair that would fall inside
+    one leaf (a leaf of more than half) is left out. [] with fewer than two leaves."""
+    if len(groups) < 2:
+        return []
+    flat = [n for g in sorted(groups, key=lambda g: (-len(g), leaves[g[0]] or "")) for n in rng.sample(g, len(g))]
+    half = len(flat) // 2
+    return [(flat[i], flat[i + half]) for i in range(half) if leaves[flat[i]] != leaves[flat[i + half]]]
 
 
 def plan_retests(state: dict[int, NodeState], out: Callable[[int], bool],

@@ -101,8 +101,8 @@ class SweepSpec:
         (), ("--exclude",), "leave these nodes out, comma-separated: IP address, host name or Ray node id (in a "
         "Slurm job, its Slurm name too)", "list",
     )
-    wait_nodes: int | None = _opt(None, ("--wait-nodes",), "wait, up to --group-timeout, for this many nodes, and stop (exit "
-                                  "1) naming those that joined where fewer did (in a Slurm job, those that did not "
+    wait_nodes: int | None = _opt(None, ("--wait-nodes",), "wait, up to --group-timeout, for this many nodes, and refuse "
+                                  "(exit 2) naming those that joined where fewer did (in a Slurm job, those that did not "
                                   "too); 0: what has joined (default: a Slurm job's $SLURM_JOB_NUM_NODES, else 0)", "int")
     group_timeout_s: float = _opt(
         300.0, ("--group-timeout",),

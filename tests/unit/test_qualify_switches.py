@@ -18,6 +18,7 @@ from orchestrator.analysis.uplinks import slow_uplinks
 from orchestrator.errors import UsageError
 from orchestrator.operations.qualify import switch_tree
 from orchestrator.sweep.qualify import Qualifier
+from orchestrator.sweep.qualify_pairing import across_round
 from orchestrator.sweep.qualify_switches import SlowUplink, sides
 from orchestrator.sweep.qualify_types import Outcome, Phase, Probe
 from orchestrator.sweep.topology import parse_scontrol
@@ -88,8 +89,9 @@ def test_a_healthy_cluster_under_leaves_names_nothing(seed):
 
 def test_the_first_round_pairs_inside_leaves_and_nothing_crosses_a_slow_uplink_after_it_is_found():
     """Pairs at random are mostly across leaves: a first round inside each leaf gives the pairs across
-    their comparison. Once an uplink is found, retests take partners of the suspect's own side and
-    gates run one per side, so that no node is judged on a path the uplink limits."""
+    their comparison, and a second, every node paired across leaves, loads every uplink at once.
+    Once an uplink is found, retests take partners of the suspect's own side and gates run one per
+    side, so that no node is judged on a path the uplink limits."""
     leaves = _leaves(12, 4)
     model = Model(12, 1, noise=LAB_NOISE, seed=3, leaves=leaves, uplink={"leaf1": 0.4}, slow={9: 0.4})
     q = Qualifier(12, 1, leaves=leaves, seed=3)
@@ -98,11 +100,27 @@ def test_the_first_round_pairs_inside_leaves_and_nothing_crosses_a_slow_uplink_a
         found = list(q.uplinks)
         rounds.append((probes, found))
         q.record(model.run_round(probes, rng))
-    first = rounds[0][0]
+    first, second = rounds[0][0], rounds[1][0]
     assert len(first) == 6 and all(len({leaves[n] for n in p.nodes}) == 1 for p in first)
+    # then a round across leaves, whole (no retest takes a node from it): each uplink loaded as a job loads it
+    assert len(second) == 6 and all(len({leaves[n] for n in p.nodes}) == 2 for p in second)
+    assert sorted(n for p in second for n in p.nodes) == list(range(12))
     late = [p for probes, found in rounds for p in probes if found and p.phase is not Phase.PAIRS]
     assert late and not [p for p in late if any(u.crosses(leaves, p) for u in q.uplinks)]
     assert any(p.phase is Phase.GATE for p in late)
+
+
+def test_a_round_across_leaves_pairs_every_node_across_where_no_leaf_holds_more_than_half():
+    leaves = ("a",) * 3 + ("b",) * 2 + ("c",) * 2
+    groups = [[0, 1, 2], [3, 4], [5, 6]]
+    for seed in range(5):
+        pairs = across_round(leaves, groups, random.Random(seed))
+        assert len(pairs) == 3 and all(leaves[x] != leaves[y] for x, y in pairs)
+        assert len({n for p in pairs for n in p}) == 6
+    big = ("a",) * 5 + ("b",) * 1  # a leaf of more than half: its surplus pairs inside are left out
+    assert sorted(leaves_of := [(big[x], big[y]) for x, y in across_round(big, [[0, 1, 2, 3, 4], [5]],
+                                                                          random.Random(0))]) == [("a", "b")], leaves_of
+    assert across_round(leaves, [[0, 1, 2]], random.Random(0)) == []
 
 
 def test_slow_uplink_crosses_and_sides():
