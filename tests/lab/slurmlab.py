@@ -75,12 +75,14 @@ def missing() -> list[str]:
 
 
 class SlurmLab:
-    """`nodes` Slurm nodes slm0.. on a lab network `name` (undeclared, 400mbit links)."""
+    """`nodes` Slurm nodes slm0.. on a lab network `name` (undeclared, 400mbit links); with `leaves`,
+    on that many leaf bridges (`collbench lab up --leaves`), which Slurm knows from a topology.conf
+    (topology/tree) naming them leaf0.. over a spine."""
 
-    def __init__(self, name: str, nodes: int, subnet: str, link: str = "400mbit") -> None:
+    def __init__(self, name: str, nodes: int, subnet: str, link: str = "400mbit", leaves: int = 1) -> None:
         self.name, self.nodes = name, nodes
         self.sessions: list[int] = []
-        self.state = labmod.up(name, nodes, 1, link, subnet, start_ray=False, declared=False)
+        self.state = labmod.up(name, nodes, 1, link, subnet, start_ray=False, declared=False, leaves=leaves)
         self.dir = os.path.join(self.state.state_dir, "slurm")
         try:
             self._start()
@@ -126,6 +128,13 @@ class SlurmLab:
               for i in range(self.nodes)),
             "PartitionName=lab Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
         ]
+        if st.leaves > 1:  # the lab's switch tree as the site's topology/tree plugin has it, by Slurm name
+            conf.append("TopologyPlugin=topology/tree")
+            with open(self._p("topology.conf"), "w") as f:
+                for k in range(st.leaves):
+                    f.write(f"SwitchName=leaf{k} Nodes=" + ",".join(
+                        f"slm{i}" for i in range(self.nodes) if st.leaf_of(i) == k) + "\n")
+                f.write(f"SwitchName=spine Switches=leaf[0-{st.leaves - 1}]\n")
         with open(self._p("slurm.conf"), "w") as f:
             f.write("\n".join(conf) + "\n")
         os.makedirs(self._p("ctld"), exist_ok=True)
