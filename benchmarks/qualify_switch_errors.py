@@ -9,9 +9,10 @@ at 40%; two leaves' uplinks at 40%. Noise per probe: the profiles of benchmarks/
 leaf named in a slow_uplink; with two leaves, naming both is naming the path), uplink false
 negatives (a planted uplink not named), node false positives (a healthy node named, which an
 uplink's nodes must not be), node false negatives (the planted node passed); and the most rounds.
+`--without`: the same clusters qualified without the switch tree (what qualify did before).
 
     python benchmarks/qualify_switch_errors.py [--clusters 20] [--profiles lab,gpu,shared]
-        [--nodes 16,64,256] [--leaf 8]
+        [--nodes 16,64,256] [--leaf 8] [--without]
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ def plant(fault: str, n: int, leaf_nodes: int, rng: random.Random) -> tuple[tupl
     return leaves, uplink, slow
 
 
-def rates(fault: str, n: int, noise: float, clusters: int, seed: int, leaf_nodes: int) -> tuple[float, ...]:
+def rates(fault: str, n: int, noise: float, clusters: int, seed: int, leaf_nodes: int,
+          without: bool = False) -> tuple[float, ...]:
     rng = random.Random(f"{seed}-{n}-{noise}-{fault}")
     up_fp = up_fn = node_fp = node_fn = leaves_healthy = leaves_planted = nodes_healthy = nodes_planted = 0
     most = 0
@@ -56,7 +58,7 @@ def rates(fault: str, n: int, noise: float, clusters: int, seed: int, leaf_nodes
         leaves, uplink, slow = plant(fault, n, leaf_nodes, rng)
         model = Model(n, 1, noise=Noise(noise, "lognormal"), seed=rng.randrange(1 << 30), leaves=leaves,
                       uplink=uplink, slow=slow)
-        q = simulate(model)
+        q = simulate(model, leaves=() if without else None)
         named = {s for u in q.uplinks for s in u.switches}
         planted = set(uplink) | (set(leaves) if uplink and len(set(leaves)) == 2 else set())
         up_fp += len(named - planted)
@@ -83,16 +85,18 @@ def main() -> None:
     ap.add_argument("--nodes", default=",".join(map(str, NODES)), help="node counts, comma-separated")
     ap.add_argument("--leaf", type=int, default=LEAF, help=f"nodes under a leaf (default: {LEAF})")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--without", action="store_true", help="qualify without the switch tree (the before-figure)")
     a = ap.parse_args()
     nodes = [int(x) for x in a.nodes.split(",")]
     if any(n < 2 * a.leaf for n in nodes):
         ap.error(f"--nodes {a.nodes}: each at least two leaves of {a.leaf}")
 
     def cell(fault: str, i: int, noise: float) -> str:
-        *shares, most = rates(fault, nodes[i], noise, a.clusters, a.seed, a.leaf)
+        *shares, most = rates(fault, nodes[i], noise, a.clusters, a.seed, a.leaf, a.without)
         return f"{cells(shares)} ({most})"
+    without = "; qualified WITHOUT the switch tree" if a.without else ""
     print_tables(a.profiles, f"uplink FP % / uplink FN % / node FP % / node FN % (most rounds); leaves of {a.leaf} "
-                 "nodes, a slow uplink shared per round", [f"N={n}" for n in nodes], FAULTS, cell)
+                 f"nodes, a slow uplink shared per round{without}", [f"N={n}" for n in nodes], FAULTS, cell)
 
 
 if __name__ == "__main__":

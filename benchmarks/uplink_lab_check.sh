@@ -1,6 +1,7 @@
 #!/bin/bash
-# The switch verdict (report --topology) on lab shapes no test builds (issue 46; docs/PERFORMANCE.md 8.5):
-# per shape a lab of N nodes on K leaves, a pairwise run healthy twice, then one uplink at half, twice.
+# The switch verdicts (report --topology, qualify --topology) on lab shapes no test builds (issue 46;
+# docs/PERFORMANCE.md 8.5, 8.6): per shape a lab of N nodes on K leaves, healthy twice, then one uplink
+# at half, twice; each time a pairwise run read by the report, and a qualification.
 # Needs root; builds and removes its own labs.  bash benchmarks/uplink_lab_check.sh
 set -u
 . /work/main/.venv/bin/activate
@@ -14,9 +15,11 @@ run_shape() {  # name nodes leaves link slow_leaf slow_rate
     if [ $phase = slow ]; then python -c "from orchestrator.lab import cluster; st=cluster.load('$name'); cluster.shape_uplink(st, $leaf, '$rate')"; fi
     out=/tmp/lc-$name-$RANDOM
     collbench run --address $A --ranks-per-node 1 --patterns pairwise --collectives all_reduce -b 4M -e 8M -n 3 --output $out >/dev/null 2>&1
-    collbench report $out --topology $T --format json 2>/dev/null | python -c "import json,sys; d=json.load(sys.stdin); b=[r['inter'] for r in d['tables']['busbw']]; print('$name $phase', [(f['kind'], f.get('switches') or f['nodes']) for f in d['flags']], 'busbw median', b)"
+    collbench report $out --topology $T --format json 2>/dev/null | python -c "import json,sys; d=json.load(sys.stdin); b=[r['inter'] for r in d['tables']['busbw']]; print('$name $phase report', [(f['kind'], f.get('switches') or f['nodes']) for f in d['flags']], 'busbw median', b)"
+    collbench qualify --address $A --ranks-per-node 1 -b 4M -e 8M -n 3 --topology $T --format json --output $out-q 2>/dev/null | python -c "import json,sys; d=json.load(sys.stdin); print('$name $phase qualify', [(s['verdict'], s['switches'], round(s['factor'], 2)) for s in d['switches']], 'named', [(v['node'], v['verdict']) for v in d['nodes'] if v['verdict'] != 'pass'], 'rounds', d['rounds'])"
   done
   collbench lab down --name $name >/dev/null
 }
 run_shape lc3 6 3 400mbit 1 200mbit
 run_shape lc2 4 2 400mbit 0 200mbit
+run_shape lc4 8 2 400mbit 1 800mbit

@@ -41,6 +41,11 @@ that can be said ("all N nodes agree at X GB/s"), never a bare "healthy".
 NVLink domains (`domains`, where nodes lie in two or more): pairs are matched, retested and gated
 inside each domain, and a probe is judged against the level of its own span (inside one domain:
 over NVLink; across: over the network), never one level over both.
+
+Leaf switches (`leaves`, --topology): a round of pairs inside each leaf, then one of every node
+across leaves (run whole: each uplink loaded as a job loads it), before the fresh pairs; pairs are
+judged inside a leaf or across ('leaf', 'spine'), and a slow uplink (qualify_switches) is the
+switch's verdict: the probes across it are no node's evidence, retests and gates keep off it.
 """
 
 from __future__ import annotations
@@ -165,8 +170,8 @@ class Qualifier:
                 self._queue.append([Probe(Phase.INTRA, (i,)) for i in self._open()])
                 return True
         state = self._assess()
-        whole = self._stage is QualifyStep.PAIRS and self._fresh < len(self._leaf_rounds)  # the round across: no
-        retests = [] if whole else self._confirmations() + self._plan_retests(state)  # node kept from it
+        whole = self._stage is QualifyStep.PAIRS and self._fresh < len(self._leaf_rounds)  # leaves' rounds: whole
+        retests = [] if whole else self._confirmations() + self._plan_retests(state)
         busy = {n for p in retests for n in p.nodes}
         fresh = []
         if self._stage is QualifyStep.PAIRS and (self._fresh < self._rounds_of_fresh or self._waiting):
