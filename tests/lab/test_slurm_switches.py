@@ -43,8 +43,12 @@ def slurm_leaves(labs):
 
 
 def test_slurm_knows_the_leaves(slurm_leaves):
+    """What Slurm 22.05 says (tests/unit/test_qualify_switches.py reads the same text): the spine lists
+    every node below it beside its switches."""
     said = slurm_leaves.scontrol("show", "topology")
-    assert "SwitchName=leaf0 " in said and "Nodes=slm[0-2]" in said and "Nodes=slm[3-5]" in said, said
+    assert said == ("SwitchName=leaf0 Level=0 LinkSpeed=1 Nodes=slm0,slm1,slm2\n"
+                    "SwitchName=leaf1 Level=0 LinkSpeed=1 Nodes=slm3,slm4,slm5\n"
+                    "SwitchName=spine Level=1 LinkSpeed=1 Nodes=slm[0-5] Switches=leaf[0-1]\n"), said
 
 
 def test_qualify_in_a_job_reads_slurms_topology_and_names_the_slow_path_drains_nothing(slurm_leaves, tmp_path):
