@@ -42,11 +42,9 @@ NVLink domains (`domains`, where nodes lie in two or more): pairs are matched, r
 inside each domain, and a probe is judged against the level of its own span (inside one domain:
 over NVLink; across: over the network), never one level over both.
 
-Leaf switches (`leaves`, --topology): a round of pairs inside each leaf, then one of every node
-across leaves (run whole: each uplink loaded as a job loads it), before the fresh pairs; pairs are
-judged inside a leaf or across ('leaf', 'spine'), and a slow uplink (qualify_switches) is the
-switch's verdict: the probes across it are no node's evidence, retests and gates keep off it.
-"""
+Leaf switches (`leaves`, --topology): rounds of leaves first (qualify_pairing.leaf_rounds); pairs
+judged inside a leaf or across ('leaf', 'spine'); a slow uplink (qualify_switches) is the switch's
+verdict: the probes across it are no node's evidence, retests and gates keep off it."""
 
 from __future__ import annotations
 
@@ -66,10 +64,10 @@ from orchestrator.sweep.qualify_judging import (
 )
 from orchestrator.sweep.qualify_pairing import (
     LOOKS,
-    across_round,
     circle_round,
     circle_rounds,
     fresh_rounds,
+    leaf_rounds,
     plan_retests,
 )
 from orchestrator.sweep.qualify_switches import SlowUplink
@@ -133,12 +131,10 @@ class Qualifier:
         # each domain's order for the circle method: its rounds give every pair once
         self._orders = [self._rng.sample(g, len(g)) for g in self._groups or [list(range(self.n_nodes))]]
         self._rounds_of_fresh = max((fresh_rounds(len(o)) for o in self._orders), default=0)
-        # under leaf switches, first a round of pairs inside each leaf (pairs at random are mostly
-        # across leaves), then one of pairs across leaves, every node in one (each uplink loaded as a
-        # job loads it): what a leaf's pairs across are judged beside, and by (qualify_switches)
-        leaf_groups = [] if self._groups else qualify_switches.sides(self.leaves, [], range(self.n_nodes), True)
-        self._leaf_rounds = [r for r in ([p for g in leaf_groups for p in circle_round(self._rng.sample(g, len(g)), 0)],
-                                         across_round(self.leaves, leaf_groups, self._rng)) if r]
+        # under leaf switches, the rounds of leaves before the fresh pairs (see the module's docstring)
+        self._leaf_rounds = leaf_rounds(self.leaves, [] if self._groups else qualify_switches.sides(
+            self.leaves, [], range(self.n_nodes), True), self._rng)
+        self._loading, self._loaded_ids, self._loaded = set(), set(), set()  # rounds across: pairs, probes, results
         self._rounds_of_fresh += len(self._leaf_rounds)
         # a bound no qualification should meet: fresh rounds, a node's own probes in each class, bisections
         self.max_rounds = 2 * (self._rounds_of_fresh + 3 * DISAGREEING_PROBES_DECISIVE) + 2 * max(
@@ -171,7 +167,8 @@ class Qualifier:
                 return True
         state = self._assess()
         whole = self._stage is QualifyStep.PAIRS and self._fresh < len(self._leaf_rounds)  # leaves' rounds: whole
-        retests = [] if whole else self._confirmations() + self._plan_retests(state)
+        retests = [] if whole else self._confirmations() + plan_retests(
+            state, self._out, lambda n, p: self._same_domain(p, n) and not self._on_uplink(Probe(Phase.RETEST, (n, p))))
         busy = {n for p in retests for n in p.nodes}
         fresh = []
         if self._stage is QualifyStep.PAIRS and (self._fresh < self._rounds_of_fresh or self._waiting):
@@ -185,8 +182,8 @@ class Qualifier:
             return self._advance()  # a round whose fresh pairs were all taken: the next one
         self._stage = QualifyStep.GATES
         open_ = set(self._open())
-        groups = self._groups or qualify_switches.sides(self.leaves, self.uplinks, range(self.n_nodes))
-        gates = [Probe(Phase.GATE, members) for group in groups  # a gate per domain, per side of a slow uplink
+        gates = [Probe(Phase.GATE, members) for group in self._groups or qualify_switches.sides(  # a gate per
+                 self.leaves, self.uplinks, range(self.n_nodes))  # domain, per side of a slow uplink
                  if len(members := tuple(sorted(open_.intersection(group)))) > 2]
         if self._gate_again and self._gates < _MAX_GATES and gates:
             self._gates, self._gate_again = self._gates + 1, False
@@ -224,6 +221,7 @@ class Qualifier:
             k = self._fresh - len(self._leaf_rounds)  # the rounds of leaves first, whole, where there are any
             self._waiting = self._leaf_rounds[self._fresh] + self._waiting if k < 0 else self._waiting + [
                 pair for order in self._orders for pair in circle_round(order, k)]
+            self._loading = set(self._leaf_rounds[self._fresh]) if k < 0 and self._fresh > 0 else set()
         out, left = [], []
         for a, b in self._waiting:
             if self._stuck(a) or self._stuck(b):
@@ -232,6 +230,8 @@ class Qualifier:
                 left.append((a, b))
                 continue
             out.append(Probe(Phase.PAIRS, (a, b)))
+            if (a, b) in self._loading:
+                self._loaded_ids.add(id(out[-1]))
             busy = busy | {a, b}
         self._waiting = left
         return out
@@ -243,10 +243,6 @@ class Qualifier:
     def _stuck(self, node: int) -> bool:
         """Named for good, or hung or failed so far: a probe with it would wait for its deadline."""
         return node in self.verdicts or self._tentative.get(node) in (Outcome.HANG, Outcome.FAILED, Outcome.LOST)
-
-    def _plan_retests(self, state: dict[int, NodeState]) -> list[Probe]:
-        return plan_retests(state, self._out, lambda n, p: self._same_domain(p, n) and not self._on_uplink(
-            Probe(Phase.RETEST, (n, p))))
 
     def _same_domain(self, a: int, b: int) -> bool:
         return self._group_of.get(a) == self._group_of.get(b)
@@ -272,13 +268,17 @@ class Qualifier:
     def record(self, results: list[Result]) -> list[Result]:
         """Take a round's results; returns them judged (slow or not) against every probe so far."""
         for r in results:
+            if id(r.probe) in self._loaded_ids:
+                self._loaded.add(len(self._results))
             self._results.append(r)
             self._blame(r)
         self._judgement = Judgement(self._results, self.reference, self.prior, self.threshold, self.min_fraction,
                                     self._span)
-        if any(self.leaves):  # the probes across a slow uplink are its evidence, no node's
-            self.uplinks = qualify_switches.find(self._judgement.all_judged(), self.leaves, self.threshold)
-            self._judgement.theirs = self._on_uplink
+        if any(self.leaves):  # the probes across a slow uplink are its evidence, no node's (nor a level's)
+            self.uplinks = qualify_switches.find(self._judgement.all_judged(), self.leaves, self.threshold,
+                                                 self._loaded)
+            self._judgement = Judgement(self._results, self.reference, self.prior, self.threshold,
+                                        self.min_fraction, self._span, self._on_uplink)
         judged = [self._judgement.judged(r) for r in results]
         for r in judged:
             if r.status is not Outcome.PASS and r.probe.phase is Phase.GATE:

@@ -98,10 +98,10 @@ class Judgement:
     """Every probe so far judged against its kind's level, and each node's state from them."""
 
     def __init__(self, results: list[Result], reference: Reference, prior: Prior, threshold: float,
-                 min_fraction: float, span: Callable[[Probe], str | None]) -> None:
+                 min_fraction: float, span: Callable[[Probe], str | None], theirs=None) -> None:
         self._reference, self._prior, self._threshold, self._min_fraction = reference, prior, threshold, min_fraction
         self._span = span
-        self.theirs: Callable[[Probe], bool] = lambda probe: False  # a slow uplink's evidence: no node's
+        self.theirs: Callable[[Probe], bool] = theirs or (lambda probe: False)  # a slow uplink's: no node's, no level's
         self._results = list(results)
         self._levels: dict[tuple[Phase, str | None], Level | None] = {}
         family = self._family = judged_family(len({n for r in results for n in r.probe.nodes}))
@@ -109,7 +109,7 @@ class Judgement:
             keys = {span(r.probe) for r in results if r.probe.phase.kind is kind}
             for key in keys:
                 done = [r for r in results if r.status is Outcome.PASS and r.probe.phase.kind is kind
-                        and span(r.probe) == key]
+                        and span(r.probe) == key and not self.theirs(r.probe)]
                 self._levels[kind, key] = healthy_level([r.busbw for r in done], prior, family,
                                                         [r.probe.nodes for r in done]) if len(done) >= 2 else None
         self._judged = [self._judge(r) for r in self._results]

@@ -61,6 +61,14 @@ def across_round(leaves: tuple[str | None, ...], groups: list[list[int]], rng: r
     return [(flat[i], flat[i + half]) for i in range(half) if leaves[flat[i]] != leaves[flat[i + half]]]
 
 
+def leaf_rounds(leaves: tuple[str | None, ...], groups: list[list[int]], rng: random.Random) -> list[list[tuple]]:
+    """Qualify's rounds under leaf switches (`groups`: the nodes under each leaf), before its fresh
+    pairs: one of pairs inside each leaf (pairs at random are mostly across leaves), then two of
+    every node across leaves (across_round), each uplink loaded as a job loads it; empty ones left out."""
+    inside = [p for g in groups for p in circle_round(rng.sample(g, len(g)), 0)]
+    return [r for r in (inside, across_round(leaves, groups, rng), across_round(leaves, groups, rng)) if r]
+
+
 def plan_retests(state: dict[int, NodeState], out: Callable[[int], bool],
                  allowed: Callable[[int, int], bool]) -> list[Probe]:
     """Each node that needs a measurement of its own, with as many partners that proved fast as it

@@ -3,8 +3,9 @@ whose pairs across it are slow while its pairs inside are fast has a slow uplink
 are not named for it. Pure.
 
 The rule is the report's (analysis/uplinks.py `slow_uplinks`, the one rule for both), over
-qualify's probes of two nodes (fresh pairs and retests) whose speed was judged: their node pairs,
-busbw and slow flags, with the nodes that proved fast in some probe with others. A probe that
+qualify's probes of two nodes whose speed was judged: the pairs inside leaves (every round), and
+across leaves the pairs of its rounds across leaves (every node across at once: each uplink
+carries all its leaf's flows, as in a job), with the nodes that proved fast in some probe with others. A probe that
 crosses a slow uplink (some member under one of its leaves, another not) is the uplink's
 evidence and no node's (Judgement.states leaves it out): the pairs of a round that cross it share
 it, so what one pair got says nothing of its nodes. Retests and gates keep off a slow uplink (a
@@ -57,9 +58,14 @@ def pair_probes(judged: list[Result]) -> list[Result]:
             and r.status in (Outcome.PASS, Outcome.SLOW) and r.reference is not None and r.busbw is not None]
 
 
-def find(judged: list[Result], leaves: tuple[str | None, ...], threshold: float) -> list[SlowUplink]:
-    """The slow uplinks qualify's judged probes show (nodes without a leaf take no part)."""
-    pairs = pair_probes(judged)
+def find(judged: list[Result], leaves: tuple[str | None, ...], threshold: float,
+         loaded: set[int] = frozenset()) -> list[SlowUplink]:
+    """The slow uplinks qualify's judged probes show (nodes without a leaf take no part). `loaded`:
+    the indices (in `judged`) of the probes of the rounds across leaves; where there are any, the
+    pairs across leaves judged are theirs alone: a pair at random shares its uplink with however many
+    of its round happened to cross it, which says little of what the uplink carries."""
+    pairs = [r for i, r in enumerate(judged) if r in pair_probes([r]) and (
+        not loaded or i in loaded or len({leaves[n] for n in r.probe.nodes}) == 1)]
     if not pairs or not any(leaves):
         return []
     proven = {n for r in judged if r.status is Outcome.PASS and r.reference is not None and len(r.probe.nodes) > 1
