@@ -51,14 +51,21 @@ def circle_rounds(nodes: list[int]) -> list[list[Probe]]:
 
 def across_round(leaves: tuple[str | None, ...], groups: list[list[int]], rng: random.Random) -> list[tuple[int, int]]:
     """One round of pairs across leaves (`groups`: the nodes under each leaf), every node in one
-    where no leaf holds more than half of them: the nodes in leaf order, the largest leaf first
-    (each leaf's own order shuffled), node i paired with node i + n/2; a pair that would fall inside
-    one leaf (a leaf of more than half) is left out. [] with fewer than two leaves."""
+    where no leaf holds more than half of them: a node of the leaf with the most nodes left, paired
+    with a node of another leaf drawn at random (weighted by the nodes it has left), so that each
+    leaf's pairs spread over the others (a leaf paired wholly with one other could not tell its
+    uplink from that one's). A leaf of more than half keeps its surplus unpaired. [] with fewer
+    than two leaves."""
     if len(groups) < 2:
         return []
-    flat = [n for g in sorted(groups, key=lambda g: (-len(g), leaves[g[0]] or "")) for n in rng.sample(g, len(g))]
-    half = len(flat) // 2
-    return [(flat[i], flat[i + half]) for i in range(half) if leaves[flat[i]] != leaves[flat[i + half]]]
+    left = [rng.sample(g, len(g)) for g in groups]
+    pairs = []
+    while True:
+        open_ = sorted((k for k in range(len(left)) if left[k]), key=lambda k: (-len(left[k]), rng.random()))
+        if len(open_) < 2:
+            return pairs
+        other = rng.choices(open_[1:], [len(left[k]) for k in open_[1:]])[0]
+        pairs.append((left[open_[0]].pop(), left[other].pop()))
 
 
 def leaf_rounds(leaves: tuple[str | None, ...], groups: list[list[int]], rng: random.Random) -> list[list[tuple]]:

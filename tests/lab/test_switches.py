@@ -23,6 +23,7 @@ import json
 import pytest
 
 from orchestrator.lab import cluster as labmod
+from orchestrator.results import dataset
 from tests.helpers import run_cli
 from tests.lab.conftest import Lab, require_lab
 
@@ -100,6 +101,11 @@ def _qualify(lab, tmp_path, exit_code: int) -> tuple[dict, list[dict]]:
     assert proc.returncode == exit_code, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     assert f"collbench: switches from {tree}: leaf0 3 node(s), leaf1 3 node(s)" in proc.stderr, proc.stderr[-2000:]
+    # the manifest keeps the tree judged by and each node's leaf
+    kept = json.loads(dataset.manifest(str(tmp_path / "results"), out["run_id"])["switches"])
+    ips = lab.node_ips
+    assert kept["source"] == tree and kept["leaves"] == {ip: f"leaf{i // 3}" for i, ip in enumerate(ips)}, kept
+    assert kept["switches"] == {"spine": ["leaf0", "leaf1"]}, kept
     return {v["node"]: v["verdict"] for v in out["nodes"]}, out["switches"]
 
 
