@@ -17,6 +17,7 @@ process sessions, slurmd and all a job started by the node's network namespace: 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -25,8 +26,14 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from orchestrator.lab import cluster as labmod
 from orchestrator.lab import raynodes
+from tests.lab.conftest import Lab, require_lab
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+VENV = sys.prefix  # the venv running the tests: the jobs run the same collbench
 
 DAEMONS = ("slurmctld", "slurmd", "munged", "sbatch", "scontrol", "sinfo", "scancel")
 # The lab's stand-in for proctrack/cgroup, which a site uses and this host cannot (no cgroup tree of its
@@ -72,6 +79,26 @@ def which(name: str) -> str | None:
 def missing() -> list[str]:
     """What this host lacks for a Slurm lab (.ci/run installs slurm-wlm and munge)."""
     return [name for name in (*DAEMONS, "nsenter", "unshare") if not which(name)]
+
+
+@contextlib.contextmanager
+def lab_slurm(labs, nodes: int, leaves: int = 1):
+    """A SlurmLab for a test module (after the other labs are closed: one at a time on this 2-core
+    host), torn down after it; skipped, or failed under COLLBENCH_REQUIRE_LAB, without Slurm."""
+    require_lab()
+    lacking = missing()
+    if lacking:
+        message = f"the Slurm lab needs {', '.join(lacking)} (apt-get install slurm-wlm munge)"
+        if os.environ.get("COLLBENCH_REQUIRE_LAB"):
+            pytest.fail(message + " (required: COLLBENCH_REQUIRE_LAB is set)")
+        pytest.skip(message)
+    labs.close()
+    Lab._third_octet += 1
+    lab = SlurmLab("s" + os.urandom(2).hex(), nodes, f"10.214.{Lab._third_octet}.0/24", leaves=leaves)
+    try:
+        yield lab
+    finally:
+        lab.down()
 
 
 class SlurmLab:

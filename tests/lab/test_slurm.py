@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 
 import pandas as pd
@@ -32,32 +31,17 @@ import pytest
 
 from orchestrator.lab import cluster as labmod
 from orchestrator.results import dataset
-from tests.lab.conftest import Lab, require_lab
-from tests.lab.slurmlab import SlurmLab, missing, site_script
+from tests.lab.slurmlab import ROOT, VENV, lab_slurm, site_script
 
 pytestmark = pytest.mark.lab
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-VENV = sys.prefix  # the venv running the tests: the jobs run the same collbench
 NODES = 3
 JOB_TIMEOUT_S = 420
 
 
 @pytest.fixture(scope="module")
 def slurm(labs):
-    require_lab()
-    lacking = missing()
-    if lacking:
-        message = f"the Slurm lab needs {', '.join(lacking)} (apt-get install slurm-wlm munge)"
-        if os.environ.get("COLLBENCH_REQUIRE_LAB"):
-            pytest.fail(message + " (required: COLLBENCH_REQUIRE_LAB is set)")
-        pytest.skip(message)
-    labs.close()  # one lab at a time on this 2-core host
-    Lab._third_octet += 1
-    lab = SlurmLab("s" + os.urandom(2).hex(), NODES, f"10.214.{Lab._third_octet}.0/24")
-    try:
+    with lab_slurm(labs, NODES) as lab:
         yield lab
-    finally:
-        lab.down()
 
 
 def _sweep(slurm, tmp_path, sweep: str, *args: str) -> tuple[int, str]:

@@ -9,37 +9,21 @@ drained: a switch is no node's to drain."""
 from __future__ import annotations
 
 import os
-import sys
 
 import pytest
 
 from orchestrator.lab import cluster as labmod
-from tests.lab.conftest import Lab, require_lab
-from tests.lab.slurmlab import SlurmLab, missing, site_script
+from tests.lab.slurmlab import ROOT, VENV, lab_slurm, site_script
 
 pytestmark = pytest.mark.lab
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-VENV = sys.prefix  # the venv running the tests: the jobs run the same collbench
 NODES = 6
 JOB_TIMEOUT_S = 420
 
 
 @pytest.fixture(scope="module")
 def slurm_leaves(labs):
-    require_lab()
-    lacking = missing()
-    if lacking:
-        message = f"the Slurm lab needs {', '.join(lacking)} (apt-get install slurm-wlm munge)"
-        if os.environ.get("COLLBENCH_REQUIRE_LAB"):
-            pytest.fail(message + " (required: COLLBENCH_REQUIRE_LAB is set)")
-        pytest.skip(message)
-    labs.close()  # one lab at a time on this 2-core host
-    Lab._third_octet += 1
-    lab = SlurmLab("t" + os.urandom(2).hex(), NODES, f"10.214.{Lab._third_octet}.0/24", leaves=2)
-    try:
+    with lab_slurm(labs, NODES, leaves=2) as lab:
         yield lab
-    finally:
-        lab.down()
 
 
 def test_slurm_knows_the_leaves(slurm_leaves):
