@@ -12,7 +12,7 @@ uplink's nodes must not be), node false negatives (the planted node passed); and
 `--without`: the same clusters qualified without the switch tree (what qualify did before).
 
     python benchmarks/qualify_switch_errors.py [--clusters 20] [--profiles lab,gpu,shared]
-        [--nodes 16,64,256] [--leaf 8] [--without]
+        [--nodes 16,64,256] [--leaf 8] [--uplink 0.4] [--without]
 """
 
 from __future__ import annotations
@@ -33,16 +33,17 @@ LEAF = 8
 FAULTS = ("none", "uplink 40%", "uplink 40% + node 40%", "two uplinks 40%")
 
 
-def plant(fault: str, n: int, leaf_nodes: int, rng: random.Random) -> tuple[tuple[str, ...], dict, dict]:
+def plant(fault: str, n: int, leaf_nodes: int, rng: random.Random,
+          factor: float = 0.4) -> tuple[tuple[str, ...], dict, dict]:
     """Each node's leaf, the slow uplinks (leaf -> factor), the slow nodes (node -> factor)."""
     count = max(2, n // leaf_nodes)
     leaves = tuple(f"leaf{i * count // n}" for i in range(n))
     chosen = rng.sample(range(count), 2)
     if fault == "none":
         return leaves, {}, {}
-    uplink = {f"leaf{chosen[0]}": 0.4}
+    uplink = {f"leaf{chosen[0]}": factor}
     if fault == "two uplinks 40%":
-        uplink[f"leaf{chosen[1]}"] = 0.4
+        uplink[f"leaf{chosen[1]}"] = factor
     slow = {}
     if fault == "uplink 40% + node 40%":
         slow = {rng.choice([i for i in range(n) if leaves[i] == f"leaf{chosen[1]}"]): 0.4}
@@ -50,12 +51,12 @@ def plant(fault: str, n: int, leaf_nodes: int, rng: random.Random) -> tuple[tupl
 
 
 def rates(fault: str, n: int, noise: float, clusters: int, seed: int, leaf_nodes: int,
-          without: bool = False) -> tuple[float, ...]:
+          without: bool = False, factor: float = 0.4) -> tuple[float, ...]:
     rng = random.Random(f"{seed}-{n}-{noise}-{fault}")
     up_fp = up_fn = node_fp = node_fn = leaves_healthy = leaves_planted = nodes_healthy = nodes_planted = 0
     most = 0
     for k in range(clusters):
-        leaves, uplink, slow = plant(fault, n, leaf_nodes, rng)
+        leaves, uplink, slow = plant(fault, n, leaf_nodes, rng, factor)
         model = Model(n, 1, noise=Noise(noise, "lognormal"), seed=rng.randrange(1 << 30), leaves=leaves,
                       uplink=uplink, slow=slow)
         q = simulate(model, leaves=() if without else None)
@@ -85,6 +86,8 @@ def main() -> None:
     ap.add_argument("--nodes", default=",".join(map(str, NODES)), help="node counts, comma-separated")
     ap.add_argument("--leaf", type=int, default=LEAF, help=f"nodes under a leaf (default: {LEAF})")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--uplink", type=float, default=0.4,
+                    help="a slow uplink's share of its leaf's links (default: 0.4; the faults' names keep 40%%)")
     ap.add_argument("--without", action="store_true", help="qualify without the switch tree (the before-figure)")
     a = ap.parse_args()
     nodes = [int(x) for x in a.nodes.split(",")]
@@ -92,11 +95,12 @@ def main() -> None:
         ap.error(f"--nodes {a.nodes}: each at least two leaves of {a.leaf}")
 
     def cell(fault: str, i: int, noise: float) -> str:
-        *shares, most = rates(fault, nodes[i], noise, a.clusters, a.seed, a.leaf, a.without)
+        *shares, most = rates(fault, nodes[i], noise, a.clusters, a.seed, a.leaf, a.without, a.uplink)
         return f"{cells(shares)} ({most})"
     without = "; qualified WITHOUT the switch tree" if a.without else ""
     print_tables(a.profiles, f"uplink FP % / uplink FN % / node FP % / node FN % (most rounds); leaves of {a.leaf} "
-                 f"nodes, a slow uplink shared per round{without}", [f"N={n}" for n in nodes], FAULTS, cell)
+                 f"nodes, a slow uplink at {a.uplink:g} of them shared per round{without}", [f"N={n}" for n in nodes],
+                 FAULTS, cell)
 
 
 if __name__ == "__main__":
