@@ -39,9 +39,10 @@ class Model:
     `hang` nodes stop every probe they are in (and do not answer a ping); an intermittent node is
     slow in a probe with probability `intermittent_share`). Leaf switches (`leaves`, each node's):
     a leaf in `uplink` carries that factor times its nodes' links to the rest, shared by the probes
-    of a round that cross it (members on both sides), unequally (log-normal, sigma `share_sigma`),
-    as the lab's measured (benchmarks/uplink_errors.py `--contention`); a healthy uplink carries its
-    leaf's links at full rate."""
+    of a round that cross it (members on both sides), unequally (log-normal, sigma `share_sigma`;
+    a probe across two slow uplinks limited by the smaller share), as the lab's measured
+    (benchmarks/uplink_errors.py `--contention`); a healthy uplink carries its leaf's links at full
+    rate."""
 
     n_nodes: int
     ranks_per_node: int = 8
@@ -77,6 +78,7 @@ class Model:
     def run_round(self, probes: list[Probe], rng: random.Random) -> list[Result]:
         """A round's probes at once: each as `run`, then limited by its share of each slow uplink it crosses."""
         results = [self.run(p, rng) for p in probes]
+        limit = [1.0] * len(probes)  # the tightest share of a slow uplink each probe crosses (two: the smaller)
         for leaf, factor in self.uplink.items():
             crossing = [i for i, p in enumerate(probes) if results[i].status is Outcome.PASS
                         and len({self.leaves[n] == leaf for n in p.nodes}) == 2]
@@ -85,9 +87,8 @@ class Model:
                 continue
             shares = [math.exp(rng.gauss(0.0, self.share_sigma)) for _ in crossing]
             for i, share in zip(crossing, shares):
-                got = min(1.0, fair * share * len(shares) / sum(shares))
-                results[i] = Result(probes[i], Outcome.PASS, results[i].busbw * got)
-        return results
+                limit[i] = min(limit[i], fair * share * len(shares) / sum(shares))
+        return [Result(p, Outcome.PASS, r.busbw * x) if x < 1.0 else r for p, r, x in zip(probes, results, limit)]
 
 
 def simulate(model: Model, threshold: float = 0.10, reference: Reference | None = None,

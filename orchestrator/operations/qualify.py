@@ -84,7 +84,7 @@ def qualify(options: QualifyOptions, *, voice: Voice = COMMAND_LINE, log: TextIO
     """Qualify the cluster's nodes (or the sweep's `nodes`, or a caller's placement group's); a
     verdict per node with its evidence. `log`: where failed probes are printed (None: nowhere)."""
     entries = user_expected(options.expected)  # a bad file refused before the output is touched
-    tree = switch_tree(options.topology, os.environ)
+    tree = switch_tree(options.topology, os.environ, voice)
     sched = scheduler.chosen(options.scheduler, os.environ)
     if options.drain and sched is Scheduler.NONE:
         raise UsageError("--drain: no scheduler to drain in (not inside a Slurm job or a Kubernetes pod); "
@@ -111,15 +111,20 @@ def out_of_service(result: Qualification, sched: Scheduler, drain: bool) -> Qual
     return result
 
 
-def switch_tree(path: str | None, environ: Mapping[str, str]) -> Topology | None:
-    """The switch tree qualify judges by: the file at `path`; without one, inside a Slurm job, what
-    `scontrol show topology` says where the site configured a tree; "none": none."""
+def switch_tree(path: str | None, environ: Mapping[str, str], voice: Voice = COMMAND_LINE) -> Topology | None:
+    """The switch tree qualify judges by: the file at `path` (refused where it does not parse);
+    without one, inside a Slurm job, what `scontrol show topology` says where the site configured
+    a tree (one that does not parse is said, and qualify goes on without it); "none": none."""
     if path == "none":
         return None
     if path:
         return topology.read(path)
     said = scheduler.slurm_topology(environ)
-    return topology.parse_scontrol(said) if said else None
+    try:
+        return topology.parse_scontrol(said) if said else None
+    except UsageError as e:
+        voice.warn(f"collbench: warning: {e}; qualifying without a switch tree (--topology FILE gives one)")
+        return None
 
 
 def qualify_spec(base: SweepSpec | None = None, options: Mapping[str, Any] = NONE,

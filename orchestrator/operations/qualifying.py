@@ -95,16 +95,18 @@ def qualification(spec: SweepSpec, *, threshold: float = PEER_THRESHOLD, min_fra
         leaf_of = _placed(switches, inv)  # a node the tree does not list refused before any worker starts
         q = Qualifier(len(inv.nodes), rpn, threshold, seed=seed, min_fraction=min_fraction,
                       domains=tuple(n.nvlink_domain for n in inv.nodes), prior=prior_for(backend, True),
-                      leaves=tuple(leaf_of[n.ip] for n in inv.nodes) if leaf_of else ())
+                      leaves=tuple(leaf_of.get(n.ip) for n in inv.nodes) if leaf_of else ())
         done["q"], done["inv"] = q, inv
         collector = _Collector(inv, Deadlines(spec.group_timeout_s))
         shown = [console.Console(None, log, rows=False)] if log is not None else []
         runner, outcome = session.start(0, [*shown, collector], command="qualify")
         if switches is not None:
             session.manifest["switches"] = json.dumps({**switches.to_json(), "leaves": leaf_of})
+            unplaced = [n.hostname for n in inv.nodes if n.ip not in leaf_of]
             voice.say(f"collbench: switches from {switches.source}: " + ", ".join(
                 f"{leaf} {sum(v == leaf for v in leaf_of.values())} node(s)" for leaf in dict.fromkeys(
-                    leaf_of[n.ip] for n in inv.nodes)))
+                    leaf_of[n.ip] for n in inv.nodes if n.ip in leaf_of)) + (
+                f"; under none of them, judged without a leaf: {', '.join(unplaced)}" if unplaced else ""))
         say_warnings(session.diagnosis, voice)
         q.reference = _reference(report.entries(session.manifest, user_entries or []), session, spec)
         voice.say(f"collbench: qualify {run_id} on {session.where}: {len(inv.nodes)} node(s), {inv.world_size} "
@@ -256,7 +258,9 @@ def _round_line(rnd: int, probes: list[Probe], judged: list[Result], limit_s: fl
 
 def _placed(switches: Topology | None, inv: Inventory) -> dict[str, str]:
     """Each node's leaf (by IP) under `switches`, the nodes matched by Slurm name (inside a job:
-    `scontrol show node`'s host name and address), host name or IP; {} without a tree."""
+    `scontrol show node`'s host name and address), host name or IP; {} without a tree. A node a
+    given file does not list is refused; one Slurm's own tree does not list (Slurm allows it) is
+    judged without a leaf."""
     if switches is None:
         return {}
     slurm = scheduler.slurm_nodes(os.environ)
@@ -264,7 +268,8 @@ def _placed(switches: Topology | None, inv: Inventory) -> dict[str, str]:
     def name(node) -> str | None:
         known = {node.ip, node.hostname, node.hostname.split(".")[0]}
         return next((s for s, other in slurm.items() if ({s} | other) & known), None)
-    return topology.place(switches, [(n.ip, n.hostname, name(n)) for n in inv.nodes])
+    return topology.place(switches, [(n.ip, n.hostname, name(n)) for n in inv.nodes],
+                          strict=switches.source != topology.SCONTROL)
 
 
 def _verdicts(q: Qualifier, inv: Inventory, names: dict[str, str]) -> list[NodeVerdict]:

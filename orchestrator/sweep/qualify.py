@@ -322,7 +322,7 @@ class Qualifier:
                 if self._out(node) or not s.unresolved:
                     continue
                 bad = [e for e in self.evidence[node] if e.status is not Outcome.PASS and not e.culprits
-                       and e.probe.phase.kind is not Phase.GATE]
+                       and e.probe.phase.kind is not Phase.GATE and not self._on_uplink(e.probe)]
                 if bad:
                     self._tentative[node] = bad[-1].status
                     self._why[node] = (f"{bad[-1].status.value} with partners that never proved fast: no node "
@@ -362,7 +362,7 @@ class Qualifier:
         if j is None or any(v is not Outcome.PASS for v in self.verdicts.values()) or self.reference.pair \
                 or self.uplinks:
             return None
-        level = j.level(Phase.PAIRS, None) or j.level(Phase.PAIRS, "intra") or j.level(Phase.PAIRS, "leaf")
+        level = next(filter(None, (j.level(Phase.PAIRS, s) for s in (None, "intra", "leaf", "spine"))), None)
         if level is None:
             return None
         # every node passed: a probe that did not was noise its retests cleared, and is said so

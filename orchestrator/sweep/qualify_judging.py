@@ -75,8 +75,7 @@ class NodeState:
     @property
     def good(self) -> bool:
         """A partner for others' retests: proved fast, nothing against it."""
-        return self.proven and self.verdict is None and not self.needs and not any(
-            k for k, _ in self.slow_of.values())
+        return self.proven and self.verdict is None and not self.needs and not any(k for k, _ in self.slow_of.values())
 
 
 def judged_family(nodes: int) -> float:
@@ -170,7 +169,8 @@ class Judgement:
 
     def unjudged_kinds(self) -> set[Phase]:
         """Kinds of probe that completed with nothing to judge their speed by."""
-        return {r.probe.phase.kind for r in self._judged if r.status is Outcome.PASS and r.reference is None}
+        return {r.probe.phase.kind for r in self._judged if r.status is Outcome.PASS and r.reference is None
+                and not self.theirs(r.probe)}  # a slow uplink's probes are judged, as the switch's evidence
 
     def states(self, n_nodes: int, verdicts: dict[int, Outcome], bisect_suspects: set[int]) -> dict[int, NodeState]:
         """Each node's state (nodes with a verdict keep theirs)."""
@@ -213,8 +213,8 @@ class Judgement:
         ambiguous = hung = False
         hangs = 0  # hung or failed pairs whose other member proved fast
         for r in mine:
-            if self.theirs(r.probe):
-                continue
+            if self.theirs(r.probe) and r.status in (Outcome.PASS, Outcome.SLOW):
+                continue  # its speed is the uplink's; a hang or a failure is still the node's
             pair = r.probe.phase is Phase.PAIRS and len(r.probe.nodes) == 2
             other = (r.probe.nodes[1] if r.probe.nodes[0] == node else r.probe.nodes[0]) if pair else None
             if r.status is Outcome.PASS:

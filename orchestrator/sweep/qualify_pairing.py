@@ -71,9 +71,10 @@ def across_round(leaves: tuple[str | None, ...], groups: list[list[int]], rng: r
 def leaf_rounds(leaves: tuple[str | None, ...], groups: list[list[int]], rng: random.Random) -> list[list[tuple]]:
     """Qualify's rounds under leaf switches (`groups`: the nodes under each leaf), before its fresh
     pairs: one of pairs inside each leaf (pairs at random are mostly across leaves), then two of
-    every node across leaves (across_round), each uplink loaded as a job loads it; empty ones left out."""
+    every node across leaves (across_round), each uplink loaded as a job loads it; all three where
+    there are leaves (one may be empty: leaves of one node, or one leaf), none without."""
     inside = [p for g in groups for p in circle_round(rng.sample(g, len(g)), 0)]
-    return [r for r in (inside, across_round(leaves, groups, rng), across_round(leaves, groups, rng)) if r]
+    return [inside, across_round(leaves, groups, rng), across_round(leaves, groups, rng)] if groups else []
 
 
 def plan_retests(state: dict[int, NodeState], out: Callable[[int], bool],

@@ -5,8 +5,8 @@ are not named for it. Pure.
 The rule is the report's (analysis/uplinks.py `slow_uplinks`, the one rule for both), over
 qualify's probes of two nodes whose speed was judged: the pairs inside leaves (every round), and
 across leaves the pairs of its rounds across leaves (every node across at once: each uplink
-carries all its leaf's flows, as in a job), with the nodes that proved fast in some probe with others. A probe that
-crosses a slow uplink (some member under one of its leaves, another not) is the uplink's
+carries all its leaf's flows, as in a job), with the nodes that proved fast in some probe with
+others. A probe that crosses a slow uplink (some member under one of its leaves, another not) is the uplink's
 evidence and no node's (Judgement.states leaves it out): the pairs of a round that cross it share
 it, so what one pair got says nothing of its nodes. Retests and gates keep off a slow uplink (a
 suspect's partners from its own side, gates one per side) so that a node is judged on paths the
@@ -28,8 +28,7 @@ class SlowUplink:
 
     switches: tuple[str, ...]
     nodes: tuple[int, ...]  # under its leaves: its evidence, none named for it
-    across: int  # probes across it judged
-    low: int  # ... of which slow
+    across: int  # probes across it judged (in the rounds across leaves)
     inside: int  # probes inside its leaves judged
     busbw_gbps: float  # the median across it
     factor: float  # that over the median of the other probes
@@ -42,14 +41,14 @@ class SlowUplink:
     def detail(self) -> str:
         what = f"the uplink of {self.switches[0]}" if len(self.switches) == 1 else \
             f"the path between {' and '.join(self.switches)}"
-        return (f"{what}: {self.low} of {self.across} pair probe(s) across it slow, their median {self.busbw_gbps:.4g} "
-                f"GB/s ({self.factor:.2f}x the others); {self.inside} inside at full speed")
+        return (f"{what}: {self.across} pair probe(s) across it in the rounds across leaves, their median "
+                f"{self.busbw_gbps:.4g} GB/s ({self.factor:.2f}x the others); {self.inside} inside at full speed")
 
     def to_json(self, names: list[str]) -> dict:
         """As qualify's JSON writes it; `names`: each node's name by its index."""
         return {"verdict": "slow_uplink", "switches": list(self.switches), "detail": self.detail,
-                "nodes": [names[n] for n in self.nodes], "across": self.across, "low": self.low,
-                "inside": self.inside, "busbw_gbps": self.busbw_gbps, "factor": round(self.factor, 4)}
+                "nodes": [names[n] for n in self.nodes], "across": self.across, "inside": self.inside,
+                "busbw_gbps": self.busbw_gbps, "factor": round(self.factor, 4)}
 
 
 def pair_probes(judged: list[Result]) -> list[Result]:
@@ -75,7 +74,7 @@ def find(judged: list[Result], leaves: tuple[str | None, ...], threshold: float,
     b = np.array([r.probe.nodes[1] for r in pairs])
     low = np.array([r.status is Outcome.SLOW for r in pairs])
     busbw = np.array([r.busbw for r in pairs], dtype=float)
-    return [SlowUplink(u.switches, u.nodes, u.across, u.low, u.inside, u.busbw_gbps, u.factor)
+    return [SlowUplink(u.switches, u.nodes, u.across, u.inside, u.busbw_gbps, u.factor)
             for u in slow_uplinks(leaf_of, a, b, low, busbw, proven, threshold)]
 
 

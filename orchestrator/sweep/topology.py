@@ -166,7 +166,10 @@ def _checked(topo: Topology) -> Topology:
     return topo
 
 
-def parse_scontrol(text: str, source: str = "scontrol show topology") -> Topology:
+SCONTROL = "scontrol show topology"  # the source of a tree read inside a Slurm job
+
+
+def parse_scontrol(text: str, source: str = SCONTROL) -> Topology:
     """What `scontrol show topology` says inside a job (`SwitchName=leaf1 Level=0 LinkSpeed=1
     Nodes=slm[0-2]`; a higher switch lists its switches and every node below them, which is left:
     a node's leaf is the lowest switch that lists it)."""
@@ -197,13 +200,17 @@ def read(path: str) -> Topology:
     return parse_conf(text, path)
 
 
-def place(topo: Topology, nodes: list[tuple[str, str | None, str | None]]) -> dict[str, str]:
+def place(topo: Topology, nodes: list[tuple[str, str | None, str | None]], strict: bool = True) -> dict[str, str]:
     """Each measured node's leaf: `nodes` as (IP, host name, scheduler name), matched by scheduler
-    name, then host name, then IP; one the topology does not list is refused, named."""
+    name, then host name (as given, then its first label), then IP; one the topology does not list
+    is refused, named (`strict`), or left out of the answer."""
     leaf_of = topo.leaf_of()
     out = {}
     for ip, host, name in nodes:
-        leaf = next((leaf_of[k] for k in (name, host, ip) if k and k in leaf_of), None)
+        short = host.split(".")[0] if host else None
+        leaf = next((leaf_of[k] for k in (name, host, short, ip) if k and k in leaf_of), None)
+        if leaf is None and not strict:
+            continue
         if leaf is None:
             shown = ", ".join(dict.fromkeys(k for k in (name, host, ip) if k))
             raise UsageError(f"--topology {topo.source}: node {shown} is under no switch of it")
