@@ -92,6 +92,7 @@ def test_a_run_waits_for_the_nodes_it_expects_and_stops_naming_those_that_joined
 OTHER_COMMANDS = [
     (["qualify", "-d", "all"], "--dtype all: qualify measures one"),
     (["qualify", "--collectives", "all_reduce,broadcast"], "--collective all_reduce,broadcast: qualify measures one"),
+    (["qualify", "--topology", "/nonexistent/topology.conf"], "--topology /nonexistent/topology.conf: cannot read it"),
     (["plan", "--inventory", "2x2cpu", "--backend", "nccl"], "--backend nccl: the cluster has no GPU"),
     (["plan", "--inventory", ""], "--inventory"),
 ]
