@@ -64,11 +64,13 @@ def add_parser(sub) -> None:
     p.add_argument("--topology", metavar="FILE",
                    help="the fabric's switch tree: Slurm's topology.conf (SwitchName=leaf1 Nodes=gpu[001-032]; "
                    "SwitchName=spine Switches=leaf[1-2]) or a YAML file of the same (switches: {leaf1: {nodes: "
-                   "[...]}}). A first round pairs nodes inside each leaf; pairs inside and across leaves are judged "
-                   "apart, and a leaf whose pairs across are slow while those inside are not is named slow_uplink "
-                   "(exit 1), its nodes not on their own (never drained for it). Nodes are matched by Slurm name, "
-                   "host name or IP; one the file does not list is refused. Default: inside a Slurm job, `scontrol "
-                   "show topology` where the site has a tree; none outside one ('none': no tree)")
+                   "[...]}}). A round of pairs inside each leaf and two of every node paired across leaves come "
+                   "first; pairs inside and across leaves are judged apart, and a leaf whose pairs across are slow "
+                   "while those inside are not is named slow_uplink (exit 1), its nodes not on their own (never "
+                   "drained for it). Nodes are matched by Slurm name, host name or IP; one the file does not list is "
+                   "refused (under Kubernetes, pod names rarely match: not supported yet). Default: inside a Slurm "
+                   "job, `scontrol show topology` where the site has a tree (a node it does not list is judged "
+                   "without a leaf); none outside one ('none': no tree)")
     add_doctor_option(p)
     p.set_defaults(handler=main)
 
