@@ -148,7 +148,11 @@ def test_under_slurm_rows_and_verdicts_carry_the_node_name_it_drains_by(tmp_path
     assert q.returncode == 0, q.stderr[-3000:]
     (verdict,) = json.loads(q.stdout)["nodes"]
     assert verdict["name"] == "slm7" and verdict["verdict"] == "pass"
-    assert verdict["action"] is None and verdict["drained"] is None and not (tmp_path / "bin" / "calls").exists()
+    assert verdict["action"] is None and verdict["drained"] is None
+    # scontrol was asked for the job's switch tree (it printed none: qualify went on without one), and
+    # for nothing else: no update, no drain
+    calls = (tmp_path / "bin" / "calls").read_text()
+    assert calls == "show\ntopology\n---\n", calls
 
 
 def _embedded_env(**extra: str) -> dict:
