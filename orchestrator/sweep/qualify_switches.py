@@ -51,10 +51,10 @@ class SlowUplink:
                 "busbw_gbps": self.busbw_gbps, "factor": round(self.factor, 4)}
 
 
-def pair_probes(judged: list[Result]) -> list[Result]:
-    """The probes of two nodes whose speed was judged (fresh pairs and retests)."""
-    return [r for r in judged if len(r.probe.nodes) == 2 and r.probe.phase.kind is Phase.PAIRS
-            and r.status in (Outcome.PASS, Outcome.SLOW) and r.reference is not None and r.busbw is not None]
+def judged_pair(r: Result) -> bool:
+    """A probe of two nodes whose speed was judged (a fresh pair or a retest)."""
+    return len(r.probe.nodes) == 2 and r.probe.phase.kind is Phase.PAIRS and r.status in (
+        Outcome.PASS, Outcome.SLOW) and r.reference is not None and r.busbw is not None
 
 
 def find(judged: list[Result], leaves: tuple[str | None, ...], threshold: float,
@@ -63,7 +63,7 @@ def find(judged: list[Result], leaves: tuple[str | None, ...], threshold: float,
     the indices (in `judged`) of the probes of the rounds across leaves; where there are any, the
     pairs across leaves judged are theirs alone: a pair at random shares its uplink with however many
     of its round happened to cross it, which says little of what the uplink carries."""
-    pairs = [r for i, r in enumerate(judged) if r in pair_probes([r]) and (
+    pairs = [r for i, r in enumerate(judged) if judged_pair(r) and (
         not loaded or i in loaded or len({leaves[n] for n in r.probe.nodes}) == 1)]
     if not pairs or not any(leaves):
         return []
