@@ -190,14 +190,15 @@ class Watched:
 def watch(sweep: SweepSpec | None = None, /, *, cycles: int = 1, every: str | float = "5m", baseline_cycles: int = 5,
           retention: str | float | None = None, reconnect_timeout: str | float = "5m",
           threshold: float = PEER_THRESHOLD, expected: str | None = None, min_fraction: float = MIN_FRACTION,
-          nodes: Sequence[str] | None = None, doctor: bool = True, on_cycle=None, verbose: bool = False,
-          **options: Any) -> Watched:
+          nodes: Sequence[str] | None = None, doctor: bool = True, scheduler: str = "auto", drain: bool = False,
+          topology: str | None = None, on_cycle=None, verbose: bool = False, **options: Any) -> Watched:
     """`collbench watch` from Python: `cycles` canary cycles (0: until SIGTERM), each given to
     `on_cycle` as it ends. One call is one watch, as one command is: the alerts that need several
     cycles (blind after 3 that measured nothing, intermittent when doubted in 2 of 6) are raised
     within a call, and a later call starts its rolling baseline from the cycles stored in `output`.
     Options as the command's (its canary's defaults: all_reduce 1M and 16M, every pair and every
-    node's own group); `verbose` prints the command's lines."""
+    node's own group); `scheduler`, `drain` and `topology` as qualify's (each named node's command
+    is on its cycle: `.actions`, and under `drain` `.drained`); `verbose` prints the command's lines."""
     from orchestrator.operations import watch as watching
 
     given = _with_nodes(nodes, options)
@@ -206,7 +207,8 @@ def watch(sweep: SweepSpec | None = None, /, *, cycles: int = 1, every: str | fl
     chosen = watching.WatchOptions(
         sweep=watching.SWEEPS.spec(sweep, given), every=every, cycles=cycles, baseline_cycles=baseline_cycles,
         retention=retention, reconnect_timeout=reconnect_timeout, threshold=threshold, expected=expected,
-        min_fraction=min_fraction, doctor=doctor, fit_ranks=not ranks_given)
+        min_fraction=min_fraction, doctor=doctor, fit_ranks=not ranks_given, scheduler=scheduler, drain=drain,
+        topology=topology)
     seen: list = []
     said: list[str] = []
 

@@ -94,3 +94,18 @@ def add_doctor_option(p: argparse.ArgumentParser) -> None:
                    "reachable on ephemeral ports, the same MTU, /dev/shm, memlock, GPUs in Ray) made in the workers "
                    "before the first group; a failed one refuses the run in one line naming the node")
 
+
+
+def add_scheduler_options(p: argparse.ArgumentParser, named: str) -> None:
+    """--scheduler and --drain (qualify, watch): the command that takes a node that `named` out of
+    service, printed, and run with --drain."""
+    from orchestrator.operations.qualify import SCHEDULERS
+
+    p.add_argument("--scheduler", choices=SCHEDULERS, default="auto",
+                   help=f"whose command takes a node that {named} out of service, printed for each such node: "
+                   "slurm (scontrol update NodeName=N State=DRAIN Reason=...), kubernetes (kubectl cordon N and a "
+                   "label collbench.io/verdict), none; auto: slurm inside a Slurm job, kubernetes inside a pod, "
+                   "else none (default: auto)")
+    p.add_argument("--drain", action="store_true",
+                   help=f"run that command for every node that {named} (never another one), one line each; "
+                   "one that fails (no privilege, no such node) is said with what the scheduler answered")

@@ -12,14 +12,19 @@ import argparse
 import json
 import sys
 
-from orchestrator.commands.options import add_doctor_option, add_expected_options, add_spec_options, spec_from_args
+from orchestrator.commands.options import (
+    add_doctor_option,
+    add_expected_options,
+    add_scheduler_options,
+    add_spec_options,
+    spec_from_args,
+)
 from orchestrator.commands.render import render_tables
 from orchestrator.operations import COMMAND_LINE, Voice
 from orchestrator.operations.checks import PEER_THRESHOLD
 from orchestrator.operations.qualify import (
     COLLECTIVES,
     DTYPES,
-    SCHEDULERS,
     SWEEPS,
     NodeVerdict,
     QualifyOptions,
@@ -53,14 +58,7 @@ def add_parser(sub) -> None:
     p.add_argument("--format", choices=("table", "json"), default="table",
                    help="verdicts as a table, or as JSON with fields node, verdict, evidence (default: table)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random pairing (default: 0)")
-    p.add_argument("--scheduler", choices=SCHEDULERS, default="auto",
-                   help="whose command takes a node that did not pass out of service, printed for each such node: "
-                   "slurm (scontrol update NodeName=N State=DRAIN Reason=...), kubernetes (kubectl cordon N and a "
-                   "label collbench.io/verdict), none; auto: slurm inside a Slurm job, kubernetes inside a pod, "
-                   "else none (default: auto)")
-    p.add_argument("--drain", action="store_true",
-                   help="run that command for every node that did not pass (never a passing one), one line each; "
-                   "one that fails (no privilege, no such node) is said with what the scheduler answered")
+    add_scheduler_options(p, "did not pass")
     p.add_argument("--topology", metavar="FILE",
                    help="the fabric's switch tree: Slurm's topology.conf (SwitchName=leaf1 Nodes=gpu[001-032]; "
                    "SwitchName=spine Switches=leaf[1-2]) or a YAML file of the same (switches: {leaf1: {nodes: "

@@ -8,7 +8,12 @@ import argparse
 import json
 import sys
 
-from orchestrator.commands.options import add_doctor_option, add_expected_options, add_spec_options
+from orchestrator.commands.options import (
+    add_doctor_option,
+    add_expected_options,
+    add_scheduler_options,
+    add_spec_options,
+)
 from orchestrator.operations.checks import PEER_THRESHOLD
 from orchestrator.operations.watch import SWEEPS, Cycle, WatchOptions, watch
 
@@ -39,10 +44,19 @@ def add_parser(sub) -> None:
     p.add_argument("--threshold", type=float, default=PEER_THRESHOLD,
                    help=f"a drop this fraction below its baseline, beyond the noise, is a drift (default: {PEER_THRESHOLD:g})")
     add_expected_options(p, "with an expected value, a node is slow")
+    add_scheduler_options(p, "a cycle's qualification names (slow, intermittent, hang, failed, lost; once per node "
+                          "per watch)")
+    p.add_argument("--topology", metavar="FILE",
+                   help="the fabric's switch tree, as qualify takes it: Slurm's topology.conf or its YAML form. Each "
+                   "cycle's pairs are judged inside and across leaves apart; a leaf whose pairs across are slow "
+                   "while those inside are not is one slow_uplink alert naming the switch, and its nodes are not "
+                   "suspects for it (never drained for it). A node the file does not list when the watch starts is "
+                   "refused (exit 2); one that joins later is judged without a leaf. Default: inside a Slurm job, "
+                   "`scontrol show topology` where the site has a tree; none outside one ('none': no tree)")
     add_doctor_option(p)
     p.add_argument("--format", choices=("table", "jsonl"), default="table",
                    help="a line per cycle, or one JSON object per cycle: cycle, started_at, nodes_checked, "
-                   "nodes_busy, alerts [node, kind, value, reference, message] (default: table)")
+                   "nodes_busy, alerts [node, kind, value, reference, message, action, drained] (default: table)")
     p.set_defaults(handler=main)
 
 
@@ -53,7 +67,8 @@ def main(args: argparse.Namespace) -> int:
                            baseline_cycles=args.baseline_cycles, retention=args.retention,
                            reconnect_timeout=args.reconnect_timeout, threshold=args.threshold, expected=args.expected,
                            min_fraction=args.min_fraction, doctor=not args.no_doctor,
-                           fit_ranks=args.ranks_per_node is None)
+                           fit_ranks=args.ranks_per_node is None, scheduler=args.scheduler, drain=args.drain,
+                           topology=args.topology)
     return watch(options, emit=_jsonl if args.format == "jsonl" else _line, say=_stderr)
 
 

@@ -23,7 +23,8 @@ class AlertKind(str, Enum):
     """What an alert says of a node (its JSON value is the string): a qualify verdict (slow,
     intermittent, hang, failed, lost); drift, a drop qualify could not judge; doctor, a quick check
     that failed (unreachable, another software version, another MTU, ...); blind, cycles in a row
-    that measured nothing (node "*", the whole watch); intermittent too where a node was doubted in
+    that measured nothing (node "*", the whole watch); slow_uplink, a leaf's pairs across slow while
+    those inside are not (node: the switch; with --topology); intermittent too where a node was doubted in
     several recent cycles and cleared by qualify each time (FLAP_CYCLES of FLAP_WINDOW)."""
 
     SLOW = "slow"
@@ -34,6 +35,7 @@ class AlertKind(str, Enum):
     DRIFT = "drift"
     DOCTOR = "doctor"
     BLIND = "blind"
+    SLOW_UPLINK = "slow_uplink"  # a leaf switch's uplink (node: the switch, or two leaves' path "leaf0,leaf1")
 
     def __str__(self) -> str:
         return self.value
@@ -64,13 +66,21 @@ class Cycle:
     doubted: list[str] = field(default_factory=list)  # nodes the canary doubted (a drift or a flag), less the
     # partners of a node the cycle named (suspects(..., named))
     drift: str | None = None  # the comparison with the rolling baseline: compare's verdict and why (None: no baseline)
+    actions: dict = field(default_factory=dict)  # node IP -> scheduler.Action that takes it out of service
+    drained: dict = field(default_factory=dict)  # node IP -> scheduler.Done, where this cycle ran it (--drain)
 
     def to_json(self) -> dict:
         return {"cycle": self.cycle, "started_at": self.started_at.isoformat(), "nodes_checked": self.nodes_checked,
-                "nodes_busy": self.nodes_busy, "alerts": [{**dataclasses.asdict(a), "kind": str(a.kind)} for a in self.alerts],
+                "nodes_busy": self.nodes_busy, "alerts": [self._alert_json(a) for a in self.alerts],
                 "run_id": self.run_id, "qualify_run_id": self.qualify_run_id, "wall_s": round(self.wall_s, 3),
                 "note": self.note, "nodes_too_small": self.nodes_too_small, "ranks_per_node": self.ranks_per_node,
                 "doubted": self.doubted, "drift": self.drift}
+
+    def _alert_json(self, a: Alert) -> dict:
+        """The alert, with the command that takes its node out of service and whether this cycle ran it."""
+        act, done = self.actions.get(a.node), self.drained.get(a.node)
+        return {**dataclasses.asdict(a), "kind": str(a.kind), "action": act.to_json() if act else None,
+                "drained": {"ok": done.ok, "said": done.said} if done else None}
 
     def line(self) -> str:
         """The cycle as one line of text (--format table)."""
@@ -154,16 +164,20 @@ def busy_nodes(inv: Inventory, available: dict[str, dict[str, float]], cpus_per_
     return out
 
 
-def suspects(drops, flags, named: set[str] = frozenset()) -> set[str]:
+def suspects(drops, flags, named: set[str] = frozenset(), uplinks: list[set[str]] = ()) -> set[str]:
     """Node IPs a cycle has reason to doubt: every node of a link that dropped beyond noise, and of
     a report flag (a slow pair, node or rail among its peers, below an expected value, a failed
     group). With `named` (the nodes the cycle's qualification named), a link or flag that holds a
     named node explains itself and casts no doubt on its other nodes: the partners of a slow node
-    are not doubted again and again (and so not alerted as intermittent); the named stay doubted."""
-    groups = [set(Link.parse(link).nodes) for link in drops] + [set(f.nodes) for f in flags]
+    are not doubted again and again (and so not alerted as intermittent); the named stay doubted.
+    `uplinks`: each slow uplink's nodes (those below its leaf): its own flag, and a link or flag
+    with nodes on both sides of it, are the switch's evidence and doubt no node."""
+    groups = [set(Link.parse(link).nodes) for link in drops] + \
+        [set(f.nodes) for f in flags if str(f.kind) != AlertKind.SLOW_UPLINK.value]
     found: set[str] = set(named)
     for nodes in groups:
-        if not nodes & named:
+        crosses = any(nodes & below and nodes - below for below in uplinks)
+        if not nodes & named and not crosses:
             found |= nodes
     return found
 

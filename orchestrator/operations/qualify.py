@@ -85,16 +85,22 @@ def qualify(options: QualifyOptions, *, voice: Voice = COMMAND_LINE, log: TextIO
     verdict per node with its evidence. `log`: where failed probes are printed (None: nowhere)."""
     entries = user_expected(options.expected)  # a bad file refused before the output is touched
     tree = switch_tree(options.topology, os.environ, voice)
-    sched = scheduler.chosen(options.scheduler, os.environ)
-    if options.drain and sched is Scheduler.NONE:
-        raise UsageError("--drain: no scheduler to drain in (not inside a Slurm job or a Kubernetes pod); "
-                         "name it with --scheduler slurm or --scheduler kubernetes")
+    sched = draining_scheduler(options.scheduler, options.drain, os.environ)
     spec = dataclasses.replace(options.sweep, output=resolve_output(options.sweep.output))
     check_writable(spec.output)
     result = qualification(spec, threshold=options.threshold, min_fraction=options.min_fraction, seed=options.seed,
                            user_entries=entries, voice=voice, log=log, placement_group=placement_group,
                            doctor=options.doctor, switches=tree)
     return out_of_service(result, sched, options.drain) if result.finished else result
+
+
+def draining_scheduler(name: str, drain: bool, environ: Mapping[str, str]) -> Scheduler:
+    """`--scheduler NAME` (auto: from the environment), refused where `drain` has none to drain in."""
+    sched = scheduler.chosen(name, environ)
+    if drain and sched is Scheduler.NONE:
+        raise UsageError("--drain: no scheduler to drain in (not inside a Slurm job or a Kubernetes pod); "
+                         "name it with --scheduler slurm or --scheduler kubernetes")
+    return sched
 
 
 def out_of_service(result: Qualification, sched: Scheduler, drain: bool) -> Qualification:

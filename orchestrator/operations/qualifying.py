@@ -69,10 +69,12 @@ class Qualification:
 def qualification(spec: SweepSpec, *, threshold: float = PEER_THRESHOLD, min_fraction: float = MIN_FRACTION, seed: int = 0,
                   user_entries: list | None = None, voice: Voice = COMMAND_LINE, log=None,
                   placement_group=None, cpus_per_rank: float = 0.0, partition: str | None = None,
-                  doctor: bool = True, switches: Topology | None = None) -> Qualification:
+                  doctor: bool = True, switches: Topology | None = None,
+                  every_node_placed: bool = True) -> Qualification:
     """Qualify the cluster's nodes (or `spec.nodes`, less `spec.exclude`; or a caller's placement
     group's); `log`: where the console prints failed probes (its progress goes to stderr; None:
-    no console); `switches`: the switch tree whose leaves pairs are judged inside and across."""
+    no console); `switches`: the switch tree whose leaves pairs are judged inside and across (a node a
+    given file does not list is refused where `every_node_placed`, else judged without a leaf)."""
     from orchestrator.analysis import report
     from orchestrator.execution import console
     from orchestrator.execution.lifecycle import live
@@ -92,7 +94,7 @@ def qualification(spec: SweepSpec, *, threshold: float = PEER_THRESHOLD, min_fra
             raise UsageError("qualify needs two nodes, or nodes with more than one rank (--ranks-per-node)")
         session.check_devices({rpn, 2 * rpn, inv.world_size})
         inv = session.inv or inv  # GPU nodes: with their NVLink domains, read by the devices' check
-        leaf_of = _placed(switches, inv)  # a node the tree does not list refused before any worker starts
+        leaf_of = placed(switches, inv.nodes, every_node_placed)  # refused before any worker starts
         q = Qualifier(len(inv.nodes), rpn, threshold, seed=seed, min_fraction=min_fraction,
                       domains=tuple(n.nvlink_domain for n in inv.nodes), prior=prior_for(backend, True),
                       leaves=tuple(leaf_of.get(n.ip) for n in inv.nodes) if leaf_of else ())
@@ -256,11 +258,11 @@ def _round_line(rnd: int, probes: list[Probe], judged: list[Result], limit_s: fl
             f"deadline {limit_s:.0f}s; {q.named()} node(s) named so far")
 
 
-def _placed(switches: Topology | None, inv: Inventory) -> dict[str, str]:
+def placed(switches: Topology | None, nodes, strict: bool = True) -> dict[str, str]:
     """Each node's leaf (by IP) under `switches`, the nodes matched by Slurm name (inside a job:
     `scontrol show node`'s host name and address), host name or IP; {} without a tree. A node a
-    given file does not list is refused; one Slurm's own tree does not list (Slurm allows it) is
-    judged without a leaf."""
+    given file does not list is refused (`strict`); one Slurm's own tree does not list (Slurm
+    allows it) is judged without a leaf, as is any where not `strict`."""
     if switches is None:
         return {}
     slurm = scheduler.slurm_nodes(os.environ)
@@ -268,8 +270,8 @@ def _placed(switches: Topology | None, inv: Inventory) -> dict[str, str]:
     def name(node) -> str | None:
         known = {node.ip, node.hostname, node.hostname.split(".")[0]}
         return next((s for s, other in slurm.items() if ({s} | other) & known), None)
-    return topology.place(switches, [(n.ip, n.hostname, name(n)) for n in inv.nodes],
-                          strict=switches.source != topology.SCONTROL)
+    return topology.place(switches, [(n.ip, n.hostname, name(n)) for n in nodes],
+                          strict=strict and switches.source != topology.SCONTROL)
 
 
 def _verdicts(q: Qualifier, inv: Inventory, names: dict[str, str]) -> list[NodeVerdict]:

@@ -22,14 +22,17 @@ has, exit 0). The loop is operations/watching.py; what a cycle decides, executio
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import MappingProxyType
 
 from orchestrator.errors import UsageError
 from orchestrator.execution.canary import Cycle
+from orchestrator.execution.voice import Voice
 from orchestrator.judging.defaults import MIN_FRACTION, PEER_THRESHOLD
 from orchestrator.operations.checks import check_min_fraction, check_threshold, user_expected
+from orchestrator.operations.qualify import SCHEDULERS, draining_scheduler, switch_tree
 from orchestrator.operations.sweeps import Sweeps
 from orchestrator.operations.watching import Watch
 from orchestrator.results.location import check_writable, resolve_output
@@ -77,8 +80,17 @@ class WatchOptions:
     doctor: bool = True
     fit_ranks: bool = False
     """CPU ranks fitted to the smallest node (no ranks per node given)."""
+    scheduler: str = "auto"
+    """Whose command takes a node an alert names out of service: slurm, kubernetes, none, or auto (the environment)."""
+    drain: bool = False
+    """Run that command, once per node, for every node a cycle's qualification names (never a switch)."""
+    topology: str | None = None
+    """The fabric's switch tree (Slurm's topology.conf or its YAML form; as qualify's): pairs judged inside and
+    across leaves, a slow uplink alerted as the switch; None: inside a Slurm job, Slurm's own; "none": none."""
 
     def __post_init__(self) -> None:  # in the order the command checked them before (the file is read by watch())
+        if self.scheduler not in SCHEDULERS:
+            raise UsageError(f"--scheduler {self.scheduler}: choose from {', '.join(SCHEDULERS)}")
         check_threshold(self.threshold)
         check_min_fraction(self.min_fraction)
         _ = self.every_s, self.reconnect_s, self.retention_days
@@ -108,9 +120,12 @@ def watch(options: WatchOptions, *, emit: Callable[[Cycle], None], say: Callable
     """Run the watch: each cycle to `emit`, its own lines to `say`; 0 when it ended by --cycles or a
     signal, 1 when the cluster was lost for longer than the reconnect timeout."""
     user = user_expected(options.expected)
+    tree = switch_tree(options.topology, os.environ, Voice(say, say))  # a bad file refused before the output
+    sched = draining_scheduler(options.scheduler, options.drain, os.environ)
     spec = dataclasses.replace(options.sweep, output=resolve_output(options.sweep.output))
     check_writable(spec.output)
     return Watch(spec, every_s=options.every_s, cycles=options.cycles, threshold=options.threshold,
                  min_fraction=options.min_fraction, user_entries=user, baseline_cycles=options.baseline_cycles,
                  retention_days=options.retention_days, reconnect_s=options.reconnect_s, emit=emit, say=say,
-                 doctor=options.doctor, fit_ranks=options.fit_ranks).run()
+                 doctor=options.doctor, fit_ranks=options.fit_ranks, switches=tree, sched=sched,
+                 drain=options.drain).run()

@@ -20,20 +20,21 @@ from orchestrator.execution.canary import (
     Alert,
     AlertKind,
     Cycle,
-    alerts_from,
     blind_alert,
     busy_nodes,
     fit_cpu_ranks,
     flapping_alerts,
     suspects,
-    with_partners,
 )
 from orchestrator.execution.voice import QUIET
+from orchestrator.operations import watch_cycle
 from orchestrator.results.retention import drop_expired
 from orchestrator.results.schema import RunState
+from orchestrator.scheduler import Done, Scheduler
 from orchestrator.sweep.inventory import Node
 from orchestrator.sweep.planner import nodes_needed
 from orchestrator.sweep.spec import SweepSpec
+from orchestrator.sweep.topology import Topology
 
 PARTITION = "date={:%Y-%m-%d}"
 RELEASE_TIMEOUT_S = 15.0  # at most this long for a cycle's own workers to be gone before the next reads what is free
@@ -46,7 +47,8 @@ class Watch:
     def __init__(self, spec: SweepSpec, *, every_s: float, cycles: int, threshold: float, min_fraction: float,
                  user_entries: list, baseline_cycles: int, retention_days: int | None, reconnect_s: float,
                  emit: Callable[[Cycle], None], say: Callable[[str], None], doctor: bool = True,
-                 fit_ranks: bool = False) -> None:
+                 fit_ranks: bool = False, switches: Topology | None = None, sched: Scheduler = Scheduler.NONE,
+                 drain: bool = False) -> None:
         self.spec, self.every_s, self.cycles = spec, every_s, cycles
         self.threshold, self.min_fraction, self.user_entries = threshold, min_fraction, user_entries
         self.baseline_cycles, self.retention_days, self.reconnect_s = baseline_cycles, retention_days, reconnect_s
@@ -56,6 +58,10 @@ class Watch:
         self.said_small: set[str] = set()  # nodes already said to be too small (said once)
         self.cycle_ranks = spec.ranks_per_node
         self.clean_runs: list[str] = []  # runs of cycles that raised no alert: the rolling baseline
+        self.switches, self.sched, self.drain = switches, sched, drain  # --topology; --scheduler, --drain
+        self.said_unplaced: set[str] = set()  # nodes the switch tree does not list (said once)
+        self.names: dict[str, str] = {}  # node IP -> the name its scheduler takes it out of service by
+        self.drained: dict[str, Done] = {}  # node IP -> how --drain went (run once per node per watch)
         self.connection = None
         self.stopping = False
         self._metrics = None
@@ -74,7 +80,8 @@ class Watch:
             self.connection = connect.connect(self.spec.address, self.spec.verbose)
             self.say(f"collbench: watch on {self.connection.where}: a cycle every {self.every_s:g}s, rows -> "
                      f"{self.spec.output}")
-            self.clean_runs = self._earlier_runs()
+            watch_cycle.check_listed(self.switches, self.spec)  # a file's unlisted node: exit 2, as qualify
+            self.clean_runs = watch_cycle.earlier_runs(self.spec, self.baseline_cycles)
             n = 0
             while not self.stopping and (self.cycles == 0 or n < self.cycles):
                 n += 1
@@ -124,6 +131,8 @@ class Watch:
         if blind:
             cycle.alerts.append(blind)
         cycle.alerts += flapping_alerts(self.recent)
+        for line in watch_cycle.take_out(cycle, self.names, self.sched, self.drain, self.drained):
+            self.say(line)
         cycle.wall_s = time.monotonic() - t0
         self._export(cycle)
         if self.retention_days is not None:
@@ -186,70 +195,35 @@ class Watch:
             cycle.note = result.message.removeprefix("collbench: error: ")
             if not result.outcome.rows:
                 return
-        drops, evidence, cycle.drift = self._drift(result.run_id)
-        flags = self._flags(result.run_id)
-        doubted = suspects(drops, flags)
-        cycle.doubted = sorted(doubted)
-        if doubted:
-            cycle.qualify_run_id, cycle.alerts = self._qualify(idle, doubted, drops, evidence, partition)
-            cycle.doubted = sorted(suspects(drops, flags, {a.node for a in cycle.alerts}))
+        self._judge(cycle, result.run_id, idle, partition)
         if not cycle.alerts and result.state is RunState.FINISHED:
             self.clean_runs = (self.clean_runs + [result.run_id])[-self.baseline_cycles:]
 
-    def _drift(self, run_id: str) -> tuple[list[str], dict, str | None]:
-        """Links that dropped beyond noise against the rolling baseline, per node its worst drop, and
-        what the comparison concluded (compare's verdict and why; None without a baseline yet)."""
-        from orchestrator.analysis.compare import COLUMNS, compare, conclusion
-        from orchestrator.analysis.link import Link
-        from orchestrator.results import dataset
-
-        if not self.clean_runs:
-            return [], {}, None
-        import pyarrow as pa
-
-        base = pa.concat_tables([dataset.load_table(self.spec.output, r, columns=COLUMNS) for r in self.clean_runs])
-        new = dataset.load_table(self.spec.output, run_id, columns=COLUMNS)
-        matched, _, _ = compare(base, new, self.threshold, "link")
-        concluded = conclusion(matched, base, new).line if len(matched) else None
-        flagged = matched[matched.flag] if len(matched) else matched
-        evidence: dict[str, tuple[float | None, float | None, str]] = {}
-        for _, r in flagged.sort_values("busbw_change").iterrows():
-            for ip in Link.parse(r.link).nodes:
-                evidence.setdefault(ip, (float(r.busbw_gbps_new), float(r.busbw_gbps_base),
-                                         f"{r.collective} {int(r.msg_bytes)} B on {r.link}: {r.busbw_change:+.0%} "
-                                         f"against its baseline (noise floor {r.noise_floor:.0%}, {r.noise_source})"))
-        return sorted(set(flagged.link)) if len(flagged) else [], evidence, concluded
-
-    def _flags(self, run_id: str) -> list:
-        """The report's flags of the cycle: its peers (slow pairs, nodes, rails), expected values,
-        and its failed groups (failed_group, with their nodes)."""
-        from orchestrator.operations.report import read_report, run_frame
-
-        frame = run_frame(self.spec.output, run_id)
-        return read_report(self.spec.output, frame, self.threshold, "GBps", None, self.user_entries,
-                           self.min_fraction).flags
-
-    def _qualify(self, idle: list[Node], doubted: set[str], drops: list[str], evidence: dict, partition: str):
-        from orchestrator.operations.qualifying import qualification
-
-        checked = [n.ip for n in idle]
-        chosen = with_partners(checked, doubted)
-        ids = {n.ip: n.node_id for n in idle}
-        spec = dataclasses.replace(self.spec, nodes=tuple(ids[ip] for ip in chosen), exclude=(),
-                                   collectives=self.spec.collectives[:1], dtypes=self.spec.dtypes[:1],
-                                   min_bytes=self.spec.max_bytes, ranks_per_node=self.cycle_ranks)
-        found = qualification(spec, threshold=self.threshold, min_fraction=self.min_fraction,
-                              user_entries=self.user_entries, voice=QUIET, cpus_per_rank=CPUS_PER_RANK,
-                              partition=partition, doctor=False)
-        if found.state is not RunState.FINISHED:
-            return found.run_id, []
-        alerts = alerts_from(found.nodes, evidence)
-        if not found.speed_judged:  # too few nodes to judge speed: the drop itself is the evidence
-            named = {a.node for a in alerts}
-            alerts += [Alert(ip, AlertKind.DRIFT, *evidence[ip][:2], f"{ip}: {evidence[ip][2]} (qualify could not judge "
-                             "its speed: too few nodes without an expected value)")
-                       for ip in sorted(evidence) if ip not in named and ip in chosen]
-        return found.run_id, alerts
+    def _judge(self, cycle: Cycle, run_id: str, idle: list[Node], partition: str) -> None:
+        """The cycle's verdicts (watch_cycle): its drift and flags, a slow uplink as the switch's
+        alert, the suspects qualified, and what takes each named node out of service."""
+        leaf_of, unplaced = watch_cycle.leaves(self.switches, idle)
+        for node in (n for n in unplaced if n.ip not in self.said_unplaced):  # said once
+            self.say(f"collbench: watch: node {node.ip} ({node.hostname}) is under no switch of "
+                     f"{self.switches.source}: judged without a leaf")
+            self.said_unplaced.add(node.ip)
+        drops, evidence, cycle.drift = watch_cycle.drift(self.spec.output, self.clean_runs, run_id, self.threshold)
+        flags = watch_cycle.flags(self.spec.output, run_id, self.threshold, self.user_entries, self.min_fraction,
+                                  leaf_of)
+        cycle.alerts = watch_cycle.uplink_alerts([f for f in flags if str(f.kind) == AlertKind.SLOW_UPLINK.value])
+        below = watch_cycle.below(cycle.alerts, leaf_of)
+        doubted = suspects(drops, flags, uplinks=below)
+        cycle.doubted = sorted(doubted)
+        if doubted:
+            cycle.qualify_run_id, alerts, found = watch_cycle.qualify_suspects(
+                self.spec, idle, doubted, evidence, partition=partition, threshold=self.threshold,
+                min_fraction=self.min_fraction, user_entries=self.user_entries, ranks=self.cycle_ranks,
+                cpus_per_rank=CPUS_PER_RANK, switches=self.switches)
+            known = {a.node for a in cycle.alerts}
+            cycle.alerts += [a for a in alerts if a.node not in known]
+            self.names.update(watch_cycle.scheduler_names(found, self.sched))
+            named = {a.node for a in cycle.alerts if a.kind is not AlertKind.SLOW_UPLINK}
+            cycle.doubted = sorted(suspects(drops, flags, named, watch_cycle.below(cycle.alerts, leaf_of)))
 
     def _wait_released(self, run_ids: list[str | None], timeout_s: float = RELEASE_TIMEOUT_S) -> None:
         """Until the cycle's workers (collbench-RUN-rankR) are gone, lest the next cycle read what they
@@ -297,19 +271,6 @@ class Watch:
                 time.sleep(min(5.0, max(0.0, deadline - time.monotonic())))
         raise _Lost(f"lost the Ray cluster at {self.spec.address or _env_address()} and could not join it again "
                     f"within {self.reconnect_s:g} s ({first_line(error)})")
-
-    def _earlier_runs(self) -> list[str]:
-        """Watch cycles already in the output, of this sweep, newest last: the baseline to start from."""
-        from orchestrator.operations.compare import sweep_key, sweep_of
-        from orchestrator.results import dataset
-
-        try:
-            known = dataset.runs(self.spec.output)
-        except UsageError:  # no rows yet
-            return []
-        mine = sweep_key("watch", self.spec.to_json())
-        same = [r for r in known if sweep_of(self.spec.output, r) == mine]
-        return same[-self.baseline_cycles:]
 
     def _export(self, cycle: Cycle) -> None:
         from orchestrator.execution.metrics import WatchMetrics

@@ -137,3 +137,23 @@ def test_qualify_names_a_slow_node_and_no_switch(two_leaves, tmp_path):
         assert (verdicts, switches) == ({ip: "slow" if ip == slow else "pass" for ip in two_leaves.node_ips}, [])
     finally:
         labmod.shape_link(state, 4, "400mbit")
+
+
+def test_watch_alerts_the_quarter_rate_path_as_the_switch_and_doubts_no_node(two_leaves, tmp_path):
+    """A watch cycle with the tree (issue 46's "qualify, the report and watch"): its canary's pairs
+    across the slow path are the switch's alert, and no node is a suspect for them (no qualification
+    follows, no node alerted, nothing to drain)."""
+    state = labmod.load(two_leaves.name)
+    labmod.shape_uplink(state, 0, "300mbit")
+    try:
+        proc = run_cli(["watch", "--address", two_leaves.address, *SWEEP, "-w", "1", "--topology", state.topology_path,
+                        "--cycles", "1", "--every", "1s", "--format", "jsonl", "--output", str(tmp_path / "results")],
+                       env=two_leaves.env(), timeout=900)
+    finally:
+        labmod.shape_uplink(state, 0, state.uplink_of(0))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (cycle,) = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert [(a["node"], a["kind"], a["action"]) for a in cycle["alerts"]] == [("leaf0,leaf1", "slow_uplink", None)], \
+        cycle
+    assert cycle["doubted"] == [] and cycle["qualify_run_id"] is None, cycle
+    assert sorted(cycle["nodes_checked"]) == sorted(two_leaves.node_ips)

@@ -6,6 +6,7 @@ SIGTERM in the middle of a cycle ends the watch (exit 0) and leaves readable row
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from orchestrator.lab import cluster as labmod
 from orchestrator.results import dataset
 from orchestrator.results.store import CUT_SHORT
 from tests.faults import LiveRun
+from tests.helpers import stand_in
 from tests.lab.conftest import PLAIN_LINK as LINK
 
 pytestmark = pytest.mark.lab
@@ -40,10 +42,14 @@ def _wait_cycles(run: LiveRun, n: int, timeout_s: float) -> list[dict]:
 
 
 def test_a_link_slowed_between_cycles_is_named_within_two_cycles(plain4, tmp_path):
+    """... and drained once (`--scheduler slurm --drain`, a stand-in scontrol on the driver's PATH
+    recording its calls: the lab nodes are no Slurm's; tests/lab/test_slurm.py drains with the real one)."""
     out = tmp_path / "results"
     st = labmod.load(plain4.name)
-    run = LiveRun(["watch", "--address", plain4.address, *CANARY, "--cycles", "3", "--output", str(out)],
-                  env=plain4.env())
+    env = plain4.env()
+    env["PATH"] = stand_in(tmp_path, "scontrol") + os.pathsep + env["PATH"]
+    run = LiveRun(["watch", "--address", plain4.address, *CANARY, "--cycles", "3", "--output", str(out),
+                   "--scheduler", "slurm", "--drain"], env=env)
     try:
         first = _wait_cycles(run, 1, 300)
         assert first and first[0]["alerts"] == [] and sorted(first[0]["nodes_checked"]) == sorted(plain4.node_ips), \
@@ -61,6 +67,16 @@ def test_a_link_slowed_between_cycles_is_named_within_two_cycles(plain4, tmp_pat
     assert all(a["node"] == slow_ip for c in cycles for a in c["alerts"]), [c["alerts"] for c in cycles]  # no other node alerted
     alert = next(a for c in cycles for a in c["alerts"])
     assert alert["value"] < 0.5 * alert["reference"] and slow_ip in alert["message"]
+    # the scheduler's command on every alert naming it, run once: the first cycle that named it
+    host = alert["message"].split(" (", 1)[1].split(")", 1)[0]  # no Slurm name on the workers: its host name
+    drained = [(c["cycle"], a["drained"]) for c in cycles for a in c["alerts"] if a["drained"]]
+    assert drained == [(named[0], {"ok": True, "said": ""})], cycles
+    assert all(a["action"]["commands"][0].startswith(f"scontrol update NodeName={host} State=DRAIN")
+               for c in cycles for a in c["alerts"] if a["kind"] == "slow")
+    calls = (tmp_path / "calls").read_text().split("---\n")[:-1]
+    assert len(calls) == 1 and calls[0].startswith(f"update\nNodeName={host}\nState=DRAIN\nReason=collbench: slow, "), \
+        calls
+    assert f"collbench: drained {host} (slurm)" in "".join(run.stderr)
     # every cycle's rows under its date partition, read by the same readers as runs
     df = pd.read_parquet(out)
     assert {p.name.split("=")[0] for p in out.iterdir() if not p.name.startswith("_")} == {"date"}

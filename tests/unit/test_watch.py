@@ -13,9 +13,8 @@ import yaml
 from orchestrator.analysis.diagnosis import Flag
 from orchestrator.errors import UsageError
 from orchestrator.execution import canary
-from orchestrator.operations import watch, watching
+from orchestrator.operations import watch, watch_cycle
 from orchestrator.sweep.inventory import from_ray_nodes
-from orchestrator.sweep.spec import SweepSpec
 from tests.synthetic import write_cluster_run
 
 RULES = Path(__file__).resolve().parents[2] / "docs" / "prometheus" / "collbench-alerts.yml"
@@ -104,7 +103,8 @@ def test_a_cycle_is_one_json_object_with_the_issues_fields():
                         [canary.Alert("10.0.0.1", "slow", 0.01, 0.04, "slow")], "r1", "q1", 12.5)
     out = cycle.to_json()
     assert list(out)[:5] == ["cycle", "started_at", "nodes_checked", "nodes_busy", "alerts"]
-    assert out["alerts"] == [{"node": "10.0.0.1", "kind": "slow", "value": 0.01, "reference": 0.04, "message": "slow"}]
+    assert out["alerts"] == [{"node": "10.0.0.1", "kind": "slow", "value": 0.01, "reference": 0.04, "message": "slow",
+                             "action": None, "drained": None}]
     assert cycle.line().startswith("collbench: watch cycle 3 at 2026-12-01T12:00:00Z: 1 node(s) checked, busy: ")
 
 
@@ -191,14 +191,11 @@ def test_drift_says_what_compare_concludes(tmp_path):
     for run_id, factor in (("c1", 1.0), ("c2", 0.5), ("c3", 0.1)):
         write_cluster_run(out, run_id, nodes=2, ranks_per_node=2, patterns=("intra",), noise=0.01,
                           sizes=[16 << 20], faults=(("node_intra", 1, factor),), backend="gloo")
-    w = watching.Watch(SweepSpec(output=out), every_s=1.0, cycles=1, threshold=0.05, min_fraction=0.5, user_entries=[],
-                    baseline_cycles=3, retention_days=None, reconnect_s=1.0, emit=print, say=print)
-    w.clean_runs = ["c1"]
-    drops, evidence, drift = w._drift("c2")
+    drops, evidence, drift = watch_cycle.drift(out, ["c1"], "c2", 0.05)
     assert drops == [] and evidence == {} and drift.startswith("inconclusive: run the baseline again")
     cycle = watch.Cycle(2, dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.timezone.utc), ["10.0.0.10"], drift=drift)
     assert "; drift inconclusive: run the baseline again" in cycle.line()
     assert cycle.to_json()["drift"] == drift
-    drops, evidence, drift = w._drift("c3")
+    drops, evidence, drift = watch_cycle.drift(out, ["c1"], "c3", 0.05)
     assert drops == ["10.0.0.11:0,10.0.0.11:1"] and drift.startswith("dropped: 1 of 2 row(s)")
     assert "10.0.0.11" in evidence
