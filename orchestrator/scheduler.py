@@ -102,6 +102,39 @@ def slurm_topology(environ: Mapping[str, str], run=subprocess.run) -> str:
     return done.stdout if done.returncode == 0 and "SwitchName=" in done.stdout else ""
 
 
+KUBERNETES_TOPOLOGY = "kubernetes:"  # --topology kubernetes:LABEL[,LABEL...]: node labels, read with kubectl
+
+
+def kubernetes_topology(value: str, run=subprocess.run):
+    """The switch tree `--topology kubernetes:LEAF_LABEL[,SPINE_LABEL...]` names, from the cluster's
+    nodes and this namespace's pods (`kubectl get nodes|pods -o json`: the driver's service account
+    needs to list them, as it needs nodes to cordon); UsageError in one line where kubectl fails."""
+    import json
+
+    from orchestrator.errors import UsageError
+    from orchestrator.sweep.topology import from_kubernetes
+
+    labels = [w.strip() for w in value.removeprefix(KUBERNETES_TOPOLOGY).split(",")]
+    if not all(labels):
+        raise UsageError(f"--topology {value}: name the node label of each level, lowest first "
+                         "(kubernetes:LEAF_LABEL[,SPINE_LABEL])")
+    said = []
+    for kind in ("nodes", "pods"):
+        argv = ["kubectl", "get", kind, "-o", "json"]
+        try:
+            done = run(argv, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False)
+        except (OSError, subprocess.SubprocessError) as e:
+            raise UsageError(f"--topology {value}: {shlex.join(argv)}: {e}") from None
+        first = next((ln.strip() for ln in (done.stderr or "").splitlines() if ln.strip()), "")
+        if done.returncode != 0:
+            raise UsageError(f"--topology {value}: {shlex.join(argv)}: exit {done.returncode}: {first}")
+        try:
+            said.append(json.loads(done.stdout))
+        except ValueError:
+            raise UsageError(f"--topology {value}: {shlex.join(argv)} did not answer JSON") from None
+    return from_kubernetes(said[0], said[1], labels, f"kubectl node labels {','.join(labels)}")
+
+
 def aliases(names: tuple[str, ...], environ: Mapping[str, str], run=subprocess.run) -> dict[str, set[str]]:
     """For --nodes and --exclude: each of `names` that is a Slurm node of this job, with its host
     name and address (so `--exclude slm2` finds the Ray node of h-slm2, 10.0.0.12); empty

@@ -66,7 +66,9 @@ def add_parser(sub) -> None:
                    "first; pairs inside and across leaves are judged apart, and a leaf whose pairs across are slow "
                    "while those inside are not is named slow_uplink (exit 1), its nodes not on their own (never "
                    "drained for it). Nodes are matched by Slurm name, host name or IP; one the file does not list is "
-                   "refused (under Kubernetes, pod names rarely match: not supported yet). Default: inside a Slurm "
+                   "refused. kubernetes:LEAF_LABEL[,SPINE_LABEL]: the nodes' labels (e.g. GKE's cloud.google.com/gce-topology-"
+                   "subblock), read with kubectl (nodes and pods: the Ray nodes are placed by pod IP; a node without the "
+                   "label is judged without a leaf). Default: inside a Slurm "
                    "job, `scontrol show topology` where the site has a tree (a node it does not list is judged "
                    "without a leaf); none outside one ('none': no tree)")
     add_doctor_option(p)

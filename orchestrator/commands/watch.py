@@ -51,7 +51,8 @@ def add_parser(sub) -> None:
                    "cycle's pairs are judged inside and across leaves apart; a leaf whose pairs across are slow "
                    "while those inside are not is one slow_uplink alert naming the switch, and its nodes are not "
                    "suspects for it (never drained for it). A node the file does not list when the watch starts is "
-                   "refused (exit 2); one that joins later is judged without a leaf. Default: inside a Slurm job, "
+                   "refused (exit 2); one that joins later is judged without a leaf. kubernetes:LEAF_LABEL[,SPINE_LABEL]: "
+                   "the nodes' labels, read with kubectl, as qualify reads them. Default: inside a Slurm job, "
                    "`scontrol show topology` where the site has a tree; none outside one ('none': no tree)")
     add_doctor_option(p)
     p.add_argument("--format", choices=("table", "jsonl"), default="table",

@@ -118,11 +118,14 @@ def out_of_service(result: Qualification, sched: Scheduler, drain: bool) -> Qual
 
 
 def switch_tree(path: str | None, environ: Mapping[str, str], voice: Voice = COMMAND_LINE) -> Topology | None:
-    """The switch tree qualify judges by: the file at `path` (refused where it does not parse);
+    """The switch tree qualify judges by: the file at `path` (refused where it does not parse), or
+    `kubernetes:LABEL[,LABEL]`, the node labels kubectl reads;
     without one, inside a Slurm job, what `scontrol show topology` says where the site configured
     a tree (one that does not parse is said, and qualify goes on without it); "none": none."""
     if path == "none":
         return None
+    if path and path.startswith(scheduler.KUBERNETES_TOPOLOGY):
+        return scheduler.kubernetes_topology(path)
     if path:
         return topology.read(path)
     said = scheduler.slurm_topology(environ)

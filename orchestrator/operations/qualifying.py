@@ -271,7 +271,7 @@ def placed(switches: Topology | None, nodes, strict: bool = True) -> dict[str, s
         known = {node.ip, node.hostname, node.hostname.split(".")[0]}
         return next((s for s, other in slurm.items() if ({s} | other) & known), None)
     return topology.place(switches, [(n.ip, n.hostname, name(n)) for n in nodes],
-                          strict=strict and switches.source != topology.SCONTROL)
+                          strict=strict and switches.complete)
 
 
 def _verdicts(q: Qualifier, inv: Inventory, names: dict[str, str]) -> list[NodeVerdict]:

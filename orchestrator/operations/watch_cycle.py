@@ -29,9 +29,9 @@ def check_listed(switches: Topology | None, spec: SweepSpec) -> None:
     join later are judged without a leaf (`leaves`)."""
     import ray
 
-    from orchestrator.sweep import inventory, topology
+    from orchestrator.sweep import inventory
 
-    if switches is None or switches.source == topology.SCONTROL:
+    if switches is None or not switches.complete:
         return
     named = scheduler.aliases(spec.nodes + spec.exclude, os.environ)
     inv = inventory.select(inventory.from_ray_nodes(ray.nodes(), spec.ranks_per_node), spec.nodes, spec.exclude, named)

@@ -14,6 +14,7 @@ does not list is one line (UsageError). Pure."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import re
@@ -74,6 +75,7 @@ class Topology:
     nodes: dict[str, tuple[str, ...]]  # switch -> the nodes it lists (a leaf)
     switches: dict[str, tuple[str, ...]]  # switch -> the switches it lists
     source: str
+    complete: bool = True  # lists every node measured (a file); Slurm's own tree and node labels may leave some out
 
     def leaf_of(self) -> dict[str, str]:
         """Node name -> its leaf switch."""
@@ -179,7 +181,39 @@ def parse_scontrol(text: str, source: str = SCONTROL) -> Topology:
         if any(w.startswith("Switches=") for w in words):
             words = [w for w in words if not w.startswith("Nodes=")]
         lines.append(" ".join(words))
-    return parse_conf("\n".join(lines), source)
+    return dataclasses.replace(parse_conf("\n".join(lines), source), complete=False)
+
+
+def from_kubernetes(nodes: dict, pods: dict, labels: list[str], source: str) -> Topology:
+    """The tree Kubernetes' node labels describe (`kubectl get nodes -o json`, `kubectl get pods -o
+    json`): a node's value of `labels[0]` is its leaf (GKE's cloud.google.com/gce-topology-subblock,
+    EKS's topology.k8s.aws/network-node-layer-3, ...), each further label the switch above it. A
+    leaf lists its nodes' names and the IPs of the pods on them (a Ray node is a pod: its IP is
+    what collbench sees). A node without the first label is under no leaf (judged without one)."""
+    leaf_nodes: dict[str, list[str]] = {}
+    parents: dict[str, set[str]] = {}
+    node_leaf = {}
+    for item in (nodes or {}).get("items") or []:
+        name = (item.get("metadata") or {}).get("name")
+        values = [((item.get("metadata") or {}).get("labels") or {}).get(label) for label in labels]
+        if not name or not values[0]:
+            continue
+        node_leaf[name] = values[0]
+        leaf_nodes.setdefault(values[0], []).append(name)
+        for child, parent in zip(values, values[1:]):
+            if child and parent:
+                parents.setdefault(parent, set()).add(child)
+    for pod in (pods or {}).get("items") or []:
+        leaf = node_leaf.get((pod.get("spec") or {}).get("nodeName"))
+        status = pod.get("status") or {}
+        ips = [p.get("ip") for p in status.get("podIPs") or []] or [status.get("podIP")]
+        if leaf:
+            leaf_nodes[leaf] += [ip for ip in ips if ip and ip not in leaf_nodes[leaf]]
+    if not leaf_nodes:
+        raise UsageError(f"{source}: no node carries the label {labels[0]}")
+    return dataclasses.replace(_checked(Topology({k: tuple(v) for k, v in leaf_nodes.items()},
+                                                 {k: tuple(sorted(v)) for k, v in parents.items()}, source)),
+                               complete=False)
 
 
 def read(path: str) -> Topology:
