@@ -11,6 +11,7 @@ from typing import Literal
 from orchestrator.judging.judge import Prior
 from orchestrator.sweep.qualify import Qualifier
 from orchestrator.sweep.qualify_types import Outcome, Probe, Reference, Result
+from orchestrator.sweep.topology import path
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,8 @@ class Model:
     probes of more than two nodes; `intermittent`: in a probe with probability one half);
     `hang` nodes stop every probe they are in (and do not answer a ping); an intermittent node is
     slow in a probe with probability `intermittent_share`). Leaf switches (`leaves`, each node's):
-    a leaf in `uplink` carries that factor times its nodes' links to the rest, shared by the probes
+    a leaf in `uplink` (or a switch above leaves, `parents`) carries that factor times its nodes'
+    links to the rest, shared by the probes
     of a round that cross it (members on both sides), unequally (log-normal, sigma `share_sigma`;
     a probe across two slow uplinks limited by the smaller share), as the lab's measured
     (benchmarks/uplink_errors.py `--contention`); a healthy uplink carries its leaf's links at full
@@ -56,8 +58,9 @@ class Model:
     noise: Noise | float = 0.02  # a float: uniform of that width
     seed: int = 0
     leaves: tuple[str, ...] = ()
-    uplink: dict[str, float] = field(default_factory=dict)
+    uplink: dict[str, float] = field(default_factory=dict)  # a leaf, or a switch above leaves (`parents`)
     share_sigma: float = 0.15
+    parents: dict[str, str] = field(default_factory=dict)  # switch -> the switch above it
 
     def __post_init__(self) -> None:
         if not isinstance(self.noise, Noise):
@@ -79,10 +82,11 @@ class Model:
         """A round's probes at once: each as `run`, then limited by its share of each slow uplink it crosses."""
         results = [self.run(p, rng) for p in probes]
         limit = [1.0] * len(probes)  # the tightest share of a slow uplink each probe crosses (two: the smaller)
-        for leaf, factor in self.uplink.items():
+        for switch, factor in self.uplink.items():
+            below = {n for n, leaf in enumerate(self.leaves) if switch in path(leaf, self.parents)}
             crossing = [i for i, p in enumerate(probes) if results[i].status is Outcome.PASS
-                        and len({self.leaves[n] == leaf for n in p.nodes}) == 2]
-            fair = factor * self.leaves.count(leaf) / max(len(crossing), 1)
+                        and len({n in below for n in p.nodes}) == 2]
+            fair = factor * len(below) / max(len(crossing), 1)
             if fair >= 1:
                 continue
             shares = [math.exp(rng.gauss(0.0, self.share_sigma)) for _ in crossing]
@@ -97,7 +101,8 @@ def simulate(model: Model, threshold: float = 0.10, reference: Reference | None 
     `prior`: how far apart the judge expects healthy probes (default: the Qualifier's, gloo across nodes);
     `leaves`: the topology qualify is given (default: the model's; () for none)."""
     q = Qualifier(model.n_nodes, model.ranks_per_node, threshold, reference or Reference(), model.seed, min_fraction,
-                  leaves=leaves if leaves is not None else model.leaves, **({"prior": prior} if prior else {}))
+                  leaves=leaves if leaves is not None else model.leaves,
+                  parents=model.parents if leaves is None else {}, **({"prior": prior} if prior else {}))
     rng = random.Random(model.seed + 1)
     while probes := q.next_round():
         q.record(model.run_round(probes, rng))

@@ -293,7 +293,7 @@ def uplink_flags(frame: Frame, shape: pd.DataFrame, low: np.ndarray, fast: set,
     factor = np.ones(len(shape))  # the slowest uplink a pair crosses limits it (two in series: the slower)
     out = []
     for up in slow_uplinks(frame.leaves or {}, shape.node_first.to_numpy(), shape.node_last.to_numpy(), low,
-                           shape.busbw_gbps.to_numpy(), fast, threshold):
+                           shape.busbw_gbps.to_numpy(), fast, threshold, frame.parents):
         factor[up.across_mask] = np.minimum(factor[up.across_mask], up.factor)
         nodes = sorted(up.nodes, key=frame.label)
         what = f"slow uplink {up.switches[0]}" if len(up.switches) == 1 else \

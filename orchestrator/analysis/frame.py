@@ -70,6 +70,7 @@ class Frame:
                        for h, ip in zip(hosts, self.nodes)]
         self.names = [(ip, h, names.get(ip)) for h, ip in zip(hosts, self.nodes)]  # (IP, host, scheduler name)
         self.leaves: dict[int, str] | None = None  # node code -> its leaf switch, where a topology is given
+        self.parents: dict[str, str] = {}  # switch -> the switch above it (the tree's deeper levels)
         local_first = local_last = np.full(n, -1)
         if table.column("local_ranks").null_count < n:  # results written before local_ranks existed have none
             loffs, lflat, lfirst, llast = _ends(table.column("local_ranks"))

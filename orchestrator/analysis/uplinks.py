@@ -47,14 +47,64 @@ class Uplink:
 
 
 def slow_uplinks(leaf_of: dict[int, str], a: np.ndarray, b: np.ndarray, low: np.ndarray, busbw: np.ndarray,
-                 fast: set[int], threshold: float) -> list[Uplink]:
+                 fast: set[int], threshold: float, parents: dict[str, str] | None = None) -> list[Uplink]:
     """The shape's slow uplinks: `a`, `b` the pairs' node codes, `low` which pairs are low, `fast`
-    the nodes that proved fast (see the module's rule). Found one at a time, the surest first (the
-    rank test's p-value, then the lower factor); the pairs across one found are then left out of the
-    others' judgement (a healthy leaf's pairs to a slow one are slow for that one's uplink, not its own)."""
+    the nodes that proved fast (see the module's rule). Where the tree is deeper (`parents`: switch
+    -> the switch above it), the switches above the leaves are judged first, the highest level with
+    two or more switches first, each level by the same rule with its switches in the leaves' place; a
+    switch above leaves is named only where its pairs across are slow from every switch below it to
+    every switch below the others (else a slow leaf's pairs across would be its parent's, or those of
+    the spine across from it), and the pairs across it found leave the lower levels' judgement. Then
+    the leaves."""
+    levels = [leaf_of]
+    while parents and any(s in parents for s in levels[-1].values()) and len(levels) < 16:
+        levels.append({n: parents.get(s, s) for n, s in levels[-1].items()})
+    keep = np.ones(len(a), dtype=bool)
+    found: list[Uplink] = []
+    for k in range(len(levels) - 1, -1, -1):
+        if len(set(levels[k].values())) < 2:
+            continue  # one switch (the root): nothing across it
+        ups = _level(levels[k], a, b, low, busbw, fast, threshold, keep, None if not k else (
+            lambda switches, judged, k=k: _below_all_slow(switches, levels[k], levels[k - 1], a, b, busbw, judged,
+                                                          threshold)))
+        for u in ups:
+            keep &= ~u.across_mask
+        found += ups
+    return found
+
+
+def _below_all_slow(switches: tuple[str, ...], level: dict[int, str], lower: dict[int, str], a: np.ndarray,
+                    b: np.ndarray, busbw: np.ndarray, keep: np.ndarray, threshold: float) -> bool:
+    """Whether the `keep` pairs across `switches` (above leaves) are slow from every switch below
+    them, and to every switch below the others: the median of each one's pairs across more than
+    `threshold` below the pairs not across. A slow leaf below, or beyond, slows only its own pairs
+    (blocks of a switch below and one beyond are not asked each: the pairs of a round share a slow
+    uplink, and a block measured in rounds that load it lightly can run near full rate)."""
+    ga = np.array([level.get(int(x), "") for x in a], dtype=object)
+    gb = np.array([level.get(int(x), "") for x in b], dtype=object)
+    across = keep & (ga != gb) & (ga != "") & (gb != "") & (np.isin(ga, switches) | np.isin(gb, switches))
+    rest = keep & (ga != "") & (gb != "") & ~across
+    if not rest.any():
+        return True
+    cut = (1 - threshold) * float(np.median(busbw[rest]))
+    sides: dict[tuple[bool, str], list[float]] = {}
+    for i in np.flatnonzero(across):
+        inside, outside = (a[i], b[i]) if ga[i] in switches else (b[i], a[i])
+        sides.setdefault((True, lower.get(int(inside), "")), []).append(float(busbw[i]))
+        sides.setdefault((False, lower.get(int(outside), "")), []).append(float(busbw[i]))
+    return all(np.median(values) < cut for values in sides.values())
+
+
+def _level(leaf_of: dict[int, str], a: np.ndarray, b: np.ndarray, low: np.ndarray, busbw: np.ndarray,
+           fast: set[int], threshold: float, keep: np.ndarray, accept=None) -> list[Uplink]:
+    """One level's slow switches (`leaf_of`: node code -> its switch at that level) over the pairs
+    `keep` leaves, found one at a time, the surest first (the rank test's p-value, then the lower
+    factor) of those `accept((switch,), judged pairs)` takes; the pairs across one found are then left
+    out of the others' judgement (a healthy leaf's pairs to a slow one are slow for that one's uplink,
+    not its own)."""
     la = np.array([leaf_of.get(int(x), "") for x in a], dtype=object)
     lb = np.array([leaf_of.get(int(x), "") for x in b], dtype=object)
-    judged = np.isin(a, list(fast)) & np.isin(b, list(fast)) & (la != "") & (lb != "")
+    judged = keep & np.isin(a, list(fast)) & np.isin(b, list(fast)) & (la != "") & (lb != "")
     leaves = sorted(set(la[judged]) | set(lb[judged]))
     alpha = FAMILY_ALPHA / max(len(leaves), 1)
     found: list[Uplink] = []
@@ -62,7 +112,7 @@ def slow_uplinks(leaf_of: dict[int, str], a: np.ndarray, b: np.ndarray, low: np.
         slow = [(p, crossing / level, leaf, mine, inside) for leaf in leaves
                 if not any(leaf in u.switches for u in found)
                 for p, crossing, level, mine, inside in [_leaf(leaf, la, lb, judged, busbw, threshold, alpha)]
-                if mine is not None]
+                if mine is not None and (accept is None or accept((leaf,), judged))]
         if not slow:
             return found
         _, factor, leaf, mine, inside = min(slow, key=lambda x: (x[0], x[1], x[2]))

@@ -97,7 +97,8 @@ def qualification(spec: SweepSpec, *, threshold: float = PEER_THRESHOLD, min_fra
         leaf_of = placed(switches, inv.nodes, every_node_placed)  # refused before any worker starts
         q = Qualifier(len(inv.nodes), rpn, threshold, seed=seed, min_fraction=min_fraction,
                       domains=tuple(n.nvlink_domain for n in inv.nodes), prior=prior_for(backend, True),
-                      leaves=tuple(leaf_of.get(n.ip) for n in inv.nodes) if leaf_of else ())
+                      leaves=tuple(leaf_of.get(n.ip) for n in inv.nodes) if leaf_of else (),
+                      parents=switches.parent_of() if switches else {})
         done["q"], done["inv"] = q, inv
         collector = _Collector(inv, Deadlines(spec.group_timeout_s))
         shown = [console.Console(None, log, rows=False)] if log is not None else []

@@ -111,7 +111,7 @@ def report(options: ReportOptions) -> Reported:
     frame = run_frame(options.path, picked.run_id if picked else options.run_id, options.collective)
     if tree is not None:
         leaf_of = topology.place(tree, frame.names)
-        frame.leaves = {code: leaf_of[ip] for code, ip in enumerate(frame.nodes)}
+        frame.leaves, frame.parents = {code: leaf_of[ip] for code, ip in enumerate(frame.nodes)}, tree.parent_of()
     return Reported(frame, read_report(options.path, frame, options.threshold, options.unit, options.collective,
                                        user, options.min_fraction), picked)
 

@@ -49,10 +49,13 @@ def leaves(switches: Topology | None, nodes: list[Node], strict: bool = False) -
     return leaf_of, [n for n in nodes if n.ip not in leaf_of]
 
 
-def below(alerts: list[Alert], leaf_of: dict[str, str]) -> list[set[str]]:
-    """The nodes below each leaf of a slow uplink the alerts name, a set per leaf."""
+def below(alerts: list[Alert], leaf_of: dict[str, str], parents: dict[str, str] | None = None) -> list[set[str]]:
+    """The nodes below each switch of a slow uplink the alerts name (a leaf, or a switch above
+    leaves: `parents`), a set per switch."""
+    from orchestrator.sweep.topology import path
+
     names = {s for a in alerts if a.kind is AlertKind.SLOW_UPLINK for s in a.node.split(",")}
-    return [{ip for ip, leaf in leaf_of.items() if leaf == s} for s in sorted(names)]
+    return [{ip for ip, leaf in leaf_of.items() if s in path(leaf, parents or {})} for s in sorted(names)]
 
 
 def earlier_runs(spec: SweepSpec, baseline_cycles: int) -> list[str]:
@@ -96,15 +99,17 @@ def drift(output: str, clean_runs: list[str], run_id: str, threshold: float) -> 
 
 
 def flags(output: str, run_id: str, threshold: float, user_entries: list, min_fraction: float,
-          leaf_of: dict[str, str] | None = None) -> list:
+          leaf_of: dict[str, str] | None = None, parents: dict[str, str] | None = None) -> list:
     """The report's flags of the cycle: its peers (slow pairs, nodes, rails; with `leaf_of`, node IP
-    -> leaf, pairs judged inside and across leaves and a slow uplink flagged as the switch),
+    -> leaf, `parents` switch -> the switch above: pairs judged inside and across switches and a slow
+    uplink flagged as the switch),
     expected values, and its failed groups (failed_group, with their nodes)."""
     from orchestrator.operations.report import read_report, run_frame
 
     frame = run_frame(output, run_id)
     if leaf_of:
         frame.leaves = {code: leaf_of[ip] for code, ip in enumerate(frame.nodes) if ip in leaf_of}
+        frame.parents = parents or {}
     return read_report(output, frame, threshold, "GBps", None, user_entries, min_fraction).flags
 
 

@@ -208,10 +208,11 @@ class Watch:
                      f"{self.switches.source}: judged without a leaf")
             self.said_unplaced.add(node.ip)
         drops, evidence, cycle.drift = watch_cycle.drift(self.spec.output, self.clean_runs, run_id, self.threshold)
+        parents = self.switches.parent_of() if self.switches else {}
         flags = watch_cycle.flags(self.spec.output, run_id, self.threshold, self.user_entries, self.min_fraction,
-                                  leaf_of)
+                                  leaf_of, parents)
         cycle.alerts = watch_cycle.uplink_alerts([f for f in flags if str(f.kind) == AlertKind.SLOW_UPLINK.value])
-        below = watch_cycle.below(cycle.alerts, leaf_of)
+        below = watch_cycle.below(cycle.alerts, leaf_of, parents)
         doubted = suspects(drops, flags, uplinks=below)
         cycle.doubted = sorted(doubted)
         if doubted:
@@ -223,7 +224,7 @@ class Watch:
             cycle.alerts += [a for a in alerts if a.node not in known]
             self.names.update(watch_cycle.scheduler_names(found, self.sched))
             named = {a.node for a in cycle.alerts if a.kind is not AlertKind.SLOW_UPLINK}
-            cycle.doubted = sorted(suspects(drops, flags, named, watch_cycle.below(cycle.alerts, leaf_of)))
+            cycle.doubted = sorted(suspects(drops, flags, named, watch_cycle.below(cycle.alerts, leaf_of, parents)))
 
     def _wait_released(self, run_ids: list[str | None], timeout_s: float = RELEASE_TIMEOUT_S) -> None:
         """Until the cycle's workers (collbench-RUN-rankR) are gone, lest the next cycle read what they

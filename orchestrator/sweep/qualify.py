@@ -43,8 +43,9 @@ inside each domain, and a probe is judged against the level of its own span (ins
 over NVLink; across: over the network), never one level over both.
 
 Leaf switches (`leaves`, --topology): rounds of leaves first (qualify_pairing.leaf_rounds); pairs
-judged inside a leaf or across ('leaf', 'spine'); a slow uplink (qualify_switches) is the switch's
-verdict: the probes across it are no node's evidence, retests and gates keep off it."""
+judged inside a leaf or across ('leaf', 'spine'); a slow uplink (qualify_switches; `parents`, the
+switches above leaves, too) is the switch's verdict: the probes across it are no node's evidence,
+retests and gates keep off it."""
 
 from __future__ import annotations
 
@@ -70,7 +71,6 @@ from orchestrator.sweep.qualify_pairing import (
     leaf_rounds,
     plan_retests,
 )
-from orchestrator.sweep.qualify_switches import SlowUplink
 from orchestrator.sweep.qualify_types import UNJUDGED, Deadlines, Outcome, Phase, Probe, Reference, Result, Verdict
 
 __all__ = ["DISAGREEING_PROBES", "UNJUDGED", "Cut", "Deadlines", "Outcome", "Phase", "Probe", "Qualifier", "Reference",
@@ -96,13 +96,14 @@ class Qualifier:
     min_fraction: float = MIN_FRACTION  # of an expected value
     domains: tuple[str | None, ...] = ()  # each node's NVLink domain (None: none known); () without domain facts
     leaves: tuple[str | None, ...] = ()  # each node's leaf switch (--topology); () without a topology
+    parents: dict[str, str] = field(default_factory=dict)  # switch -> the switch above it (deeper trees)
     prior: Prior = PRIORS[("gloo", True)]  # how far apart healthy probes can be (judging/judge.py)
     rounds: int = 0
     stopped: str | None = None  # why the rounds stopped before every node was settled
     verdicts: dict[int, Outcome] = field(default_factory=dict)
     evidence: dict[int, list[Result]] = field(default_factory=dict)
     unjudged: set[Phase] = field(default_factory=set)  # kinds of probe measured with nothing to judge them by
-    uplinks: list[SlowUplink] = field(default_factory=list)  # slow uplinks (leaves): switch verdicts
+    uplinks: list[qualify_switches.SlowUplink] = field(default_factory=list)  # slow uplinks: switch verdicts
     _stage: QualifyStep = QualifyStep.START
     _results: list[Result] = field(default_factory=list)  # every probe's result, as measured
     _tentative: dict[int, Outcome] = field(default_factory=dict)  # verdicts the evidence gives now (final at the end)
@@ -125,8 +126,7 @@ class Qualifier:
         known = {d for d in self.domains if d is not None}
         self._groups: list[list[int]] = []
         if known and len(set(self.domains)) > 1:
-            order = list(dict.fromkeys(self.domains))
-            self._groups = [[i for i, d in enumerate(self.domains) if d == key] for key in order]
+            self._groups = [[i for i, d in enumerate(self.domains) if d == key] for key in dict.fromkeys(self.domains)]
         self._group_of = {i: g for g, nodes in enumerate(self._groups) for i in nodes}
         # each domain's order for the circle method: its rounds give every pair once
         self._orders = [self._rng.sample(g, len(g)) for g in self._groups or [list(range(self.n_nodes))]]
@@ -276,7 +276,7 @@ class Qualifier:
                                     self._span)
         if any(self.leaves):  # the probes across a slow uplink are its evidence, no node's (nor a level's)
             self.uplinks = qualify_switches.find(self._judgement.all_judged(), self.leaves, self.threshold,
-                                                 self._loaded)
+                                                 self._loaded, self.parents)
             self._judgement = Judgement(self._results, self.reference, self.prior, self.threshold,
                                         self.min_fraction, self._span, self._on_uplink)
         judged = [self._judgement.judged(r) for r in results]

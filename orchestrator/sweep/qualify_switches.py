@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from orchestrator.analysis.uplinks import slow_uplinks
+from orchestrator.sweep import topology
 from orchestrator.sweep.qualify_types import Outcome, Phase, Probe, Result
 
 
@@ -32,10 +33,16 @@ class SlowUplink:
     inside: int  # probes inside its leaves judged
     busbw_gbps: float  # the median across it
     factor: float  # that over the median of the other probes
+    under: tuple[frozenset[int], ...] = ()  # each switch's nodes (a switch above leaves: all below it); ()
+    # where its switches are leaves, read from `leaves`
+
+    def below(self, leaves: tuple[str | None, ...]) -> tuple[frozenset[int], ...]:
+        """The nodes below each of its switches."""
+        return self.under or tuple(frozenset(i for i, leaf in enumerate(leaves) if leaf == s) for s in self.switches)
 
     def crosses(self, leaves: tuple[str | None, ...], probe: Probe) -> bool:
-        """Whether a probe's traffic goes through this uplink: members on both sides of one of its leaves."""
-        return any(len({leaves[n] == s for n in probe.nodes}) == 2 for s in self.switches)
+        """Whether a probe's traffic goes through this uplink: members on both sides of one of its switches."""
+        return any(len({n in under for n in probe.nodes}) == 2 for under in self.below(leaves))
 
     @property
     def detail(self) -> str:
@@ -58,8 +65,9 @@ def judged_pair(r: Result) -> bool:
 
 
 def find(judged: list[Result], leaves: tuple[str | None, ...], threshold: float,
-         loaded: set[int] = frozenset()) -> list[SlowUplink]:
-    """The slow uplinks qualify's judged probes show (nodes without a leaf take no part). `loaded`:
+         loaded: set[int] = frozenset(), parents: dict[str, str] | None = None) -> list[SlowUplink]:
+    """The slow uplinks qualify's judged probes show (nodes without a leaf take no part; `parents`:
+    switch -> the switch above, where the tree is deeper: the switches above leaves judged too). `loaded`:
     the indices (in `judged`) of the probes of the rounds across leaves; where there are any, the
     pairs across leaves judged are theirs alone: a pair at random shares its uplink with however many
     of its round happened to cross it, which says little of what the uplink carries."""
@@ -74,8 +82,11 @@ def find(judged: list[Result], leaves: tuple[str | None, ...], threshold: float,
     b = np.array([r.probe.nodes[1] for r in pairs])
     low = np.array([r.status is Outcome.SLOW for r in pairs])
     busbw = np.array([r.busbw for r in pairs], dtype=float)
-    return [SlowUplink(u.switches, u.nodes, u.across, u.inside, u.busbw_gbps, u.factor)
-            for u in slow_uplinks(leaf_of, a, b, low, busbw, proven, threshold)]
+    path = {leaf: topology.path(leaf, parents or {}) for leaf in set(leaf_of.values())}
+    return [SlowUplink(u.switches, u.nodes, u.across, u.inside, u.busbw_gbps, u.factor,
+                       tuple(frozenset(i for i, leaf in leaf_of.items() if s in path[leaf]) for s in u.switches))
+            for u in slow_uplinks(leaf_of, a, b, low, busbw, proven, threshold, parents)]
+
 
 
 def sides(leaves: tuple[str | None, ...], uplinks: list[SlowUplink], nodes, every: bool = False) -> list[list[int]]:
@@ -84,8 +95,9 @@ def sides(leaves: tuple[str | None, ...], uplinks: list[SlowUplink], nodes, ever
     nodes without one left out (the round of pairs inside leaves). One part without leaves."""
     if not any(leaves):
         return [] if every else [list(nodes)]
-    cut = set(leaves) if every else {s for u in uplinks for s in u.switches}
-    groups: dict[str | None, list[int]] = {}
+    cut = [] if every else [under for u in uplinks for under in u.below(leaves)]
+    groups: dict[str | int | None, list[int]] = {}
     for n in nodes:
-        groups.setdefault(leaves[n] if leaves[n] in cut else None, []).append(n)
+        key = leaves[n] if every else next((i for i, under in enumerate(cut) if n in under), None)
+        groups.setdefault(key, []).append(n)
     return [g for key, g in groups.items() if key is not None or not every]

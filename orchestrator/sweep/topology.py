@@ -90,6 +90,14 @@ class Topology:
                 "switches": {s: list(c) for s, c in self.switches.items()}}
 
 
+def path(switch: str, parents: dict[str, str]) -> list[str]:
+    """The switch and those above it, lowest first (`parents`: Topology.parent_of())."""
+    up = [switch]
+    while up[-1] in parents and len(up) <= len(parents):
+        up.append(parents[up[-1]])
+    return up
+
+
 def parse_conf(text: str, source: str) -> Topology:
     """Slurm's topology.conf: one switch a line, `SwitchName=` with `Nodes=` and/or `Switches=`
     (keys in any case; `LinkSpeed` and the like read and left; `#` starts a comment)."""

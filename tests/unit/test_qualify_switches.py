@@ -6,6 +6,7 @@ log-normal noise of the lab's width, 6%), with the verdicts known by constructio
 
 from __future__ import annotations
 
+import itertools
 import random
 import subprocess
 
@@ -18,10 +19,11 @@ from orchestrator.analysis.uplinks import slow_uplinks
 from orchestrator.errors import UsageError
 from orchestrator.execution.voice import Voice
 from orchestrator.operations.qualify import switch_tree
+from orchestrator.sweep import topology
 from orchestrator.sweep.qualify import Qualifier
 from orchestrator.sweep.qualify_pairing import across_round
-from orchestrator.sweep.qualify_switches import SlowUplink, sides
-from orchestrator.sweep.qualify_types import Outcome, Phase, Probe
+from orchestrator.sweep.qualify_switches import SlowUplink, find, sides
+from orchestrator.sweep.qualify_types import Outcome, Phase, Probe, Result
 from orchestrator.sweep.topology import parse_scontrol, place
 
 LAB_NOISE = Noise(0.06, "lognormal")
@@ -221,3 +223,40 @@ def test_nodes_alone_under_their_leaves_still_agree_when_healthy():
     cluster says so, never a bare pass."""
     q = simulate(Model(8, 1, noise=LAB_NOISE, seed=1, leaves=_leaves(8, 1)))
     assert (_switches(q), _named(q)) == ([], {}) and q.agreement().startswith("all 8 nodes agree at ")
+
+
+def _three_levels(slow: dict[str, float], seed: int = 0):
+    """18 nodes: leaves l0-l5 of 3, spines s0-s2 of two leaves each, under one core; every node pair
+    once at 10 GB/s times the slowest switch uplink it crosses (`slow`: switch -> factor), times 3%
+    log-normal noise."""
+    leaf_of = {n: f"l{n // 3}" for n in range(18)}
+    parents = {**{f"l{i}": f"s{i // 2}" for i in range(6)}, **{f"s{i}": "core" for i in range(3)}}
+    a, b = (np.array(x) for x in zip(*itertools.combinations(range(18), 2)))
+
+    def crossed(x, y):
+        px, py = topology.path(leaf_of[x], parents), topology.path(leaf_of[y], parents)
+        return min([slow.get(s, 1.0) for s in set(px) ^ set(py)] or [1.0])
+    busbw = 10 * np.array([crossed(x, y) for x, y in zip(a, b)]) * np.random.default_rng(seed).lognormal(0, 0.03, len(a))
+    return leaf_of, parents, a, b, busbw
+
+
+@pytest.mark.parametrize("slow, named", [
+    ({}, []),
+    ({"s0": 0.3}, [("s0",)]),  # the spine's uplink: the spine, none of its two leaves
+    ({"l0": 0.3}, [("l0",)]),  # a leaf's under a healthy spine: the leaf, not its spine
+    ({"s0": 0.3, "l4": 0.3}, [("s0",), ("l4",)]),  # a spine and a leaf under another spine: both
+    ({"l0": 0.3, "l1": 0.3}, [("l0",), ("l1",)]),  # both leaves of a spine: the leaves, as measured
+])
+def test_a_deeper_tree_names_the_spine_whose_every_leaf_is_slow_across_it_and_else_the_leaf(slow, named):
+    for seed in range(5):
+        leaf_of, parents, a, b, busbw = _three_levels(slow, seed)
+        found = slow_uplinks(leaf_of, a, b, busbw < 7, busbw, set(range(18)), 0.2, parents)
+        assert sorted(u.switches for u in found) == sorted(named), (seed, [(u.switches, u.factor) for u in found])
+    if named == [("s0",)]:  # qualify's form: the spine's nodes are all below it, its crossings any probe out of them
+        leaves = tuple(leaf_of[n] for n in range(18))
+        results = [Result(Probe(Phase.PAIRS, (int(x), int(y))), Outcome.SLOW if v < 7 else Outcome.PASS, v,
+                          reference=10.0) for x, y, v in zip(a, b, busbw)]
+        (up,) = find(results, leaves, 0.2, parents=parents)
+        assert up.switches == ("s0",) and up.under == (frozenset(range(6)),)
+        assert up.crosses(leaves, Probe(Phase.PAIRS, (0, 6))) and not up.crosses(leaves, Probe(Phase.PAIRS, (0, 4)))
+        assert sides(leaves, [up], range(18)) == [list(range(6)), list(range(6, 18))]
