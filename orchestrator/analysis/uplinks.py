@@ -30,6 +30,7 @@ import pandas as pd
 from orchestrator.judging.capacity import healthy_level
 from orchestrator.judging.judge import MIN_VALUES, prior_for
 from orchestrator.judging.stats import FAMILY_ALPHA
+from orchestrator.sweep.topology import path
 
 
 @dataclass(frozen=True)
@@ -56,17 +57,21 @@ def slow_uplinks(leaf_of: dict[int, str], a: np.ndarray, b: np.ndarray, low: np.
     every switch below the others (else a slow leaf's pairs across would be its parent's, or those of
     the spine across from it), and the pairs across it found leave the lower levels' judgement. Then
     the leaves."""
-    levels = [leaf_of]
-    while parents and any(s in parents for s in levels[-1].values()) and len(levels) < 16:
-        levels.append({n: parents.get(s, s) for n, s in levels[-1].items()})
+    paths = {leaf: path(leaf, parents or {}) for leaf in set(leaf_of.values())}
+    # level k above the leaves: each node's switch k steps up, where that switch has one above it (a
+    # root has nothing across it; a leaf under the root, or under no switch, takes no part up there)
+    levels = [leaf_of] + [{n: paths[s][k] for n, s in leaf_of.items() if k < len(paths[s]) - 1}
+                          for k in range(1, max(map(len, paths.values()), default=1) - 1)]
     keep = np.ones(len(a), dtype=bool)
     found: list[Uplink] = []
     for k in range(len(levels) - 1, -1, -1):
         if len(set(levels[k].values())) < 2:
-            continue  # one switch (the root): nothing across it
+            continue  # one switch: nothing across it to judge
         ups = _level(levels[k], a, b, low, busbw, fast, threshold, keep, None if not k else (
             lambda switches, judged, k=k: _below_all_slow(switches, levels[k], levels[k - 1], a, b, busbw, judged,
                                                           threshold)))
+        if k and len(set(levels[k].values())) == 2:  # two switches share their pairs across: both, or
+            ups = [u for u in ups if len(u.switches) == 2]  # neither (one whose inside is slow: its leaves)
         for u in ups:
             keep &= ~u.across_mask
         found += ups

@@ -29,6 +29,7 @@ from orchestrator.operations.qualify import (
     NodeVerdict,
     QualifyOptions,
     qualify,
+    uplink_line,
 )
 
 
@@ -102,9 +103,7 @@ def main(args: argparse.Namespace) -> int:
         if note:
             print(f"collbench: {note}", file=log, flush=True)
     for u in result.uplinks:  # a switch is no node's to drain: the operator checks its uplink
-        print(f"collbench: slow_uplink {','.join(u['switches'])}: {u['detail']}; none of its {len(u['nodes'])} "
-              "node(s) is named for it: check the leaf's uplink (optics, cables, the spine's port)", file=log,
-              flush=True)
+        print(f"collbench: {uplink_line(u['switches'], u['detail'], len(u['nodes']))}", file=log, flush=True)
     n = len(result.nodes)
     print(f"collbench: {n - len(result.failing)} of {n} node(s) pass; {result.rounds} round(s), {result.probes} "
           f"probe(s), wall {result.wall_s:.1f}s, {result.startup}; rows in {result.rows_at}", file=log, flush=True)

@@ -43,7 +43,8 @@ def add_parser(sub) -> None:
                    help="the fabric's switch tree: Slurm's topology.conf (SwitchName=leaf1 Nodes=gpu[001-032]; "
                    "SwitchName=spine Switches=leaf[1-2]) or the same as YAML (docs/guides/report.md); node pairs are "
                    "judged inside and across leaves apart, and a leaf whose pairs across it are slow while those inside "
-                   "are not is flagged slow_uplink, its nodes not on their own. Nodes are matched by scheduler name, "
+                   "are not is flagged slow_uplink, its nodes not on their own (a spine above leaves likewise, judged "
+                   "first). Nodes are matched by scheduler name, "
                    "host name or IP; one the file does not list is refused")
     add_analysis_options(p, threshold=PEER_THRESHOLD, formats=("html", "nccl-tests"),
                          formats_help="; html: one self-contained page to send (flags with their reasons first, "

@@ -21,6 +21,7 @@ from orchestrator.operations.sweeps import NONE, Sweeps
 from orchestrator.results.location import check_writable, resolve_output
 from orchestrator.scheduler import Scheduler
 from orchestrator.sweep import topology
+from orchestrator.sweep.qualify_switches import said as uplink_line
 from orchestrator.sweep.qualify_types import NodeVerdict, Outcome
 from orchestrator.sweep.spec import ALL, SweepSpec
 from orchestrator.sweep.topology import Topology
@@ -28,7 +29,7 @@ from workloads.dtypes import ELEMENT_BYTES
 from workloads.registry import COLLECTIVES
 
 __all__ = ["COLLECTIVES", "DEFAULTS", "DTYPES", "SCHEDULERS", "SWEEPS", "NodeVerdict", "Outcome", "Qualification", "QualifyOptions", "check_spec", "qualify",
-           "qualify_spec"]
+           "qualify_spec", "uplink_line"]
 
 # The sweep qualify takes (its command line's sweep options, its --config keys, the API's keyword
 # options; any other is refused, from every face) and where its defaults differ from a run's: one

@@ -36,6 +36,7 @@ from orchestrator.operations.qualify import SCHEDULERS, draining_scheduler, swit
 from orchestrator.operations.sweeps import Sweeps
 from orchestrator.operations.watching import Watch
 from orchestrator.results.location import check_writable, resolve_output
+from orchestrator.scheduler import KUBERNETES_TOPOLOGY
 from orchestrator.sweep.spec import SweepSpec
 from orchestrator.sweep.units import parse_duration
 
@@ -120,7 +121,8 @@ def watch(options: WatchOptions, *, emit: Callable[[Cycle], None], say: Callable
     """Run the watch: each cycle to `emit`, its own lines to `say`; 0 when it ended by --cycles or a
     signal, 1 when the cluster was lost for longer than the reconnect timeout."""
     user = user_expected(options.expected)
-    tree = switch_tree(options.topology, os.environ, Voice(say, say))  # a bad file refused before the output
+    voice = Voice(say, say)
+    tree = switch_tree(options.topology, os.environ, voice)  # a bad file refused before the output
     sched = draining_scheduler(options.scheduler, options.drain, os.environ)
     spec = dataclasses.replace(options.sweep, output=resolve_output(options.sweep.output))
     check_writable(spec.output)
@@ -128,4 +130,5 @@ def watch(options: WatchOptions, *, emit: Callable[[Cycle], None], say: Callable
                  min_fraction=options.min_fraction, user_entries=user, baseline_cycles=options.baseline_cycles,
                  retention_days=options.retention_days, reconnect_s=options.reconnect_s, emit=emit, say=say,
                  doctor=options.doctor, fit_ranks=options.fit_ranks, switches=tree, sched=sched,
-                 drain=options.drain).run()
+                 drain=options.drain, reread=(lambda: switch_tree(options.topology, os.environ, voice)) if (
+                     options.topology or "").startswith(KUBERNETES_TOPOLOGY) else None).run()

@@ -16,6 +16,7 @@ from orchestrator.execution.voice import QUIET
 from orchestrator.results.schema import RunState
 from orchestrator.scheduler import Done, Scheduler
 from orchestrator.sweep.inventory import Node
+from orchestrator.sweep.qualify_switches import said
 from orchestrator.sweep.spec import SweepSpec
 from orchestrator.sweep.topology import Topology
 
@@ -29,13 +30,18 @@ def check_listed(switches: Topology | None, spec: SweepSpec) -> None:
     join later are judged without a leaf (`leaves`)."""
     import ray
 
-    from orchestrator.sweep import inventory
-
     if switches is None or not switches.complete:
         return
-    named = scheduler.aliases(spec.nodes + spec.exclude, os.environ)
-    inv = inventory.select(inventory.from_ray_nodes(ray.nodes(), spec.ranks_per_node), spec.nodes, spec.exclude, named)
-    leaves(switches, list(inv.nodes), strict=True)
+    leaves(switches, list(selected(spec, ray.nodes(), spec.ranks_per_node).nodes), strict=True)
+
+
+def selected(spec: SweepSpec, ray_nodes: list[dict], ranks: int):
+    """The Ray nodes the watch may measure with `ranks` CPU ranks each: --nodes less --exclude, each
+    by IP, Ray node id, host name, or inside a Slurm job its Slurm name."""
+    from orchestrator.sweep import inventory
+
+    named = scheduler.aliases(spec.nodes + spec.exclude, os.environ)  # Slurm's names
+    return inventory.select(inventory.from_ray_nodes(ray_nodes, ranks), spec.nodes, spec.exclude, named)
 
 
 def leaves(switches: Topology | None, nodes: list[Node], strict: bool = False) -> tuple[dict[str, str], list[Node]]:
@@ -52,10 +58,10 @@ def leaves(switches: Topology | None, nodes: list[Node], strict: bool = False) -
 def below(alerts: list[Alert], leaf_of: dict[str, str], parents: dict[str, str] | None = None) -> list[set[str]]:
     """The nodes below each switch of a slow uplink the alerts name (a leaf, or a switch above
     leaves: `parents`), a set per switch."""
-    from orchestrator.sweep.topology import path
+    from orchestrator.sweep.topology import below as under
 
     names = {s for a in alerts if a.kind is AlertKind.SLOW_UPLINK for s in a.node.split(",")}
-    return [{ip for ip, leaf in leaf_of.items() if s in path(leaf, parents or {})} for s in sorted(names)]
+    return [under(s, leaf_of, parents or {}) for s in sorted(names)]
 
 
 def earlier_runs(spec: SweepSpec, baseline_cycles: int) -> list[str]:
@@ -123,10 +129,8 @@ def uplink_alerts(found: list) -> list[Alert]:
         if "switches" not in item or tuple(item["switches"]) in seen:
             continue
         seen.add(tuple(item["switches"]))
-        name = ",".join(item["switches"])
-        out.append(Alert(name, AlertKind.SLOW_UPLINK, item.get("busbw_gbps"), item.get("reference"),
-                         f"slow_uplink {name}: {item['detail']}; none of its {len(item['nodes'])} node(s) is named "
-                         "for it: check the leaf's uplink (optics, cables, the spine's port)"))
+        out.append(Alert(",".join(item["switches"]), AlertKind.SLOW_UPLINK, item.get("busbw_gbps"),
+                         item.get("reference"), said(item["switches"], item["detail"], len(item["nodes"]))))
     return out
 
 

@@ -48,7 +48,7 @@ class Watch:
                  user_entries: list, baseline_cycles: int, retention_days: int | None, reconnect_s: float,
                  emit: Callable[[Cycle], None], say: Callable[[str], None], doctor: bool = True,
                  fit_ranks: bool = False, switches: Topology | None = None, sched: Scheduler = Scheduler.NONE,
-                 drain: bool = False) -> None:
+                 drain: bool = False, reread: Callable[[], Topology | None] | None = None) -> None:
         self.spec, self.every_s, self.cycles = spec, every_s, cycles
         self.threshold, self.min_fraction, self.user_entries = threshold, min_fraction, user_entries
         self.baseline_cycles, self.retention_days, self.reconnect_s = baseline_cycles, retention_days, reconnect_s
@@ -59,6 +59,7 @@ class Watch:
         self.cycle_ranks = spec.ranks_per_node
         self.clean_runs: list[str] = []  # runs of cycles that raised no alert: the rolling baseline
         self.switches, self.sched, self.drain = switches, sched, drain  # --topology; --scheduler, --drain
+        self.reread = reread  # the tree read again where a node is under none of it (node labels)
         self.said_unplaced: set[str] = set()  # nodes the switch tree does not list (said once)
         self.names: dict[str, str] = {}  # node IP -> the name its scheduler takes it out of service by
         self.drained: dict[str, Done] = {}  # node IP -> how --drain went (run once per node per watch)
@@ -143,19 +144,16 @@ class Watch:
         import ray
         from ray._private import state
 
-        from orchestrator import scheduler
         from orchestrator.execution import jobs
         from orchestrator.execution.doctor import QUICK, DoctorRefusal
         from orchestrator.sweep import inventory
 
         nodes = ray.nodes()
         totals = {n["NodeID"]: n.get("Resources", {}) for n in nodes if n.get("Alive")}
-        named = scheduler.aliases(self.spec.nodes + self.spec.exclude, os.environ)  # Slurm's names
-        inv = inventory.select(inventory.from_ray_nodes(nodes, self.spec.ranks_per_node), self.spec.nodes,
-                               self.spec.exclude, named)
+        inv = watch_cycle.selected(self.spec, nodes, self.spec.ranks_per_node)
         ranks, small = fit_cpu_ranks(inv, totals, CPUS_PER_RANK, self.spec.ranks_per_node, self.fit_ranks)
         if ranks != self.spec.ranks_per_node:
-            inv = inventory.select(inventory.from_ray_nodes(nodes, ranks), self.spec.nodes, self.spec.exclude, named)
+            inv = watch_cycle.selected(self.spec, nodes, ranks)
         cycle.ranks_per_node = ranks if any(not n.gpus for n in inv.nodes) else None
         self.cycle_ranks = ranks
         cycle.nodes_too_small = sorted(small)
@@ -203,6 +201,12 @@ class Watch:
         """The cycle's verdicts (watch_cycle): its drift and flags, a slow uplink as the switch's
         alert, the suspects qualified, and what takes each named node out of service."""
         leaf_of, unplaced = watch_cycle.leaves(self.switches, idle)
+        if unplaced and self.reread is not None:  # a pod started again elsewhere: the labels read anew
+            try:
+                self.switches = self.reread()
+                leaf_of, unplaced = watch_cycle.leaves(self.switches, idle)
+            except UsageError as e:
+                self.say(f"collbench: watch: warning: {e}; the switch tree read before is kept")
         for node in (n for n in unplaced if n.ip not in self.said_unplaced):  # said once
             self.say(f"collbench: watch: node {node.ip} ({node.hostname}) is under no switch of "
                      f"{self.switches.source}: judged without a leaf")
@@ -215,7 +219,8 @@ class Watch:
         below = watch_cycle.below(cycle.alerts, leaf_of, parents)
         doubted = suspects(drops, flags, uplinks=below)
         cycle.doubted = sorted(doubted)
-        if doubted:
+        if doubted:  # a drop across a slow uplink is its evidence: no node's, even one qualify cannot judge
+            evidence = {ip: e for ip, e in evidence.items() if ip in doubted}
             cycle.qualify_run_id, alerts, found = watch_cycle.qualify_suspects(
                 self.spec, idle, doubted, evidence, partition=partition, threshold=self.threshold,
                 min_fraction=self.min_fraction, user_entries=self.user_entries, ranks=self.cycle_ranks,

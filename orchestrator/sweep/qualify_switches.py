@@ -58,6 +58,13 @@ class SlowUplink:
                 "busbw_gbps": self.busbw_gbps, "factor": round(self.factor, 4)}
 
 
+def said(switches: list[str], detail: str, nodes: int) -> str:
+    """A slow uplink as qualify's line and watch's alert say it: a switch is no node's to drain."""
+    name = ",".join(switches)
+    return (f"slow_uplink {name}: {detail}; none of its {nodes} node(s) is named for it: check the uplink of "
+            f"{name} (optics, cables, the port above it)")
+
+
 def judged_pair(r: Result) -> bool:
     """A probe of two nodes whose speed was judged (a fresh pair or a retest)."""
     return len(r.probe.nodes) == 2 and r.probe.phase.kind is Phase.PAIRS and r.status in (
@@ -82,9 +89,8 @@ def find(judged: list[Result], leaves: tuple[str | None, ...], threshold: float,
     b = np.array([r.probe.nodes[1] for r in pairs])
     low = np.array([r.status is Outcome.SLOW for r in pairs])
     busbw = np.array([r.busbw for r in pairs], dtype=float)
-    path = {leaf: topology.path(leaf, parents or {}) for leaf in set(leaf_of.values())}
     return [SlowUplink(u.switches, u.nodes, u.across, u.inside, u.busbw_gbps, u.factor,
-                       tuple(frozenset(i for i, leaf in leaf_of.items() if s in path[leaf]) for s in u.switches))
+                       tuple(frozenset(topology.below(s, leaf_of, parents or {})) for s in u.switches))
             for u in slow_uplinks(leaf_of, a, b, low, busbw, proven, threshold, parents)]
 
 
@@ -96,8 +102,8 @@ def sides(leaves: tuple[str | None, ...], uplinks: list[SlowUplink], nodes, ever
     if not any(leaves):
         return [] if every else [list(nodes)]
     cut = [] if every else [under for u in uplinks for under in u.below(leaves)]
-    groups: dict[str | int | None, list[int]] = {}
-    for n in nodes:
-        key = leaves[n] if every else next((i for i, under in enumerate(cut) if n in under), None)
+    groups: dict = {}
+    for n in nodes:  # by the set of slow uplinks' switches a node is below (a spine and a leaf in it: both)
+        key = leaves[n] if every else tuple(i for i, under in enumerate(cut) if n in under) or None
         groups.setdefault(key, []).append(n)
     return [g for key, g in groups.items() if key is not None or not every]

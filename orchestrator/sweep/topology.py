@@ -98,6 +98,11 @@ def path(switch: str, parents: dict[str, str]) -> list[str]:
     return up
 
 
+def below(switch: str, leaf_of: dict, parents: dict[str, str]) -> set:
+    """The keys of `leaf_of` (node -> its leaf) below `switch`: under its leaf, or a switch above it."""
+    return {n for n, leaf in leaf_of.items() if switch in path(leaf, parents)}
+
+
 def parse_conf(text: str, source: str) -> Topology:
     """Slurm's topology.conf: one switch a line, `SwitchName=` with `Nodes=` and/or `Switches=`
     (keys in any case; `LinkSpeed` and the like read and left; `#` starts a comment)."""
@@ -201,11 +206,15 @@ def from_kubernetes(nodes: dict, pods: dict, labels: list[str], source: str) -> 
     leaf_nodes: dict[str, list[str]] = {}
     parents: dict[str, set[str]] = {}
     node_leaf = {}
+    level_of: dict[str, set[int]] = {}  # a label value -> the levels it names a switch at
     for item in (nodes or {}).get("items") or []:
         name = (item.get("metadata") or {}).get("name")
         values = [((item.get("metadata") or {}).get("labels") or {}).get(label) for label in labels]
         if not name or not values[0]:
             continue
+        for level, value in enumerate(values):
+            if value:
+                level_of.setdefault(value, set()).add(level)
         node_leaf[name] = values[0]
         leaf_nodes.setdefault(values[0], []).append(name)
         for child, parent in zip(values, values[1:]):
@@ -219,6 +228,9 @@ def from_kubernetes(nodes: dict, pods: dict, labels: list[str], source: str) -> 
             leaf_nodes[leaf] += [ip for ip in ips if ip and ip not in leaf_nodes[leaf]]
     if not leaf_nodes:
         raise UsageError(f"{source}: no node carries the label {labels[0]}")
+    if twice := sorted(v for v, at in level_of.items() if len(at) > 1):
+        raise UsageError(f"{source}: the value {twice[0]} names switches at two levels (labels {', '.join(labels)}): "
+                         "give each level's switches their own names")
     return dataclasses.replace(_checked(Topology({k: tuple(v) for k, v in leaf_nodes.items()},
                                                  {k: tuple(sorted(v)) for k, v in parents.items()}, source)),
                                complete=False)

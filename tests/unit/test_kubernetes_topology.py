@@ -81,3 +81,9 @@ def test_qualify_reads_the_labels_through_kubectl_and_says_in_one_line_where_it_
     monkeypatch.setenv("PATH", "/nonexistent")  # qualify's own path to it: no kubectl here, one line
     with pytest.raises(UsageError, match=f"--topology kubernetes:{SUB}: kubectl get nodes -o json: "):
         switch_tree(f"kubernetes:{SUB}", {})
+
+
+def test_a_value_naming_switches_at_two_levels_is_one_line():
+    nodes = {"items": [_node("gke-a3-1", "1", block="1"), _node("gke-a3-2", "2", block="1")]}
+    with pytest.raises(UsageError, match=f"k: the value 1 names switches at two levels \\(labels {SUB}, {BLOCK}\\)"):
+        from_kubernetes(nodes, PODS, [SUB, BLOCK], "k")

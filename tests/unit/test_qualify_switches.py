@@ -225,13 +225,15 @@ def test_nodes_alone_under_their_leaves_still_agree_when_healthy():
     assert (_switches(q), _named(q)) == ([], {}) and q.agreement().startswith("all 8 nodes agree at ")
 
 
-def _three_levels(slow: dict[str, float], seed: int = 0):
-    """18 nodes: leaves l0-l5 of 3, spines s0-s2 of two leaves each, under one core; every node pair
-    once at 10 GB/s times the slowest switch uplink it crosses (`slow`: switch -> factor), times 3%
-    log-normal noise."""
-    leaf_of = {n: f"l{n // 3}" for n in range(18)}
-    parents = {**{f"l{i}": f"s{i // 2}" for i in range(6)}, **{f"s{i}": "core" for i in range(3)}}
-    a, b = (np.array(x) for x in zip(*itertools.combinations(range(18), 2)))
+SPINES = {**{f"l{i}": f"s{i // 2}" for i in range(6)}, **{f"s{i}": "core" for i in range(3)}}
+
+
+def _three_levels(slow: dict[str, float], seed: int = 0, parents: dict[str, str] = SPINES, leaves: int = 6):
+    """Leaves l0.. of 3 nodes (spines s0-s2 of two leaves each under one core by default); every node
+    pair once at 10 GB/s times the slowest switch uplink it crosses (`slow`: switch -> factor), times
+    3% log-normal noise."""
+    leaf_of = {n: f"l{n // 3}" for n in range(3 * leaves)}
+    a, b = (np.array(x) for x in zip(*itertools.combinations(range(3 * leaves), 2)))
 
     def crossed(x, y):
         px, py = topology.path(leaf_of[x], parents), topology.path(leaf_of[y], parents)
@@ -260,3 +262,22 @@ def test_a_deeper_tree_names_the_spine_whose_every_leaf_is_slow_across_it_and_el
         assert up.switches == ("s0",) and up.under == (frozenset(range(6)),)
         assert up.crosses(leaves, Probe(Phase.PAIRS, (0, 6))) and not up.crosses(leaves, Probe(Phase.PAIRS, (0, 4)))
         assert sides(leaves, [up], range(18)) == [list(range(6)), list(range(6, 18))]
+
+
+@pytest.mark.parametrize("parents, slow, named", [
+    # two spines: both leaves of s0 slow is those leaves (their pairs between them are slow too), not s1
+    ({"l0": "s0", "l1": "s0", "l2": "s1", "l3": "s1", "s0": "core", "s1": "core"}, {"l0": 0.3, "l1": 0.3},
+     [("l0",), ("l1",)]),
+    # two spines, one slow: the path between them (the pairs across either are the same pairs)
+    ({"l0": "s0", "l1": "s0", "l2": "s1", "l3": "s1", "s0": "core", "s1": "core"}, {"s0": 0.3}, [("s0", "s1")]),
+    # leaves at two depths: l2 under the core itself, its uplink slow; the spine is no evidence of it
+    ({"l0": "s0", "l1": "s0", "s0": "core", "l2": "core"}, {"l2": 0.3}, [("l2",)]),
+    # a leaf the tree hangs under no switch (Slurm allows it), its uplink slow: the leaf
+    ({"l0": "s0", "l1": "s0"}, {"l2": 0.3}, [("l2",)]),
+])
+def test_uneven_and_two_spine_trees_name_what_is_slow(parents, slow, named):
+    leaves = len({s for s in parents if s.startswith("l")} | {"l2"})
+    for seed in range(5):
+        leaf_of, _, a, b, busbw = _three_levels(slow, seed, parents, leaves)
+        found = slow_uplinks(leaf_of, a, b, busbw < 7, busbw, set(leaf_of), 0.2, parents)
+        assert sorted(u.switches for u in found) == sorted(named), (seed, [(u.switches, u.factor) for u in found])

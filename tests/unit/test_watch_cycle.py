@@ -65,6 +65,9 @@ def test_a_slow_uplink_is_one_alert_naming_the_switch_and_what_crosses_it_doubts
     # two leaves' path ("leaf0,leaf1"): a set per leaf, so a pair across them is its evidence
     path = watch_cycle.below([Alert("leaf0,leaf1", AlertKind.SLOW_UPLINK, None, None, "")], leaf_of)
     assert path == [set(LEAF0), set(LEAF1)] and canary.suspects([across], [], uplinks=path) == set()
+    # a spine above leaves: every node below it, through its leaves
+    spine = watch_cycle.below([Alert("spine", AlertKind.SLOW_UPLINK, None, None, "")], leaf_of, TREE.parent_of())
+    assert spine == [set(LEAF0 + LEAF1)]
 
 
 def _cycle(alerts: list[Alert], n: int = 1) -> Cycle:
