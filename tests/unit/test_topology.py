@@ -59,8 +59,10 @@ def test_nodes_are_placed_by_scheduler_name_then_host_then_ip():
     assert str(e.value) == "--topology t: node slm7, h7, 10.0.0.7 is under no switch of it"
 
 
-def _report(tmp_path, nodes: int, leaves: dict[str, range], faults=(), noise=0.0, seed=0, yaml_form=False):
-    """The pairwise report of `nodes` nodes (1 rank each; 10.0.0.10 + i) with the switch tree given."""
+def _report(tmp_path, nodes: int, leaves: dict[str, range], faults=(), noise=0.0, seed=0, yaml_form=False,
+            above: str = ""):
+    """The pairwise report of `nodes` nodes (1 rank each; 10.0.0.10 + i) with the switch tree given
+    (`above`: topology.conf lines of the switches above the leaves)."""
     out = str(tmp_path / f"res{seed}")
     write_cluster_run(out, f"run{seed}", nodes=nodes, ranks_per_node=1, patterns=("pairwise",), sizes=[1 << 20],
                       faults=faults, noise=noise, seed=seed, one_file=True)
@@ -69,7 +71,7 @@ def _report(tmp_path, nodes: int, leaves: dict[str, range], faults=(), noise=0.0
     if yaml_form:
         path.write_text(json.dumps({"switches": {name: {"nodes": v} for name, v in ips.items()}}))
     else:
-        path.write_text("".join(f"SwitchName={name} Nodes={','.join(v)}\n" for name, v in ips.items()))
+        path.write_text("".join(f"SwitchName={name} Nodes={','.join(v)}\n" for name, v in ips.items()) + above)
     proc = run_main(["report", out, "--topology", str(path), "--format", "json"])
     return proc, json.loads(proc.stdout)["flags"] if proc.stdout else None
 
@@ -204,3 +206,17 @@ def test_tooltips_stay_inside_their_own_line():
     svg = '<g id="pts-0"><g><use a="1"/><use a="2"/></g></g><g id="pts-1"><use a="3"/></g>'
     assert _with_tips(svg, {"pts-0": ["x", "y", "z"], "pts-1": ["w"]}) == (
         '<g id="pts-0"><g><use a="1"/><use a="2"/></g></g><g id="pts-1"><use a="3"><title>w</title></use></g>')
+
+
+def test_a_slow_spine_is_the_spine_and_none_of_its_leaves(tmp_path):
+    """Leaves of 3 under spines of two leaves under a core; spine s0's uplink at 0.3: flagged as s0,
+    its two leaves not; given the leaves alone (no spine lines), the same rows name both leaves."""
+    leaves = {f"l{i}": range(3 * i, 3 * i + 3) for i in range(6)}
+    spines = "".join(f"SwitchName=s{i} Switches=l[{2 * i}-{2 * i + 1}]\n" for i in range(3)) + \
+        "SwitchName=core Switches=s[0-2]\n"
+    proc, flags = _report(tmp_path, 18, leaves, faults=(("uplink", tuple(range(6)), 0.3),), noise=0.03, above=spines)
+    assert proc.returncode == 1, proc.stderr
+    assert [(f["kind"], f["switches"], f["pairs"]) for f in flags] == [("slow_uplink", ["s0"], 72)], flags
+    assert flags[0]["nodes"] == [f"10.0.0.{10 + i}" for i in range(6)]
+    _, alone = _report(tmp_path, 18, leaves, faults=(("uplink", tuple(range(6)), 0.3),), noise=0.03)
+    assert sorted(s for f in alone for s in f["switches"]) == ["l0", "l1"], alone
