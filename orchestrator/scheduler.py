@@ -109,8 +109,6 @@ def kubernetes_topology(value: str, run=subprocess.run):
     """The switch tree `--topology kubernetes:LEAF_LABEL[,SPINE_LABEL...]` names, from the cluster's
     nodes and this namespace's pods (`kubectl get nodes|pods -o json`: the driver's service account
     needs to list them, as it needs nodes to cordon); UsageError in one line where kubectl fails."""
-    import json
-
     from orchestrator.errors import UsageError
     from orchestrator.sweep.topology import from_kubernetes
 
@@ -118,30 +116,55 @@ def kubernetes_topology(value: str, run=subprocess.run):
     if not all(labels):
         raise UsageError(f"--topology {value}: name the node label of each level, lowest first "
                          "(kubernetes:LEAF_LABEL[,SPINE_LABEL])")
-    said = []
-    for kind in ("nodes", "pods"):
-        argv = ["kubectl", "get", kind, "-o", "json"]
-        try:
-            done = run(argv, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False)
-        except (OSError, subprocess.SubprocessError) as e:
-            raise UsageError(f"--topology {value}: {shlex.join(argv)}: {e}") from None
-        first = next((ln.strip() for ln in (done.stderr or "").splitlines() if ln.strip()), "")
-        if done.returncode != 0:
-            raise UsageError(f"--topology {value}: {shlex.join(argv)}: exit {done.returncode}: {first}")
-        try:
-            said.append(json.loads(done.stdout))
-        except ValueError:
-            raise UsageError(f"--topology {value}: {shlex.join(argv)} did not answer JSON") from None
-    return from_kubernetes(said[0], said[1], labels, f"kubectl node labels {','.join(labels)}")
+    nodes, pods = (kubectl_list(kind, f"--topology {value}", run) for kind in ("nodes", "pods"))
+    return from_kubernetes(nodes, pods, labels, f"kubectl node labels {','.join(labels)}")
+
+
+def kubectl_list(kind: str, what: str, run=subprocess.run) -> dict:
+    """`kubectl get KIND -o json` (nodes, pods: this namespace's), parsed; UsageError in one line,
+    starting with `what`, where kubectl cannot be run, fails or does not answer JSON."""
+    import json
+
+    from orchestrator.errors import UsageError
+
+    argv = ["kubectl", "get", kind, "-o", "json"]
+    try:
+        done = run(argv, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise UsageError(f"{what}: {shlex.join(argv)}: {e}") from None
+    first = next((ln.strip() for ln in (done.stderr or "").splitlines() if ln.strip()), "")
+    if done.returncode != 0:
+        raise UsageError(f"{what}: {shlex.join(argv)}: exit {done.returncode}: {first}")
+    try:
+        return json.loads(done.stdout)
+    except ValueError:
+        raise UsageError(f"{what}: {shlex.join(argv)} did not answer JSON") from None
 
 
 def aliases(names: tuple[str, ...], environ: Mapping[str, str], run=subprocess.run) -> dict[str, set[str]]:
     """For --nodes and --exclude: each of `names` that is a Slurm node of this job, with its host
-    name and address (so `--exclude slm2` finds the Ray node of h-slm2, 10.0.0.12); empty
-    outside a Slurm job or where no name is given (scontrol is not asked)."""
-    if not names or not environ.get("SLURM_JOB_NODELIST"):
+    name and address (so `--exclude slm2` finds the Ray node of h-slm2, 10.0.0.12); inside a pod,
+    each that is a Kubernetes node, with the IPs of this namespace's pods on it (a Ray node is a
+    pod; kubectl that cannot list pods gives none); empty outside both or where no name is given
+    (scontrol and kubectl are not asked)."""
+    if not names:
         return {}
-    return {name: other for name, other in slurm_nodes(environ, run).items() if name in names}
+    if environ.get("SLURM_JOB_NODELIST"):
+        return {name: other for name, other in slurm_nodes(environ, run).items() if name in names}
+    if Scheduler.detect(environ) is not Scheduler.KUBERNETES:
+        return {}
+    from orchestrator.errors import UsageError
+
+    try:
+        pods = kubectl_list("pods", "--nodes", run)
+    except UsageError:
+        return {}
+    on: dict[str, set[str]] = {}
+    for pod in pods.get("items") or []:
+        status = pod.get("status") or {}
+        ips = {p.get("ip") for p in status.get("podIPs") or []} | {status.get("podIP")}
+        on.setdefault((pod.get("spec") or {}).get("nodeName"), set()).update(ips - {None, ""})
+    return {name: on[name] for name in names if on.get(name)}
 
 
 def job(environ: Mapping[str, str]) -> dict | None:

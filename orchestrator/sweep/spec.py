@@ -95,11 +95,12 @@ class SweepSpec:
     ranks_per_node: int = _opt(2, ("--ranks-per-node",), "ranks on each node without GPUs (CPU ranks)", "int")
     nodes: tuple[str, ...] = _opt(
         (), ("--nodes",), "measure only these nodes, comma-separated: IP address, host name or Ray node id (in a "
-        "Slurm job, its Slurm name too; default: every node that can hold a rank)", "list",
+        "Slurm job, its Slurm name too; in a pod, its Kubernetes node name, through kubectl; default: every node "
+        "that can hold a rank)", "list",
     )
     exclude: tuple[str, ...] = _opt(
         (), ("--exclude",), "leave these nodes out, comma-separated: IP address, host name or Ray node id (in a "
-        "Slurm job, its Slurm name too)", "list",
+        "Slurm job, its Slurm name too; in a pod, its Kubernetes node name)", "list",
     )
     wait_nodes: int | None = _opt(None, ("--wait-nodes",), "wait, up to --group-timeout, for this many nodes, and refuse "
                                   "(exit 2) naming those that joined where fewer did (in a Slurm job, those that did not "

@@ -87,3 +87,19 @@ def test_a_value_naming_switches_at_two_levels_is_one_line():
     nodes = {"items": [_node("gke-a3-1", "1", block="1"), _node("gke-a3-2", "2", block="1")]}
     with pytest.raises(UsageError, match=f"k: the value 1 names switches at two levels \\(labels {SUB}, {BLOCK}\\)"):
         from_kubernetes(nodes, PODS, [SUB, BLOCK], "k")
+
+
+def test_nodes_and_exclude_take_a_kubernetes_node_name_through_its_pods():
+    from orchestrator.sweep.inventory import Inventory, Node, select
+
+    pod_env = {"KUBERNETES_SERVICE_HOST": "10.96.0.1"}
+    ok = {"pods": (0, json.dumps(PODS), "")}
+    named = scheduler.aliases(("gke-a3-2", "gke-a3-9"), pod_env, _kubectl(ok, []))
+    assert named == {"gke-a3-2": {"10.8.2.5"}}  # a node no pod of this namespace runs on: no alias
+    ray_nodes = Inventory(tuple(Node(f"id{i}", f"10.8.{i}.5", f"collbench-gpu-{i}", 0, 1) for i in range(1, 5)))
+    assert [n.ip for n in select(ray_nodes, exclude=("gke-a3-2",), aliases=named).nodes] == \
+        ["10.8.1.5", "10.8.3.5", "10.8.4.5"]
+    calls: list = []
+    assert scheduler.aliases(("gke-a3-2",), {}, _kubectl(ok, calls)) == {} and calls == []  # not in a pod
+    refused = {"pods": (1, "", "Error from server (Forbidden): pods is forbidden")}
+    assert scheduler.aliases(("gke-a3-2",), pod_env, _kubectl(refused, [])) == {}  # names then match as given
