@@ -106,7 +106,11 @@ def run_header(frame: Frame, manifest: dict | None, manifest_problem: str | None
     if manifest is not None:
         run.update({k: manifest[k] for k in RUN_FIELDS if manifest.get(k) is not None})
         state = manifest.get("state")
-        if state == RunState.RUNNING:
+        if state == RunState.RUNNING and manifest.get("driver_gone"):
+            warnings.append(f"the run's driver is gone, killed without marking its manifest (its lock, held by "
+                            f"{manifest['driver_gone']}, is free): the report covers the groups on disk; resume it "
+                            f"with collbench run --resume {run['run_id']}")
+        elif state == RunState.RUNNING:
             warnings.append("the run is still running, or its driver died: the report covers the groups on disk so far")
         elif state == RunState.FAILED:
             warnings.append("the run failed (an error it could not handle, said by its driver): the report covers "

@@ -31,6 +31,7 @@ import pytest
 
 from orchestrator.lab import cluster as labmod
 from orchestrator.results import dataset
+from tests.helpers import run_cli
 from tests.lab.slurmlab import ROOT, VENV, lab_slurm, site_script
 
 pytestmark = pytest.mark.lab
@@ -120,6 +121,12 @@ def test_scancel_mid_sweep_and_the_scripts_resume_finish_the_run_once(slurm, tmp
     assert "r0-g0" in set(kept.group_id) and (kept[kept.group_id == "r0-g0"].status == "ok").all()
     assert not any(word in (tmp_path / f"collbench-sweep-{job}.out").read_text()
                    for word in ("ProcessGroupGloo", "RayActorError", "collbench: error"))
+    # its lock, on the shared results folder, names it and nobody holds it: the report says the
+    # driver is gone, and how to resume, where the manifest could not
+    report = run_cli(["report", str(tmp_path / "results"), "--run", run_id, "--format", "json"], timeout=120)
+    assert any(w.startswith("the run's driver is gone, killed without marking its manifest") and
+               w.endswith(f"resume it with collbench run --resume {run_id}")
+               for w in json.loads(report.stdout)["warnings"]), report.stdout[-3000:] + report.stderr[-2000:]
     again = slurm.sbatch(script, str(tmp_path), run_id)  # the script's resume: a new job, a new Ray cluster
     fields = slurm.wait_job(again, JOB_TIMEOUT_S)
     out = (tmp_path / f"collbench-sweep-{again}.out").read_text()

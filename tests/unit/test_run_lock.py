@@ -212,3 +212,44 @@ def test_object_store_compaction_waits_for_the_lock(s3_output):
     assert store.compact() == 3
     df = dataset.load(s3_output)
     assert sorted(zip(df.group_id, df.msg_bytes)) == [(f"r0-g{g}", 1024 * (i + 1)) for g in range(3) for i in range(2)]
+
+
+def _run_then_hang(root: str, run_id: str, ready, done) -> None:
+    store = ResultStore(root, run_id)
+    store.acquire()
+    store.write_manifest({"run_id": run_id, "state": "running", "spec": "{}"})  # as a driver mid-run
+    ready.set()
+    done.wait(60)
+    store.release()
+
+
+def test_a_driver_killed_mid_run_is_said_gone_by_the_report(tmp_path):
+    """scancel's srun kills a driver within milliseconds (tests/lab/test_slurm.py): its manifest
+    stays `running`, its lock file names it and nobody holds it. The report says the driver is
+    gone (and the resume) rather than "still running, or its driver died"; while it runs, it says
+    that; a holder that let go leaves no file and nothing to say."""
+    from orchestrator.operations.report import read_report, run_frame
+    from orchestrator.results.left_behind import driver_gone, left_behind
+    from tests.synthetic import write_cluster_run
+
+    root = str(tmp_path / "res")
+    write_cluster_run(root, "run-k", nodes=2, ranks_per_node=1, patterns=("pairwise",), sizes=[1 << 20])
+    ready, done = CTX.Event(), CTX.Event()
+    child = CTX.Process(target=_run_then_hang, args=(root, "run-k", ready, done))
+    child.start()
+    assert ready.wait(60)
+    frame = run_frame(root, "run-k")
+    assert driver_gone(root, "run-k") is None  # held: it may still run
+    assert any(w.startswith("the run is still running, or its driver died") for w in read_report(root, frame).warnings)
+    os.kill(child.pid, signal.SIGKILL)
+    child.join(60)
+    gone = driver_gone(root, "run-k")
+    assert gone == f"host {socket.gethostname()} pid {child.pid} since " + gone.split(" since ")[1]
+    said = [w for w in read_report(root, frame).warnings if "driver is gone" in w]
+    assert said == [f"the run's driver is gone, killed without marking its manifest (its lock, held by {gone}, is "
+                    "free): the report covers the groups on disk; resume it with collbench run --resume run-k"]
+    store = ResultStore(root, "run-k")
+    store.acquire()  # a resume takes the lock: held again, nothing left behind
+    assert left_behind(store.lock) is None and driver_gone(root, "run-k") is None
+    store.release()
+    assert driver_gone(root, "run-k") is None  # let go: the file is deleted
