@@ -33,6 +33,8 @@ from orchestrator.sweep.inventory import Inventory
 from orchestrator.sweep.sizes import format_bytes
 from orchestrator.sweep.spec import ALL, SweepSpec, auto_backend, for_backend
 
+READER_WAIT_S = 1.0  # how long a run waits for its lock where a reader holds it (results/left_behind.py)
+
 
 class Session:
     """Use as a context manager: the Ray connection and the workers end with the block. In the
@@ -70,7 +72,9 @@ class Session:
         self._signals = None
 
     def __enter__(self) -> Session:
-        self.store.acquire()  # one writer per run: a second run or --resume of it is refused here, before Ray
+        # one writer per run: a second run or --resume of it is refused here, before Ray (after a
+        # second: a report may hold the lock shared for a moment to see whether its driver is gone)
+        self.store.acquire(READER_WAIT_S)
         try:
             with self.startup.timing("connect_s"):
                 self.connection = connect.connect(self.spec.address, self.spec.verbose)
