@@ -107,9 +107,8 @@ def drift(output: str, clean_runs: list[str], run_id: str, threshold: float) -> 
 def flags(output: str, run_id: str, threshold: float, user_entries: list, min_fraction: float,
           leaf_of: dict[str, str] | None = None, parents: dict[str, str] | None = None) -> list:
     """The report's flags of the cycle: its peers (slow pairs, nodes, rails; with `leaf_of`, node IP
-    -> leaf, `parents` switch -> the switch above: pairs judged inside and across switches and a slow
-    uplink flagged as the switch),
-    expected values, and its failed groups (failed_group, with their nodes)."""
+    -> leaf, and `parents`, switch -> the switch above, pairs judged inside and across switches and a
+    slow uplink flagged as the switch), expected values, and its failed groups (with their nodes)."""
     from orchestrator.operations.report import read_report, run_frame
 
     frame = run_frame(output, run_id)
