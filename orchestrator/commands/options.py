@@ -95,7 +95,6 @@ def add_doctor_option(p: argparse.ArgumentParser) -> None:
                    "before the first group; a failed one refuses the run in one line naming the node")
 
 
-
 def add_scheduler_options(p: argparse.ArgumentParser, named: str) -> None:
     """--scheduler and --drain (qualify, watch): the command that takes a node that `named` out of
     service, printed, and run with --drain."""

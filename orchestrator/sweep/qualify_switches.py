@@ -94,7 +94,6 @@ def find(judged: list[Result], leaves: tuple[str | None, ...], threshold: float,
             for u in slow_uplinks(leaf_of, a, b, low, busbw, proven, threshold, parents)]
 
 
-
 def sides(leaves: tuple[str | None, ...], uplinks: list[SlowUplink], nodes, every: bool = False) -> list[list[int]]:
     """`nodes` split so that no part's probes cross a slow uplink (the gates' groups where one was
     found): under each of its leaves apart, the rest together; `every`: under each leaf apart, the
