@@ -34,6 +34,7 @@ from orchestrator.sweep.sizes import format_bytes
 from orchestrator.sweep.spec import ALL, SweepSpec, auto_backend, for_backend
 
 READER_WAIT_S = 1.0  # how long a run waits for its lock where a reader holds it (results/left_behind.py)
+QUIET_ERRORS = "RAY_IGNORE_UNHANDLED_ERRORS"  # Ray's switch for its "Unhandled error" lines (ray._private.worker)
 
 
 class Session:
@@ -70,6 +71,7 @@ class Session:
         self._probed = False  # read_nodes() done
         self._float8_from_all = False
         self._signals = None
+        self._quiet_before: str | None = None  # QUIET_ERRORS before an interrupt set it ("": unset)
 
     def __enter__(self) -> Session:
         # one writer per run: a second run or --resume of it is refused here, before Ray (after a
@@ -95,6 +97,10 @@ class Session:
         finally:
             try:
                 signals.restore(self._signals)
+                if self._quiet_before == "":  # as before the interrupt
+                    os.environ.pop(QUIET_ERRORS, None)
+                elif self._quiet_before is not None:
+                    os.environ[QUIET_ERRORS] = self._quiet_before
             finally:
                 self.store.release()
 
@@ -222,6 +228,11 @@ class Session:
         self.manifest.update(state=RunState.INTERRUPTED.value, finished_at=dt.datetime.now(dt.timezone.utc),
                              **self.startup.fields())
         self.store.write_manifest(self.manifest)
+        # the groups in flight are left: what their ranks raise as peers die with the job (gloo's
+        # "Connection closed by peer", which Ray prints as an unhandled error) is the interrupt's,
+        # said once by its line; Ray reads this when it would print one (until the session ends)
+        self._quiet_before = os.environ.get(QUIET_ERRORS, "")
+        os.environ[QUIET_ERRORS] = "1"
 
     def failed(self) -> None:
         """After an error nothing else handles (a defect, a lost cluster): the manifest says the

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import errno
+import os
 import signal
 
 import pytest
@@ -95,3 +96,32 @@ def test_a_failed_write_leaves_no_temporary_file_and_its_folder_is_named(tmp_pat
 def test_only_a_want_of_space_is_a_full_disk():
     assert is_disk_full(OSError(errno.ENOSPC, "x")) and is_disk_full(OSError(errno.EDQUOT, "x"))
     assert not is_disk_full(OSError(errno.EACCES, "x")) and not is_disk_full(ConnectionError())
+
+
+def test_an_interrupt_quiets_rays_unhandled_errors_of_the_groups_left_until_the_session_ends(tmp_path, monkeypatch):
+    """scancel killed a rank's peers mid-group: Ray printed the other rank's gloo "Connection closed
+    by peer" as an "Unhandled error" after the interrupted line (lab Slurm, 2026-12-05 18:56). The
+    interrupt sets Ray's own switch, read when it would print one; the session's end puts it back."""
+    import ray._private.worker as ray_worker
+
+    from orchestrator.execution.session import QUIET_ERRORS
+
+    monkeypatch.delenv(QUIET_ERRORS, raising=False)
+    s = _session(tmp_path)
+    s.store.create()
+    s.manifest = {"state": "running", "groups_total": 3, "groups_done": 0}
+    s.interrupted()
+    assert os.environ[QUIET_ERRORS] == "1"
+    printed = []
+    monkeypatch.setattr(ray_worker, "_unhandled_error_handler", printed.append)
+    worker = ray_worker.Worker.__new__(ray_worker.Worker)
+    monkeypatch.setattr(worker, "deserialize_objects", lambda objects, refs: [RuntimeError("closed by peer")],
+                        raising=False)
+    worker.raise_errors([b""], [None])  # Ray's own path for an error nobody got
+    assert printed == []
+    s._signals = signals.install()
+    s.store.acquire()
+    s.__exit__(None, None, None)
+    assert QUIET_ERRORS not in os.environ  # as it was
+    worker.raise_errors([b""], [None])
+    assert [str(e) for e in printed] == ["closed by peer"]
