@@ -1,8 +1,8 @@
 #!/bin/bash
 # The switch verdicts (report --topology, qualify --topology) on lab shapes no test builds (issue 46;
 # docs/PERFORMANCE.md 8.5, 8.6): per shape a lab of N nodes on K leaves, healthy twice, then one uplink
-# at half, twice; each time a pairwise run read by the report, and a qualification.
-# Needs root; builds and removes its own labs.  bash benchmarks/uplink_lab_check.sh
+# at half, twice; each time a pairwise run read by the report, a qualification, and a watch cycle.
+# Needs root; builds and removes its own labs.  bash benchmarks/uplink_lab_check.sh [lc3 lc2 lc4]
 set -u
 . /work/main/.venv/bin/activate
 run_shape() {  # name nodes leaves link slow_leaf slow_rate
@@ -16,10 +16,15 @@ run_shape() {  # name nodes leaves link slow_leaf slow_rate
     out=/tmp/lc-$name-$RANDOM
     collbench run --address $A --ranks-per-node 1 --patterns pairwise --collectives all_reduce -b 4M -e 8M -n 3 --output $out >/dev/null 2>&1
     collbench report $out --topology $T --format json 2>/dev/null | python -c "import json,sys; d=json.load(sys.stdin); b=[r['inter'] for r in d['tables']['busbw']]; print('$name $phase report', [(f['kind'], f.get('switches') or f['nodes']) for f in d['flags']], 'busbw median', b)"
+    collbench watch --address $A --ranks-per-node 1 --patterns pairwise --collectives all_reduce -b 4M -e 8M -n 3 -w 1 --topology $T --cycles 1 --every 1s --format jsonl --output $out-w 2>/dev/null | python -c "import json,sys; c=[json.loads(l) for l in sys.stdin if l.startswith('{')][0]; print('$name $phase watch', [(a['node'], a['kind']) for a in c['alerts']], 'doubted', c['doubted'])"
     collbench qualify --address $A --ranks-per-node 1 -b 4M -e 8M -n 3 --topology $T --format json --output $out-q 2>/dev/null | python -c "import json,sys; d=json.load(sys.stdin); print('$name $phase qualify', [(s['verdict'], s['switches'], round(s['factor'], 2)) for s in d['switches']], 'named', [(v['node'], v['verdict']) for v in d['nodes'] if v['verdict'] != 'pass'], 'rounds', d['rounds'])"
   done
   collbench lab down --name $name >/dev/null
 }
-run_shape lc3 6 3 400mbit 1 200mbit
-run_shape lc2 4 2 400mbit 0 200mbit
-run_shape lc4 8 2 400mbit 1 800mbit
+for shape in "${@:-lc3 lc2 lc4}"; do
+  case $shape in
+    lc3) run_shape lc3 6 3 400mbit 1 200mbit ;;
+    lc2) run_shape lc2 4 2 400mbit 0 200mbit ;;
+    lc4) run_shape lc4 8 2 400mbit 1 800mbit ;;
+  esac
+done

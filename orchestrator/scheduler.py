@@ -154,17 +154,13 @@ def aliases(names: tuple[str, ...], environ: Mapping[str, str], run=subprocess.r
     if Scheduler.detect(environ) is not Scheduler.KUBERNETES:
         return {}
     from orchestrator.errors import UsageError
+    from orchestrator.sweep.topology import pods_on
 
     try:
-        pods = kubectl_list("pods", "--nodes", run)
+        on = pods_on(kubectl_list("pods", "--nodes", run))
     except UsageError:
         return {}
-    on: dict[str, set[str]] = {}
-    for pod in pods.get("items") or []:
-        status = pod.get("status") or {}
-        ips = {p.get("ip") for p in status.get("podIPs") or []} | {status.get("podIP")}
-        on.setdefault((pod.get("spec") or {}).get("nodeName"), set()).update(ips - {None, ""})
-    return {name: on[name] for name in names if on.get(name)}
+    return {name: set(on[name]) for name in names if on.get(name)}
 
 
 def job(environ: Mapping[str, str]) -> dict | None:

@@ -197,6 +197,18 @@ def parse_scontrol(text: str, source: str = SCONTROL) -> Topology:
     return dataclasses.replace(parse_conf("\n".join(lines), source), complete=False)
 
 
+def pods_on(pods: dict) -> dict[str, list[str]]:
+    """Kubernetes node name -> the IPs of the pods on it (`kubectl get pods -o json`; a Ray node is
+    a pod: its IP is what collbench sees)."""
+    on: dict[str, list[str]] = {}
+    for pod in (pods or {}).get("items") or []:
+        status = pod.get("status") or {}
+        ips = [p.get("ip") for p in status.get("podIPs") or []] or [status.get("podIP")]
+        mine = on.setdefault((pod.get("spec") or {}).get("nodeName") or "", [])
+        mine += [ip for ip in ips if ip and ip not in mine]
+    return on
+
+
 def from_kubernetes(nodes: dict, pods: dict, labels: list[str], source: str) -> Topology:
     """The tree Kubernetes' node labels describe (`kubectl get nodes -o json`, `kubectl get pods -o
     json`): a node's value of `labels[0]` is its leaf (GKE's cloud.google.com/gce-topology-subblock,
@@ -220,12 +232,9 @@ def from_kubernetes(nodes: dict, pods: dict, labels: list[str], source: str) -> 
         for child, parent in zip(values, values[1:]):
             if child and parent:
                 parents.setdefault(parent, set()).add(child)
-    for pod in (pods or {}).get("items") or []:
-        leaf = node_leaf.get((pod.get("spec") or {}).get("nodeName"))
-        status = pod.get("status") or {}
-        ips = [p.get("ip") for p in status.get("podIPs") or []] or [status.get("podIP")]
-        if leaf:
-            leaf_nodes[leaf] += [ip for ip in ips if ip and ip not in leaf_nodes[leaf]]
+    for node, ips in pods_on(pods).items():
+        if leaf := node_leaf.get(node):
+            leaf_nodes[leaf] += [ip for ip in ips if ip not in leaf_nodes[leaf]]
     if not leaf_nodes:
         raise UsageError(f"{source}: no node carries the label {labels[0]}")
     if twice := sorted(v for v, at in level_of.items() if len(at) > 1):
