@@ -21,7 +21,7 @@ run_shape() {  # name nodes leaves link slow_leaf slow_rate
   done
   collbench lab down --name $name >/dev/null
 }
-for shape in "${@:-lc3 lc2 lc4}"; do
+for shape in ${@:-lc3 lc2 lc4}; do
   case $shape in
     lc3) run_shape lc3 6 3 400mbit 1 200mbit ;;
     lc2) run_shape lc2 4 2 400mbit 0 200mbit ;;
