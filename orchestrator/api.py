@@ -99,17 +99,21 @@ def replay(dumps: str | Sequence[str], /, *, repeat: int = 3, gaps: bool = False
 def qualify(sweep: SweepSpec | None = None, /, *, nodes: Sequence[str] | None = None, placement_group=None,
             threshold: float = PEER_THRESHOLD, min_fraction: float = MIN_FRACTION, seed: int = 0,
             expected: str | None = None, scheduler: str = "auto", drain: bool = False,
-            doctor: bool = True, verbose: bool = False, topology: str | None = None, **options: Any) -> Qualification:
+            doctor: bool = True, verbose: bool = False, topology: str | None = None, run_id: str | None = None,
+            **options: Any) -> Qualification:
     """Name the slow, hanging, failing and lost nodes: a Qualification with a verdict and its
     evidence per node (`.failing`: those that did not pass). Options as `collbench qualify`'s (any
     other is refused); without `sweep`, qualify's defaults under them (all_reduce 1M-16M, 5
     iterations), with it, that sweep as given. `.actions` by node IP: the command that takes a
     node that did not pass out of its scheduler's service; `drain=True` runs it (`.drained`).
     `topology`: the switch tree (a topology.conf or YAML file; "none": none; default: inside a Slurm
-    job, `scontrol show topology`): a slow uplink is named in `.uplinks`, its nodes not."""
+    job, `scontrol show topology`): a slow uplink is named in `.uplinks`, its nodes not. `run_id`: the
+    run's name (default: a new one). SIGUSR1 ends it after the round in flight with the verdicts so far
+    (`.unsettled`: the nodes without one)."""
     chosen = qualifying.QualifyOptions(sweep=qualifying.qualify_spec(sweep, _with_nodes(nodes, options)),
                                        threshold=threshold, min_fraction=min_fraction, seed=seed, expected=expected,
-                                       doctor=doctor, scheduler=scheduler, drain=drain, topology=topology)
+                                       doctor=doctor, scheduler=scheduler, drain=drain, topology=topology,
+                                       run_id=run_id)
     return qualifying.qualify(chosen, voice=COMMAND_LINE if verbose else QUIET, log=sys.stdout if verbose else None,
                               placement_group=placement_group)
 

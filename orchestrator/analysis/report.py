@@ -106,19 +106,20 @@ def run_header(frame: Frame, manifest: dict | None, manifest_problem: str | None
     if manifest is not None:
         run.update({k: manifest[k] for k in RUN_FIELDS if manifest.get(k) is not None})
         state = manifest.get("state")
+        again = f"resume it with collbench run --resume {run['run_id']}" if manifest.get("command") in (
+            None, "run") else f"a {manifest['command']} run has no resume: run it again"
         if state == RunState.RUNNING and manifest.get("driver_gone"):
             warnings.append(f"the run's driver is gone, killed without marking its manifest (its lock, held by "
-                            f"{manifest['driver_gone']}, is free): the report covers the groups on disk; resume it "
-                            f"with collbench run --resume {run['run_id']}")
+                            f"{manifest['driver_gone']}, is free): the report covers the groups on disk; {again}")
         elif state == RunState.RUNNING:
             warnings.append("the run is still running, or its driver died: the report covers the groups on disk so far")
         elif state == RunState.FAILED:
             warnings.append("the run failed (an error it could not handle, said by its driver): the report covers "
                             "the groups on disk")
         elif state == RunState.INTERRUPTED:
+            how = f" ({manifest['ended_by']})" if manifest.get("ended_by") else ""
             warnings.append(f"the run was interrupted after {manifest.get('groups_done')} of "
-                            f"{manifest.get('groups_total')} groups: resume it with collbench run --resume "
-                            f"{run['run_id']}")
+                            f"{manifest.get('groups_total')} groups{how}: {again}")
     run["gpu_models"] = sorted(set(df.gpu_model.dropna())) if "gpu_model" in df else []
     run["nccl_versions"] = sorted(set(df.nccl_version.dropna())) if "nccl_version" in df else []
     return run, warnings

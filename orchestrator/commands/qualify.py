@@ -3,7 +3,7 @@
 `sweep.qualify.Qualifier` decides each round's probes (groups of whole nodes); each round runs on
 Ray as a sweep's round does, its rows (with their `phase`) go to the same dataset as a run's, and
 what each probe reached goes back to the qualifier. Exit 0 when every node passes, 1 when a
-culprit is named, 2 for bad input.
+culprit is named, 2 for bad input; SIGUSR1: the verdicts of the rounds so far, exit 1 or 138.
 """
 
 from __future__ import annotations
@@ -72,6 +72,12 @@ def add_parser(sub) -> None:
                    "label is judged without a leaf). Default: inside a Slurm "
                    "job, `scontrol show topology` where the site has a tree (a node it does not list is judged "
                    "without a leaf); none outside one ('none': no tree)")
+    p.add_argument("--run-id", metavar="ID",
+                   help="name the qualification's run (default: a new time-stamped id); one --output holds already is "
+                   "refused (a qualification has no resume). SIGUSR1 (Slurm's --signal=B:USR1@120, ahead of the time "
+                   "limit; examples/slurm/qualify.sbatch finds the driver by this id) ends it after the round in "
+                   "flight: the nodes named so far are named (and drained with --drain), the others said unsettled; "
+                   "exit 1 where one was named, else 138")
     add_doctor_option(p)
     p.set_defaults(handler=main)
 
@@ -79,16 +85,17 @@ def add_parser(sub) -> None:
 def main(args: argparse.Namespace) -> int:
     options = QualifyOptions(sweep=spec_from_args(args), threshold=args.threshold, min_fraction=args.min_fraction,
                              seed=args.seed, expected=args.expected, doctor=not args.no_doctor,
-                             scheduler=args.scheduler, drain=args.drain, topology=args.topology)
+                             scheduler=args.scheduler, drain=args.drain, topology=args.topology, run_id=args.run_id)
     log = sys.stderr if args.format == "json" else sys.stdout  # stdout: the JSON alone
     result = qualify(options, voice=Voice(lambda line: print(line, file=log, flush=True), COMMAND_LINE.problem),
                      log=log)
-    if not result.finished:
+    if not result.judged:
         return result.exit_code
     if args.format == "json":
-        print(json.dumps({"run_id": result.run_id, "rounds": result.rounds, "wall_s": round(result.wall_s, 3),
-                          "speed_judged": result.speed_judged, "unjudged": result.unjudged,
-                          "agreement": result.agreement, "nodes": [_json(v, result) for v in result.nodes],
+        print(json.dumps({"run_id": result.run_id, "state": result.state.value, "rounds": result.rounds,
+                          "wall_s": round(result.wall_s, 3), "speed_judged": result.speed_judged,
+                          "unjudged": result.unjudged, "agreement": result.agreement,
+                          "nodes": [_json(v, result) for v in result.nodes], "unsettled": result.unsettled,
                           "switches": result.uplinks}, indent=1))
     else:
         switches = [{"switch": ",".join(u["switches"]), "verdict": u["verdict"], "nodes": ",".join(u["nodes"]),
@@ -105,8 +112,10 @@ def main(args: argparse.Namespace) -> int:
     for u in result.uplinks:  # a switch is no node's to drain: the operator checks its uplink
         print(f"collbench: {uplink_line(u['switches'], u['detail'], len(u['nodes']))}", file=log, flush=True)
     n = len(result.nodes)
-    print(f"collbench: {n - len(result.failing)} of {n} node(s) pass; {result.rounds} round(s), {result.probes} "
-          f"probe(s), wall {result.wall_s:.1f}s, {result.startup}; rows in {result.rows_at}", file=log, flush=True)
+    said = (f"{n - len(result.failing)} of {n} node(s) pass" if result.unsettled is None else
+            f"{n} node(s) named so far; not settled: {', '.join(result.unsettled) or 'none'}")
+    print(f"collbench: {said}; {result.rounds} round(s), {result.probes} probe(s), wall {result.wall_s:.1f}s, "
+          f"{result.startup}; rows in {result.rows_at}", file=log, flush=True)
     return result.exit_code
 
 

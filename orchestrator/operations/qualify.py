@@ -18,11 +18,13 @@ from orchestrator.judging.defaults import MIN_FRACTION, PEER_THRESHOLD
 from orchestrator.operations.checks import check_min_fraction, check_threshold, user_expected
 from orchestrator.operations.qualifying import Qualification, qualification
 from orchestrator.operations.sweeps import NONE, Sweeps
+from orchestrator.results import dataset
 from orchestrator.results.location import check_writable, resolve_output
 from orchestrator.scheduler import Scheduler
 from orchestrator.sweep import topology
 from orchestrator.sweep.qualify_switches import said as uplink_line
 from orchestrator.sweep.qualify_types import NodeVerdict, Outcome
+from orchestrator.sweep.resume import check_run_id
 from orchestrator.sweep.spec import ALL, SweepSpec
 from orchestrator.sweep.topology import Topology
 from workloads.dtypes import ELEMENT_BYTES
@@ -71,8 +73,13 @@ class QualifyOptions:
     """The fabric's switch tree: Slurm's topology.conf or its YAML form (pairs judged inside and across leaves,
     a slow uplink named as the switch); None: inside a Slurm job, `scontrol show topology` where it has one;
     "none": no switch tree."""
+    run_id: str | None = None
+    """Name the qualification's run (default: a new time-stamped id); one the output holds already is refused
+    (a qualification has no resume). A batch script that names it can find its driver (SIGUSR1)."""
 
     def __post_init__(self) -> None:
+        if self.run_id is not None:
+            check_run_id(self.run_id, "--run-id")
         if self.scheduler not in SCHEDULERS:
             raise UsageError(f"--scheduler {self.scheduler}: choose from {', '.join(SCHEDULERS)}")
         check_spec(self.sweep)
@@ -89,10 +96,13 @@ def qualify(options: QualifyOptions, *, voice: Voice = COMMAND_LINE, log: TextIO
     sched = draining_scheduler(options.scheduler, options.drain, os.environ)
     spec = dataclasses.replace(options.sweep, output=resolve_output(options.sweep.output))
     check_writable(spec.output)
+    if options.run_id is not None and dataset.manifest(spec.output, options.run_id) is not None:
+        raise UsageError(f"--run-id {options.run_id}: {spec.output} holds that run already (a qualification is not "
+                         "resumed): name another")
     result = qualification(spec, threshold=options.threshold, min_fraction=options.min_fraction, seed=options.seed,
                            user_entries=entries, voice=voice, log=log, placement_group=placement_group,
-                           doctor=options.doctor, switches=tree)
-    return out_of_service(result, sched, options.drain) if result.finished else result
+                           doctor=options.doctor, switches=tree, run_id=options.run_id)
+    return out_of_service(result, sched, options.drain) if result.judged else result
 
 
 def draining_scheduler(name: str, drain: bool, environ: Mapping[str, str]) -> Scheduler:

@@ -11,27 +11,25 @@ import dataclasses
 import datetime as dt
 import json
 import os
-import statistics
 import time
 from dataclasses import dataclass, field
 
 from orchestrator import scheduler
 from orchestrator.errors import UsageError
-from orchestrator.execution.events import GroupEnded, GroupFailure, GroupStarted, RunObserver
 from orchestrator.execution.jobs import new_run_id, say_warnings
 from orchestrator.execution.voice import COMMAND_LINE, Voice
 from orchestrator.judging.defaults import MIN_FRACTION, PEER_THRESHOLD
 from orchestrator.judging.judge import prior_for
+from orchestrator.operations.qualify_rounds import Collector, run_rounds
 from orchestrator.results.schema import RunState
 from orchestrator.scheduler import Action, Done
 from orchestrator.sweep import topology
 from orchestrator.sweep.inventory import Inventory
-from orchestrator.sweep.qualify import Deadlines, Outcome, Probe, Qualifier, Reference, Result
+from orchestrator.sweep.qualify import Deadlines, Outcome, Qualifier, Reference
 from orchestrator.sweep.qualify_types import NodeVerdict
 from orchestrator.sweep.sizes import format_bytes
 from orchestrator.sweep.spec import SweepSpec
 from orchestrator.sweep.topology import Topology
-from workloads.messages import Status
 
 
 @dataclass
@@ -54,6 +52,12 @@ class Qualification:
     uplinks: list[dict] = field(default_factory=list)  # slow uplinks (qualify_switches.SlowUplink.to_json)
     actions: dict[str, Action] = field(default_factory=dict)  # by node IP: what takes it out of its scheduler
     drained: dict[str, Done] = field(default_factory=dict)  # by node IP: how running that went (--drain)
+    unsettled: list[str] | None = None  # stopped early (SIGUSR1): the node IPs without a verdict; `nodes`, the named
+
+    @property
+    def judged(self) -> bool:
+        """It ended with verdicts: finished, or stopped early with those the rounds so far gave."""
+        return self.finished or self.unsettled is not None
 
     @property
     def finished(self) -> bool:
@@ -70,20 +74,19 @@ def qualification(spec: SweepSpec, *, threshold: float = PEER_THRESHOLD, min_fra
                   user_entries: list | None = None, voice: Voice = COMMAND_LINE, log=None,
                   placement_group=None, cpus_per_rank: float = 0.0, partition: str | None = None,
                   doctor: bool = True, switches: Topology | None = None,
-                  every_node_placed: bool = True) -> Qualification:
+                  every_node_placed: bool = True, run_id: str | None = None) -> Qualification:
     """Qualify the cluster's nodes (or `spec.nodes`, less `spec.exclude`; or a caller's placement
     group's); `log`: where the console prints failed probes (its progress goes to stderr; None:
     no console); `switches`: the switch tree whose leaves pairs are judged inside and across (a node a
     given file does not list is refused where `every_node_placed`, else judged without a leaf)."""
     from orchestrator.analysis import report
-    from orchestrator.execution import console
+    from orchestrator.execution import console, signals
     from orchestrator.execution.lifecycle import live
     from orchestrator.execution.session import Session
-    from orchestrator.sweep.planner import Group, Plan
 
     t_start = time.monotonic()
     now = dt.datetime.now(dt.timezone.utc)
-    run_id = new_run_id(now)
+    run_id = run_id or new_run_id(now)
     result = Qualification(run_id, RunState.FAILED, 1)
     done: dict = {"groups": 0}
 
@@ -100,7 +103,7 @@ def qualification(spec: SweepSpec, *, threshold: float = PEER_THRESHOLD, min_fra
                       leaves=tuple(leaf_of.get(n.ip) for n in inv.nodes) if leaf_of else (),
                       parents=switches.parent_of() if switches else {})
         done["q"], done["inv"] = q, inv
-        collector = _Collector(inv, Deadlines(spec.group_timeout_s))
+        collector = Collector(inv, Deadlines(spec.group_timeout_s))
         shown = [console.Console(None, log, rows=False)] if log is not None else []
         runner, outcome = session.start(0, [*shown, collector], command="qualify")
         if switches is not None:
@@ -116,18 +119,11 @@ def qualification(spec: SweepSpec, *, threshold: float = PEER_THRESHOLD, min_fra
                   f"rank(s), backend {backend}, {spec.collectives[0]} {spec.dtypes[0]} up to "
                   f"{format_bytes(spec.max_bytes)}; reference {_describe(q.reference, len(inv.nodes))}; "
                   f"results -> {session.store.location}")
-        while probes := q.next_round():
-            rnd = q.rounds - 1
-            plan = Plan((tuple(Group(f"q{rnd}-g{i}", "qualify", rnd, _ranks(inv, p), phase=p.phase.value)
-                               for i, p in enumerate(probes)),))
-            collector.expect(plan, probes)
-            runner.spec = dataclasses.replace(runner.spec, group_timeout_s=collector.limit_s(probes))
-            runner.run(plan)
-            judged = q.record(collector.results())
-            done["groups"] += len(probes)
-            voice.say(_round_line(rnd, probes, judged, runner.spec.group_timeout_s, q))
-        session.manifest["groups_total"] = done["groups"]
+        run_rounds(q, inv, runner, collector, voice, done)
         done["names"] = {i.node_ip: i.scheduler_node for i in session.pool.infos() if i.scheduler_node}
+        if "unsettled" in done:  # stopped ahead of a time limit: the run ends interrupted, with these verdicts
+            raise signals.StopRequested()
+        session.manifest["groups_total"] = done["groups"]
         session.finish(outcome)
 
     session, finished = live(
@@ -135,13 +131,17 @@ def qualification(spec: SweepSpec, *, threshold: float = PEER_THRESHOLD, min_fra
                         partition=partition, doctor=doctor, voice=voice),
         body, result, voice=voice, unit="probe",
         interrupted_line=lambda s: f"collbench: interrupted; the probes so far are in {s.store.location}")
-    if finished:
+    if finished or "unsettled" in done:
         q, inv = done["q"], done["inv"]
         result.nodes = _verdicts(q, inv, done.get("names", {}))
         result.uplinks = [u.to_json([n.ip for n in inv.nodes]) for u in q.uplinks]
-        result.state, result.rounds = RunState.FINISHED, q.rounds
-        result.speed_judged, result.unjudged, result.agreement = not q.unjudged, q.unjudged_note(), q.agreement()
+        result.rounds, result.unjudged = q.rounds, q.unjudged_note()
+    if finished:
+        result.state, result.speed_judged, result.agreement = RunState.FINISHED, not q.unjudged, q.agreement()
         result.exit_code = 1 if result.failing or result.uplinks else 0
+    elif "unsettled" in done:  # stopped early: the nodes named so far are named, the others unsettled
+        result.nodes, result.unsettled = result.failing, [inv.nodes[i].ip for i in done["unsettled"]]
+        result.exit_code = 1 if result.nodes or result.uplinks else result.exit_code
     return _closed(result, session, t_start, done["groups"])
 
 
@@ -150,11 +150,6 @@ def _closed(result: Qualification, session, t_start: float, probes: int) -> Qual
     if session is not None:
         result.startup, result.rows_at = session.startup.line(), session.store.run_dir
     return result
-
-
-def _ranks(inv: Inventory, probe: Probe) -> tuple[int, ...]:
-    first = inv.first_rank()
-    return tuple(first[i] + j for i in probe.nodes for j in range(inv.nodes[i].ranks))
 
 
 def _reference(entries: list, session, spec: SweepSpec) -> Reference:
@@ -183,80 +178,6 @@ def _describe(ref: Reference, n_nodes: int) -> str:
     unjudged = " (2 nodes: their speed cannot be judged without --expected)" if n_nodes < 3 else ""
     return ("no expected value applies: what the fastest agreeing probes delivered (a probe is as fast as its "
             "slowest node)" + unjudged)
-
-
-class _Collector(RunObserver):
-    """The runner's observer for qualify: each probe's group ends as a qualify Result (its busbw at
-    the largest size; who hung, died or left), and how long it took sets the next deadlines."""
-
-    def __init__(self, inv: Inventory, deadlines: Deadlines) -> None:
-        self.inv, self.deadlines = inv, deadlines
-        self._probes: dict[str, Probe] = {}
-        self._t0: dict[str, float] = {}
-        self._results: list[Result] = []
-        self._node = [i for i, n in enumerate(inv.nodes) for _ in range(n.ranks)]  # global rank -> node
-
-    def expect(self, plan, probes: list[Probe]) -> None:
-        self._probes = {g.group_id: p for g, p in zip(plan.groups, probes)}
-        self._results = []
-
-    def limit_s(self, probes: list[Probe]) -> float:
-        return max(self.deadlines.limit_s(p.phase) for p in probes)
-
-    def results(self) -> list[Result]:
-        return self._results
-
-    def group_started(self, event: GroupStarted) -> None:
-        self._t0[event.group.group_id] = time.monotonic()
-
-    def group_ended(self, event: GroupEnded) -> None:
-        group, status, rows = event.group, event.status, event.rows
-        probe = self._probes[group.group_id]
-        wall = time.monotonic() - self._t0[group.group_id]
-        if status is Status.OK:
-            top = [r for r in rows if r["msg_bytes"] == max(x["msg_bytes"] for x in rows)]
-            wrong = sum(r["n_wrong"] for r in rows)
-            if wrong:
-                result = Result(probe, Outcome.FAILED, None, (), f"{wrong} wrong element(s) in the checks")
-            else:
-                self.deadlines.took(probe.phase, wall)
-                result = Result(probe, Outcome.PASS, statistics.median(r["busbw_gbps"] for r in top))
-        else:
-            result = self._failed(probe, status, event.failure)
-        self._results.append(dataclasses.replace(result, group_id=group.group_id))
-
-    def _failed(self, probe: Probe, status: Status, failure: GroupFailure) -> Result:
-        """Culprits: nodes that left; else the nodes of ranks that did not answer a ping or died
-        (none when every rank answered: the qualifier retests the members)."""
-        nodes = sorted({self._node[r] for r in failure.ranks})
-        gone = _gone(self.inv, nodes)
-        if gone:
-            return Result(probe, Outcome.LOST, None, gone, failure.error)
-        if status is Status.SKIPPED:  # no worker could be placed there
-            return Result(probe, Outcome.FAILED, None, tuple(nodes), failure.error)
-        culprits = tuple(nodes) if failure.culprits else ()
-        return Result(probe, Outcome.of_run(status), None, culprits, failure.error)
-
-
-def _gone(inv: Inventory, nodes: list[int]) -> tuple[int, ...]:
-    """Those of these nodes that have left the Ray cluster."""
-    if not nodes:
-        return ()
-    import ray
-
-    alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
-    return tuple(i for i in nodes if inv.nodes[i].node_id not in alive)
-
-
-def _round_line(rnd: int, probes: list[Probe], judged: list[Result], limit_s: float, q: Qualifier) -> str:
-    """A round's phases (a round holds fresh pairs and retests at once), outcomes and the count named."""
-    phases = dict.fromkeys(p.phase.value for p in probes)
-    counts: dict[str, int] = {}
-    for r in judged:
-        counts[r.status.value] = counts.get(r.status.value, 0) + 1
-    found = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
-    return (f"collbench: round {rnd + 1} ({'+'.join(phases)}): {len(probes)} probe(s) [{found}], "
-            f"deadline {limit_s:.0f}s; {q.named()} node(s) named so far")
 
 
 def placed(switches: Topology | None, nodes, strict: bool = True) -> dict[str, str]:

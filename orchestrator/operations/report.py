@@ -14,9 +14,10 @@ from orchestrator.errors import UsageError
 from orchestrator.judging.defaults import MIN_FRACTION, PEER_THRESHOLD
 from orchestrator.operations.checks import UNITS, Unit, check_min_fraction, check_threshold, check_unit, user_expected
 from orchestrator.results import dataset, nccl_tests
-from orchestrator.results.left_behind import driver_gone
+from orchestrator.results.left_behind import settle
 from orchestrator.results.location import check_writable, is_uri
 from orchestrator.results.schema import RunState
+from orchestrator.results.store import CUT_SHORT
 from orchestrator.sweep import topology
 from workloads.messages import Status
 
@@ -143,8 +144,10 @@ def read_report(path: str, frame: Frame, threshold: float = PEER_THRESHOLD, unit
         manifest, problem = dataset.manifest(path, frame.df.run_id.iloc[0]), None
     except dataset.CorruptManifest as e:
         manifest, problem = None, str(e)
-    if manifest and manifest.get("state") == RunState.RUNNING:  # or killed: its lock says (not a field)
-        manifest = {**manifest, "driver_gone": driver_gone(path, str(frame.df.run_id.iloc[0]))}
+    if manifest and manifest.get("state") == RunState.RUNNING:  # or killed outright: its lock says, and it is marked
+        df = frame.df
+        cut = set(df.group[df.error == CUT_SHORT]) if "error" in df else set()
+        manifest = settle(path, str(df.run_id.iloc[0]), manifest, len(set(df.group) - cut), "collbench report")
     return reports.build(frame, manifest, threshold, unit, UNITS[unit], collective, user or [], min_fraction,
                          manifest_problem=problem)
 

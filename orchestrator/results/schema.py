@@ -147,6 +147,9 @@ MANIFEST_SCHEMA = pa.schema(
         ("started_at", pa.timestamp("us", tz="UTC")),
         ("finished_at", pa.timestamp("us", tz="UTC")),
         ("state", pa.string()),  # a RunState's value
+        # where the run's driver was killed without marking its manifest: who held it, and what found
+        # it so and marked it interrupted (results/left_behind.settle); null where its driver said
+        ("ended_by", pa.string()),
         ("command", pa.string()),  # run | qualify | watch | replay | import
         ("job_submission_id", pa.string()),  # under `ray job submit`: the job's submission id
         # JSON: the scheduler's job the driver ran in (Slurm: job_id, job_name, partition, cluster,

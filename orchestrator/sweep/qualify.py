@@ -70,6 +70,8 @@ from orchestrator.sweep.qualify_pairing import (
     fresh_rounds,
     leaf_rounds,
     plan_retests,
+    span,
+    take_pairs,
 )
 from orchestrator.sweep.qualify_types import UNJUDGED, Deadlines, Outcome, Phase, Probe, Reference, Result, Verdict
 
@@ -160,6 +162,8 @@ class Qualifier:
 
     def _advance(self) -> bool:
         """Plan the next round; False when the qualification is over."""
+        if self._stage is QualifyStep.DONE:  # finished, or stopped
+            return False
         if self._stage is QualifyStep.START:
             self._stage = QualifyStep.PAIRS
             if self.ranks_per_node > 1 and self._open():
@@ -222,18 +226,8 @@ class Qualifier:
             self._waiting = self._leaf_rounds[self._fresh] + self._waiting if k < 0 else self._waiting + [
                 pair for order in self._orders for pair in circle_round(order, k)]
             self._loading = set(self._leaf_rounds[self._fresh]) if k < 0 and self._fresh > 0 else set()
-        out, left = [], []
-        for a, b in self._waiting:
-            if self._stuck(a) or self._stuck(b):
-                continue
-            if a in busy or b in busy:
-                left.append((a, b))
-                continue
-            out.append(Probe(Phase.PAIRS, (a, b)))
-            if (a, b) in self._loading:
-                self._loaded_ids.add(id(out[-1]))
-            busy = busy | {a, b}
-        self._waiting = left
+        out, self._waiting = take_pairs(self._waiting, busy, self._stuck)
+        self._loaded_ids |= {id(p) for p in out if p.nodes in self._loading}
         return out
 
     def _dropped(self, node: int, probe: Probe) -> bool:
@@ -252,17 +246,7 @@ class Qualifier:
         return any(u.crosses(self.leaves, probe) for u in self.uplinks)
 
     def _span(self, probe: Probe) -> str | None:
-        """Where nodes lie in NVLink domains, whether a probe of nodes runs inside one ('intra': over
-        NVLink) or across ('cross': over the network); under leaf switches, whether inside a leaf
-        ('leaf') or across ('spine'); judged only against its own span; else None."""
-        if len(probe.nodes) < 2:
-            return None
-        domains = {self.domains[n] for n in probe.nodes} if self._groups else set()
-        span = ("intra" if len(domains) == 1 and None not in domains else "cross") if domains else None
-        if span == "intra" or not any(self.leaves):
-            return span
-        leaf = "leaf" if len({self.leaves[n] for n in probe.nodes}) == 1 and self.leaves[probe.nodes[0]] else "spine"
-        return leaf if span is None else f"{span}-{leaf}"
+        return span(probe.nodes, self.domains if self._groups else (), self.leaves)
 
     # -- what came back ------------------------------------------------------------------------
     def record(self, results: list[Result]) -> list[Result]:
@@ -331,6 +315,16 @@ class Qualifier:
                     self.unjudged.add(Phase.PAIRS)
         for i in range(self.n_nodes):
             self.verdicts.setdefault(i, self._tentative.get(i, Outcome.PASS))
+
+    def stop(self, why: str, unrun: list[Probe] | None = None) -> list[int]:
+        """End early (`why`: SIGUSR1; `unrun`: a proposed round not run) with the verdicts the evidence gives
+        now, as at `max_rounds`; the nodes it does not name, returned, are unsettled, not passed."""
+        self._assess()
+        self.rounds -= bool(unrun)
+        self._stage, self.stopped, self._queue = QualifyStep.DONE, f"stopped after {self.rounds} rounds ({why})", []
+        self.unjudged |= self._judgement.unjudged_kinds() if self._judgement else set()
+        self.verdicts = {**self._tentative, **self.verdicts}
+        return [i for i in range(self.n_nodes) if i not in self.verdicts]
 
     # -- verdicts ------------------------------------------------------------------------------
     def _condemn(self, node: int, verdict: Outcome) -> None:

@@ -102,3 +102,34 @@ def plan_retests(state: dict[int, NodeState], out: Callable[[int], bool],
             probes.append(Probe(Phase.RETEST, (node, *mine)))
             busy |= {node, *mine}
     return probes
+
+
+def span(nodes: tuple[int, ...], domains: tuple[str | None, ...], leaves: tuple[str | None, ...]) -> str | None:
+    """Where nodes lie in NVLink domains (`domains`, () where there are not two or more), whether a
+    probe of `nodes` runs inside one ('intra': over NVLink) or across ('cross': over the network);
+    under leaf switches, whether inside a leaf ('leaf') or across ('spine'); a probe is judged only
+    against its own span; None for one node, or without either."""
+    if len(nodes) < 2:
+        return None
+    within = {domains[n] for n in nodes} if domains else set()
+    where = ("intra" if len(within) == 1 and None not in within else "cross") if within else None
+    if where == "intra" or not any(leaves):
+        return where
+    leaf = "leaf" if len({leaves[n] for n in nodes}) == 1 and leaves[nodes[0]] else "spine"
+    return leaf if where is None else f"{where}-{leaf}"
+
+
+def take_pairs(waiting: list[tuple[int, int]], busy: set[int],
+               stuck: Callable[[int], bool]) -> tuple[list[Probe], list[tuple[int, int]]]:
+    """The waiting pairs that run this round, in order, as probes (neither node busy, nor taken by
+    an earlier one); and those left waiting. A pair with a `stuck` node is dropped."""
+    out, left, busy = [], [], set(busy)
+    for a, b in waiting:
+        if stuck(a) or stuck(b):
+            continue
+        if a in busy or b in busy:
+            left.append((a, b))
+            continue
+        out.append(Probe(Phase.PAIRS, (a, b)))
+        busy |= {a, b}
+    return out, left

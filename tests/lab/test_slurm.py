@@ -10,15 +10,16 @@ themselves (`ray symmetric-run`), as on a site. Checked:
   and `sinfo` shows exactly that node drained with collbench's reason, no other touched;
 - `scancel` mid-sweep: the job's finished groups are saved, and the
   script's resume (`sbatch sweep.sbatch RUN_ID`, a new job and a new Ray cluster) finishes it with
-  every row once; the report says how the run ended (srun kills its step within milliseconds of
-  scancel: the driver marks its manifest `interrupted` where it has the time, else the report reads
-  its lock, left by a driver killed outright, and says the driver is gone).
+  every row once; the manifest says `interrupted` when the job has ended (srun kills its step within
+  milliseconds of scancel: the driver marks it where it has the time, else the script's report does,
+  finding the run's lock free), and the job's log says how to finish the run.
 - a job whose third node's Ray cannot reach the head (its GCS port refused from that node): collbench
   waits for the job's nodes up to --group-timeout and refuses, exit 2, naming `slm2` as not joined;
 - SIGUSR1 to the batch shell (what `#SBATCH --signal=B:USR1@120` sends ahead of the time limit;
   here `scancel --signal=USR1 --batch`): the script passes it to the driver alone, the run ends after
   its round in flight with nothing cut short, exit 138, the manifest `interrupted`; the resume
-  finishes it."""
+  finishes it; qualify.sbatch ends after its round in flight with the verdicts so far, nothing
+  drained on a healthy lab."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ import pytest
 
 from orchestrator.lab import cluster as labmod
 from orchestrator.results import dataset
+from orchestrator.results.store import CUT_SHORT
 from tests.helpers import run_cli
 from tests.lab.slurmlab import ROOT, VENV, lab_slurm, site_script
 
@@ -105,6 +107,33 @@ def test_the_qualify_script_drains_the_slow_node_and_no_other(slurm, tmp_path):
         slurm.scontrol("update", "NodeName=slm2", "State=RESUME")
 
 
+def test_sigusr1_ends_the_qualify_script_after_its_round_with_the_verdicts_so_far(slurm, tmp_path):
+    """Ahead of the time limit (`scancel --signal=USR1 --batch`, what --signal=B:USR1@120 sends) once
+    the first round is said: qualify.sbatch passes it to the driver, which ends after the round in
+    flight; no node is named on a healthy lab, so none is passed either: each is said unsettled, exit
+    138, the manifest `interrupted`, nothing drained."""
+    script = site_script(os.path.join(ROOT, "examples", "slurm", "qualify.sbatch"), str(tmp_path), NODES, VENV,
+                         "QUALIFY", "--collective all_reduce -b 4M -e 4M --ranks-per-node 1 --drain")
+    job = slurm.sbatch(script, str(tmp_path))
+    out_path = tmp_path / f"collbench-qualify-{job}.out"
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    while time.monotonic() < deadline and "collbench: round 1 (" not in (
+            out_path.read_text() if out_path.exists() else ""):
+        time.sleep(0.5)
+    slurm.scancel(job, "--signal=USR1", "--batch")
+    fields = slurm.wait_job(job, JOB_TIMEOUT_S)
+    out = out_path.read_text()
+    assert (fields["JobState"], fields["ExitCode"]) == ("FAILED", "138:0"), out[-3000:]
+    rounds = [line for line in out.splitlines() if line.startswith("collbench: round ")]
+    assert 1 <= len(rounds) < 4, rounds  # 3 nodes: 3 rounds of pairs and a gate, had it gone on
+    said = [line for line in out.splitlines() if "node(s) named so far; not settled: " in line]
+    assert len(said) == 1 and said[0].startswith("collbench: 0 node(s) named so far; not settled: ") and \
+        len(said[0].split("not settled: ")[1].split(";")[0].split(", ")) == NODES, out[-3000:]
+    assert f"stopped after {len(rounds)} rounds (SIGUSR1, ahead of a time limit)" in out, out[-3000:]
+    assert _manifest(tmp_path, f"qualify-{job}")["state"] == "interrupted"
+    assert slurm.states() == {f"slm{i}": "idle" for i in range(NODES)}
+
+
 def test_scancel_mid_sweep_and_the_scripts_resume_finish_the_run_once(slurm, tmp_path):
     sweep = "--patterns inter,pairwise --ranks-per-node 1 -b 1M -e 4M --collectives all_reduce,all_gather"
     job, script = _sweep(slurm, tmp_path, sweep)
@@ -116,21 +145,21 @@ def test_scancel_mid_sweep_and_the_scripts_resume_finish_the_run_once(slurm, tmp
     run_id = f"slurm-{job}"
     # scancel signals every process of the job at once, and srun, signalled too, kills its step
     # (`srun: forcing job termination`: SIGKILL) within milliseconds: a driver killed within 10 ms of
-    # its SIGTERM leaves its manifest `running`, as any driver killed outright; what it finished is
-    # on disk and the resume measures the rest (docs/deploy/schedulers.md)
+    # its SIGTERM cannot mark its manifest; the batch script's report then does (the run's lock is
+    # free), before the job ends. What it finished is on disk, and the resume measures the rest
     kept = _rows(tmp_path, run_id)  # the groups finished before the signal, on disk
     assert "r0-g0" in set(kept.group_id) and (kept[kept.group_id == "r0-g0"].status == "ok").all()
-    assert not any(word in (tmp_path / f"collbench-sweep-{job}.out").read_text()
-                   for word in ("ProcessGroupGloo", "RayActorError", "collbench: error", "Unhandled error",
-                                "Connection closed by peer"))
-    # the report says the run ended and how to resume it: its manifest `interrupted` where the
-    # driver marked it before srun's SIGKILL (it did on this lab at 2026-12-05 18:56), else from its
-    # lock, on the shared results folder, naming the driver and held by nobody ("driver is gone")
+    log = out_path.read_text()
+    assert not any(word in log for word in ("ProcessGroupGloo", "RayActorError", "collbench: error", "Unhandled error",
+                                            "Connection closed by peer")), log[-3000:]
+    record = _manifest(tmp_path, run_id)
+    whole = set(kept.group_id) - set(kept.group_id[kept.error == CUT_SHORT])  # a group in flight is measured again
+    assert record["state"] == "interrupted" and record["groups_done"] == len(whole), (record, log[-3000:])
+    assert f"collbench: to finish run {run_id} in a new job: sbatch sweep.sbatch {run_id}" in log, log[-3000:]
+    assert f"run {run_id} (interrupted)" in log, log[-3000:]  # the script's report, in the job's log
     report = run_cli(["report", str(tmp_path / "results"), "--run", run_id, "--format", "json"], timeout=120)
-    assert any(w.startswith(("the run's driver is gone, killed without marking its manifest",
-                             "the run was interrupted after")) and
-               w.endswith(f"resume it with collbench run --resume {run_id}")
-               for w in json.loads(report.stdout)["warnings"]), report.stdout[-3000:] + report.stderr[-2000:]
+    said = [w for w in json.loads(report.stdout)["warnings"] if w.startswith("the run was interrupted after")]
+    assert len(said) == 1 and said[0].endswith(f"resume it with collbench run --resume {run_id}"), report.stdout[-3000:]
     again = slurm.sbatch(script, str(tmp_path), run_id)  # the script's resume: a new job, a new Ray cluster
     fields = slurm.wait_job(again, JOB_TIMEOUT_S)
     out = (tmp_path / f"collbench-sweep-{again}.out").read_text()

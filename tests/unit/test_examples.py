@@ -86,15 +86,15 @@ def test_the_schema_check_catches_what_the_api_server_would_drop_or_refuse():
     assert parses("collbench qualify --collectives all_reduce --drian").startswith("collbench: error:")
 
 
-def _sbatch(name: str) -> tuple[dict[str, str], dict[str, list[str]], str]:
-    """A batch script's #SBATCH options, its arrays (NAME=(...)), and its collbench line."""
+def _sbatch(name: str) -> tuple[dict[str, str], dict[str, list[str]], list[str]]:
+    """A batch script's #SBATCH options, its arrays (NAME=(...)), and its collbench lines."""
     text = (ROOT / "examples" / "slurm" / name).read_text()
     options = dict((line[len("#SBATCH "):] + "=").split("=")[:2] for line in text.splitlines()
                    if line.startswith("#SBATCH --"))  # --exclusive: ""
     arrays = {m[0]: shlex.split(m[1]) for m in re.findall(r"^\s*(\w+)=\((.*)\)", text, flags=re.M)}
-    command = next(line.strip().removesuffix(" &") for line in text.splitlines()
-                   if line.strip().startswith("collbench "))
-    return options, arrays, command
+    commands = [line.strip().removesuffix(" &").removesuffix(" || true") for line in text.splitlines()
+                if line.strip().startswith("collbench ")]
+    return options, arrays, commands
 
 
 @pytest.mark.parametrize("name", ["qualify.sbatch", "sweep.sbatch"])
@@ -104,10 +104,11 @@ def test_the_batch_scripts_are_bash_and_give_collbench_what_it_takes(name):
     Submitted to a real Slurm by tests/lab/test_slurm.py."""
     path = ROOT / "examples" / "slurm" / name
     assert subprocess.run(["bash", "-n", str(path)], capture_output=True, check=False).returncode == 0
-    options, arrays, command = _sbatch(name)
+    options, arrays, (command, *after) = _sbatch(name)
     assert {"--nodes", "--ntasks-per-node", "--gpus-per-node", "--partition", "--time"} <= set(options)
     assert options["--ntasks-per-node"] == "1"  # one Ray node per Slurm node, with all its GPUs
-    variants = {"qualify.sbatch": [{'"${QUALIFY[@]}"': shlex.join(arrays.get("QUALIFY", []))}],
+    variants = {"qualify.sbatch": [{'"${QUALIFY[@]}"': shlex.join(arrays.get("QUALIFY", [])),
+                                    '"$run_id"': "qualify-4242"}],
                 "sweep.sbatch": [{'"${what[@]}"': shlex.join(["run", *arrays.get("SWEEP", [])]) + " --run-id slurm-4242"},
                                  {'"${what[@]}"': "run --resume 20261205T101500Z-a1b2c3"}]}[name]
     for substitute in variants:
@@ -119,3 +120,7 @@ def test_the_batch_scripts_are_bash_and_give_collbench_what_it_takes(name):
         assert args.address == "auto"  # symmetric-run's head: the cluster of this job, never an old address
         if name == "qualify.sbatch":
             assert int(args.ranks_per_node) == int(options["--gpus-per-node"]) and args.drain
+            assert args.run_id == "qualify-4242" and options["--signal"] == "B:USR1@120"
+    # after scancel (sweep.sbatch): the report of the run, which marks a killed driver's manifest
+    assert [parses(line.replace('"$run_id"', "slurm-4242")) for line in after] == [""] * len(after)
+    assert [shlex.split(line)[:2] for line in after] == ([["collbench", "report"]] if name == "sweep.sbatch" else [])

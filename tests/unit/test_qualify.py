@@ -421,3 +421,35 @@ def test_a_pass_after_a_slow_probe_was_cleared_still_says_what_agreement_means()
     assert _bad(q) == {}
     assert q.agreement().startswith("all 6 nodes agree at ") and "cleared by their retests" in q.agreement()
     assert "--expected" in q.agreement()
+
+
+@pytest.mark.parametrize("n", [8, 64])
+def test_a_qualification_stopped_early_names_what_its_rounds_settled_and_passes_nobody_else(n):
+    """SIGUSR1 ahead of a time limit (operations.qualifying): `stop` after each possible round of
+    the whole qualification. Nodes the evidence names by then are named, never a healthy one; every
+    other node is unsettled (no verdict, never a pass); the note says the rounds stopped. Stopped
+    after the last round, the verdicts are the finished qualification's."""
+    import random
+
+    bad = {n // 3: 0.25, n - 2: 0.3}  # two slow NICs, decisively slow
+    whole = simulate(Model(n, nic_slow=bad))
+    assert _bad(whole) == {i: "slow" for i in bad}
+    named_at = []
+    for stop_after in range(whole.rounds + 1):
+        model, rng = Model(n, nic_slow=bad), random.Random(1)
+        q = Qualifier(n, model.ranks_per_node, 0.10, Reference(), model.seed, 0.8)
+        for _ in range(stop_after):
+            q.record(model.run_round(q.next_round(), rng))
+        unsettled = q.stop("SIGUSR1 in a test", unrun=q.next_round())  # the next round proposed, not run
+        named = {i: v.value for i, v in q.verdicts.items() if v is not Outcome.PASS}
+        assert set(named) <= set(bad) and set(named.values()) <= {"slow"}, (stop_after, named)
+        assert sorted(unsettled) == sorted(set(range(n)) - set(q.verdicts))
+        assert set(q.verdicts) - set(named) == set() or stop_after == whole.rounds  # a pass only once finished
+        assert q.rounds == stop_after and q.next_round() == []  # stopped: nothing more to run
+        if stop_after < whole.rounds:
+            assert q.unjudged_note().startswith(f"stopped after {stop_after} rounds (SIGUSR1 in a test): the "
+                                                "verdicts are what the evidence gave then")
+        named_at.append(len(named))
+    assert named_at[0] == 0 and named_at[-1] == len(bad)  # nothing before the first round, all by the last
+    assert named_at == sorted(named_at)  # a later stop never knows less
+    assert {i: v for i, v in q.verdicts.items()} == whole.verdicts  # stopped after the last: as if finished

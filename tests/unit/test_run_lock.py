@@ -217,39 +217,77 @@ def test_object_store_compaction_waits_for_the_lock(s3_output):
 def _run_then_hang(root: str, run_id: str, ready, done) -> None:
     store = ResultStore(root, run_id)
     store.acquire()
-    store.write_manifest({"run_id": run_id, "state": "running", "spec": "{}"})  # as a driver mid-run
+    store.write_manifest({"run_id": run_id, "state": "running", "spec": "{}", "command": "run",
+                          "groups_total": 7})  # as a driver mid-run
     ready.set()
     done.wait(60)
     store.release()
 
 
-def test_a_driver_killed_mid_run_is_said_gone_by_the_report(tmp_path):
-    """scancel's srun kills a driver within milliseconds (tests/lab/test_slurm.py): its manifest
-    stays `running`, its lock file names it and nobody holds it. The report says the driver is
-    gone (and the resume) rather than "still running, or its driver died"; while it runs, it says
-    that; a holder that let go leaves no file and nothing to say."""
-    from orchestrator.operations.report import read_report, run_frame
-    from orchestrator.results.left_behind import driver_gone, left_behind
+def _killed_mid_run(tmp_path):
+    """A run with rows on disk whose driver, holding its lock, was SIGKILLed; (root, its pid)."""
     from tests.synthetic import write_cluster_run
 
     root = str(tmp_path / "res")
-    write_cluster_run(root, "run-k", nodes=2, ranks_per_node=1, patterns=("pairwise",), sizes=[1 << 20])
+    write_cluster_run(root, "run-k", nodes=3, ranks_per_node=1, patterns=("pairwise",), sizes=[1 << 20])
     ready, done = CTX.Event(), CTX.Event()
     child = CTX.Process(target=_run_then_hang, args=(root, "run-k", ready, done))
     child.start()
     assert ready.wait(60)
+    return root, child
+
+
+def test_a_driver_killed_mid_run_has_its_manifest_marked_by_the_report(tmp_path):
+    """scancel's srun kills a driver within milliseconds (tests/lab/test_slurm.py): its manifest
+    stays `running`, its lock file names it and nobody holds it. While it runs the report says so
+    and writes nothing; once it is killed the report marks the manifest `interrupted` with the groups
+    on disk and who held it (`ended_by`), under the lock, and says how to resume; a second report
+    finds it marked; a resume taking the lock leaves nothing behind."""
+    from orchestrator.operations.report import read_report, run_frame
+    from orchestrator.results.left_behind import left_behind
+
+    root, child = _killed_mid_run(tmp_path)
     frame = run_frame(root, "run-k")
-    assert driver_gone(root, "run-k") is None  # held: it may still run
+    groups = frame.df.group.nunique()
+    assert groups == 3  # three pairs
     assert any(w.startswith("the run is still running, or its driver died") for w in read_report(root, frame).warnings)
+    assert dataset.manifest(root, "run-k")["state"] == "running"  # held: it may still run, nothing written
     os.kill(child.pid, signal.SIGKILL)
     child.join(60)
-    gone = driver_gone(root, "run-k")
-    assert gone == f"host {socket.gethostname()} pid {child.pid} since " + gone.split(" since ")[1]
-    said = [w for w in read_report(root, frame).warnings if "driver is gone" in w]
-    assert said == [f"the run's driver is gone, killed without marking its manifest (its lock, held by {gone}, is "
-                    "free): the report covers the groups on disk; resume it with collbench run --resume run-k"]
+    holder = left_behind(ResultStore(root, "run-k").lock)
+    assert (holder.host, holder.pid) == (socket.gethostname(), child.pid)
+    said = [w for w in read_report(root, frame).warnings if w.startswith("the run was interrupted")]
+    record = dataset.manifest(root, "run-k")
+    assert (record["state"], record["groups_done"], record["groups_total"]) == ("interrupted", groups, 7)
+    assert record["ended_by"].startswith(f"its driver was killed without marking its manifest, {holder.describe()}; "
+                                         "marked by collbench report at ")
+    assert said == [f"the run was interrupted after {groups} of 7 groups ({record['ended_by']}): resume it with "
+                    "collbench run --resume run-k"]
+    assert left_behind(ResultStore(root, "run-k").lock) is None  # the lock let go: nobody's
+    assert [w for w in read_report(root, frame).warnings if w.startswith("the run was interrupted")] == said
+    assert dataset.manifest(root, "run-k") == record  # marked once
     store = ResultStore(root, "run-k")
-    store.acquire()  # a resume takes the lock: held again, nothing left behind
-    assert left_behind(store.lock) is None and driver_gone(root, "run-k") is None
+    store.acquire()  # a resume takes the lock: held, nothing left behind
+    assert left_behind(store.lock) is None
     store.release()
-    assert driver_gone(root, "run-k") is None  # let go: the file is deleted
+
+
+def test_a_killed_driver_s_manifest_that_cannot_be_written_is_said_gone(tmp_path, monkeypatch):
+    """A dataset the reader cannot write (another user's, read-only storage): the manifest stays as it
+    is and the report says the driver is gone, from its lock."""
+    from orchestrator.operations.report import read_report, run_frame
+
+    root, child = _killed_mid_run(tmp_path)
+    os.kill(child.pid, signal.SIGKILL)
+    child.join(60)
+
+    def refused(self, manifest):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(ResultStore, "write_manifest", refused)
+    said = [w for w in read_report(root, run_frame(root, "run-k")).warnings if "driver" in w]
+    assert len(said) == 1 and said[0].startswith(
+        f"the run's driver is gone, killed without marking its manifest (its lock, held by host "
+        f"{socket.gethostname()} pid {child.pid} since ") and said[0].endswith(
+        "is free): the report covers the groups on disk; resume it with collbench run --resume run-k"), said
+    assert dataset.manifest(root, "run-k")["state"] == "running"
