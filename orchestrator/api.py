@@ -153,7 +153,9 @@ def report(source: str | RunResult, *, run_id: str | None = None, threshold: flo
            topology: str | None = None) -> Report:
     """The report of a run: `source` is a RunResult or a results dataset (its latest run, or
     `run_id`). Tables as `.tables` (lists of dicts) or `.frame(name)` (DataFrames); flags as `.flags`.
-    `topology`: the fabric's switch tree (a topology.conf or YAML file): a slow uplink is named."""
+    `topology`: the fabric's switch tree (a topology.conf or YAML file): a slow uplink is named. A run
+    whose manifest says running while its driver, of this host, is dead gets its manifest marked
+    interrupted (results/left_behind.py), as `collbench report` does."""
     if isinstance(source, RunResult):
         source, run_id = source.output, source.run_id
     return reporting.report(reporting.ReportOptions(path=source, run_id=run_id, collective=collective,

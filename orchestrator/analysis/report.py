@@ -118,8 +118,9 @@ def run_header(frame: Frame, manifest: dict | None, manifest_problem: str | None
                             "the groups on disk")
         elif state == RunState.INTERRUPTED:
             how = f" ({manifest['ended_by']})" if manifest.get("ended_by") else ""
-            warnings.append(f"the run was interrupted after {manifest.get('groups_done')} of "
-                            f"{manifest.get('groups_total')} groups{how}: {again}")
+            done, total = manifest.get("groups_done"), manifest.get("groups_total")
+            of = f" of {total}" if total and (done is None or total >= done) else ""  # a qualification's: as it ran
+            warnings.append(f"the run was interrupted after {done}{of} groups{how}: {again}")
     run["gpu_models"] = sorted(set(df.gpu_model.dropna())) if "gpu_model" in df else []
     run["nccl_versions"] = sorted(set(df.nccl_version.dropna())) if "nccl_version" in df else []
     return run, warnings

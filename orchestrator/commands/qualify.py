@@ -77,7 +77,7 @@ def add_parser(sub) -> None:
                    "refused (a qualification has no resume). SIGUSR1 (Slurm's --signal=B:USR1@120, ahead of the time "
                    "limit; examples/slurm/qualify.sbatch finds the driver by this id) ends it after the round in "
                    "flight: the nodes named so far are named (and drained with --drain), the others said unsettled; "
-                   "exit 1 where one was named, else 138")
+                   "exit 1 where a node or an uplink was named, else 138")
     add_doctor_option(p)
     p.set_defaults(handler=main)
 

@@ -33,7 +33,7 @@ from orchestrator.sweep.inventory import Inventory
 from orchestrator.sweep.sizes import format_bytes
 from orchestrator.sweep.spec import ALL, SweepSpec, auto_backend, for_backend
 
-READER_WAIT_S = 1.0  # how long a run waits for its lock where a reader holds it (results/left_behind.py)
+READER_WAIT_S = 1.0  # how long a run waits for its lock where a reader holds it a moment (results/left_behind.py)
 QUIET_ERRORS = "RAY_IGNORE_UNHANDLED_ERRORS"  # Ray's switch for its "Unhandled error" lines (ray._private.worker)
 
 
@@ -75,7 +75,7 @@ class Session:
 
     def __enter__(self) -> Session:
         # one writer per run: a second run or --resume of it is refused here, before Ray (after a
-        # second: a report may hold the lock shared for a moment to see whether its driver is gone)
+        # second: a report may hold the lock for a moment to see whether its driver is gone, and mark it)
         self.store.acquire(READER_WAIT_S)
         try:
             with self.startup.timing("connect_s"):

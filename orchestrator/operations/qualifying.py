@@ -38,7 +38,7 @@ class Qualification:
 
     run_id: str
     state: RunState
-    exit_code: int  # 0: every node passes; 1: one does not (or the run could not finish); 130/143
+    exit_code: int  # 0: every node passes; 1: one does not (or the run could not finish); 130/143; 138: SIGUSR1
     nodes: list[NodeVerdict] = field(default_factory=list)
     rounds: int = 0
     probes: int = 0
@@ -121,9 +121,9 @@ def qualification(spec: SweepSpec, *, threshold: float = PEER_THRESHOLD, min_fra
                   f"results -> {session.store.location}")
         run_rounds(q, inv, runner, collector, voice, done)
         done["names"] = {i.node_ip: i.scheduler_node for i in session.pool.infos() if i.scheduler_node}
+        session.manifest["groups_total"] = done["groups"]  # a qualification's groups are known as they run
         if "unsettled" in done:  # stopped ahead of a time limit: the run ends interrupted, with these verdicts
             raise signals.StopRequested()
-        session.manifest["groups_total"] = done["groups"]
         session.finish(outcome)
 
     session, finished = live(
@@ -135,9 +135,9 @@ def qualification(spec: SweepSpec, *, threshold: float = PEER_THRESHOLD, min_fra
         q, inv = done["q"], done["inv"]
         result.nodes = _verdicts(q, inv, done.get("names", {}))
         result.uplinks = [u.to_json([n.ip for n in inv.nodes]) for u in q.uplinks]
-        result.rounds, result.unjudged = q.rounds, q.unjudged_note()
+        result.rounds, result.unjudged, result.speed_judged = q.rounds, q.unjudged_note(), not q.unjudged
     if finished:
-        result.state, result.speed_judged, result.agreement = RunState.FINISHED, not q.unjudged, q.agreement()
+        result.state, result.agreement = RunState.FINISHED, q.agreement()
         result.exit_code = 1 if result.failing or result.uplinks else 0
     elif "unsettled" in done:  # stopped early: the nodes named so far are named, the others unsettled
         result.nodes, result.unsettled = result.failing, [inv.nodes[i].ip for i in done["unsettled"]]

@@ -1,22 +1,24 @@
 """A run whose driver is gone without letting go of its lock (results/lock.py): killed outright
 (SIGKILL, the OOM killer, srun ending a cancelled Slurm job's step within milliseconds), so its
-manifest still says `running`. A reader that finds one (`collbench report`, which a Slurm batch script
-runs as scancel ends its job) marks its manifest `interrupted` itself, under the run's lock, with who
-held it (`ended_by`): from then on the manifest says how the run ended, and `--resume` finishes it."""
+manifest still says `running`. A reader that finds one whose driver is provably dead (`collbench
+report` on the host that ran it, as a Slurm batch script runs it when scancel ends its job) marks the
+manifest `interrupted` itself, under the run's lock, with who held it (`ended_by`): from then on the
+manifest says how the run ended, and `--resume` finishes it. Other readers say the driver is gone."""
 
 from __future__ import annotations
 
 import datetime as dt
 import fcntl
+import json
 import os
 import posixpath
+import socket
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from orchestrator.errors import UsageError
-from orchestrator.results.lock import LEASE_S, Holder, LocalLock, ObjectLock
-from orchestrator.results.schema import RunState
+from orchestrator.results.lock import LEASE_S, Holder, LocalLock, ObjectLock, run_lock
+from orchestrator.results.schema import SCHEMA_VERSION, RunState
 
 
 def left_behind(lock: LocalLock | ObjectLock) -> Holder | None:
@@ -46,38 +48,64 @@ def left_behind(lock: LocalLock | ObjectLock) -> Holder | None:
 
 
 def settle(path: str, run_id: str, manifest: dict, groups_done: int, by: str) -> dict:
-    """For a run whose manifest says `running`: where its driver is gone, the manifest marked
-    `interrupted` after `groups_done` groups (the rows on disk), `ended_by` naming the dead holder
-    and `by` (what found it), written under the run's lock, taken without waiting; the manifest as it
-    is now. Where it still runs, cannot be known, or cannot be written (a read-only dataset): as it
-    was, with `driver_gone` (not a field) naming the holder where its driver is known to be gone."""
-    from orchestrator.results import dataset
-    from orchestrator.results.location import resolve
-    from orchestrator.results.store import ResultStore
+    """For a run whose manifest says `running`: where its driver is provably dead (its lock, on a local
+    disk, free, naming a process of this host that no longer runs: the batch script's report on the
+    node that ran it), the manifest file patched to `interrupted` after `groups_done` groups (the rows
+    on disk), with `ended_by` naming the dead holder and `by` (what found it), under the run's lock
+    taken without waiting and without rewriting it; the manifest as it is now. Elsewhere (another
+    host: its flock may not reach across hosts; an object store's lease: clocks; a manifest of another
+    schema; one that cannot be written): as it was, with `driver_gone` (not a field) naming the
+    holder where its lock is free."""
+    from orchestrator.results.location import MANIFEST_DIR, resolve
 
     fs, root = resolve(path)
-    if fs.get_file_info(root).type == pafs.FileType.File:  # a row file <root>/<run>/<group>.parquet
-        path = posixpath.dirname(posixpath.dirname(path.rstrip("/")))
-    store = ResultStore(path, run_id)
-    holder = left_behind(store.lock)
+    if fs.get_file_info(root).type == pafs.FileType.File:
+        root = posixpath.dirname(posixpath.dirname(root))  # a row file <root>/<run>/<group>.parquet
+    lock = run_lock(fs, root, MANIFEST_DIR, run_id, path)
+    holder = left_behind(lock)
     if holder is None:
         return manifest
-    now = dt.datetime.now(dt.timezone.utc)
+    said = {**manifest, "driver_gone": holder.describe()}
+    if not isinstance(lock, LocalLock) or holder.host != socket.gethostname() or not holder.gone():
+        return said
     try:
-        store.lock.acquire()
-    except UsageError:  # a driver took it meanwhile (a resume), or the dataset is read-only
-        still = left_behind(store.lock)
-        return {**manifest, "driver_gone": still.describe()} if still else manifest
+        fd = os.open(lock.path, os.O_RDWR)
+    except OSError:
+        return manifest  # let go meanwhile
     try:
-        current = dataset.manifest(path, run_id) or {}
-        if current.get("state") != RunState.RUNNING.value:
-            return current or manifest
-        current.update(state=RunState.INTERRUPTED.value, groups_done=groups_done,
-                       ended_by=f"its driver was killed without marking its manifest, {holder.describe()}; "
-                       f"marked by {by} at {now.replace(microsecond=0).isoformat()}")
-        store.write_manifest(current)
-        return current
-    except (OSError, pa.ArrowException, dataset.CorruptManifest):
-        return {**manifest, "driver_gone": holder.describe()}
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released as the descriptor closes; the file kept
+        if os.fstat(fd).st_ino != os.stat(lock.path).st_ino:
+            raise BlockingIOError  # let go, and perhaps taken again, meanwhile
+    except OSError:
+        os.close(fd)
+        return manifest  # a resume holds it
+    try:
+        now = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
+        marked = _patch(os.path.join(root, MANIFEST_DIR, run_id + ".json"), {
+            "state": RunState.INTERRUPTED.value, "groups_done": groups_done,
+            "ended_by": f"its driver was killed without marking its manifest, {holder.describe()}; marked by "
+                        f"{by} at {now.isoformat()}"})
+        return {**manifest, **marked} if marked else said
+    except (OSError, ValueError, TypeError):  # unreadable or unwritable: said, not marked
+        return said
     finally:
-        store.lock.release()
+        os.close(fd)
+
+def _patch(path: str, fields: dict) -> dict | None:
+    """Set `fields` in the JSON manifest at `path` (every other key kept as written), written whole
+    under a temporary name and renamed; None where it is not a `running` manifest of this schema."""
+    with open(path, "rb") as f:
+        record = json.loads(f.read())
+    if not isinstance(record, dict) or record.get("state") != RunState.RUNNING.value \
+            or int(record.get("schema_version") or 0) > SCHEMA_VERSION:
+        return None
+    record.update(fields)
+    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w") as f:
+            json.dump(record, f, indent=1)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return fields

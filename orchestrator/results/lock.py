@@ -1,5 +1,6 @@
 """One writer per run: an exclusive lock on a run, held by `collbench run` (and its --resume) from
-before Ray starts until it ends, and by every compaction of the run.
+before Ray starts until it ends, by every compaction of the run, and for a moment by a report that
+marks the manifest of a driver killed outright (left_behind.py).
 
 The lock lives beside the manifest, `<root>/_runs/<run_id>.lock` (readers skip names starting
 with `_`), and holds its holder as JSON (host, pid, since, heartbeat, token), so a second writer is

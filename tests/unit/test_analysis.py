@@ -417,3 +417,14 @@ def test_analysis_commands_import_neither_ray_nor_torch(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip().splitlines()[-1] == "CODES [0, 0, 0] HEAVY []"
+
+
+def test_an_interrupted_qualification_is_said_without_a_total_it_never_had_and_without_a_resume(tmp_path):
+    """A qualification's groups are counted as its rounds run (a driver killed before it wrote the count
+    leaves 0): the warning gives the groups done alone, and no resume (a qualification has none)."""
+    out = str(tmp_path / "res")
+    write_run(out, "run-q")
+    ResultStore(out, "run-q").write_manifest({"state": "interrupted", "groups_done": 4, "groups_total": 0,
+                                              "command": "qualify"})
+    rep, _ = _report(out)
+    assert rep["warnings"][0] == "the run was interrupted after 4 groups: a qualify run has no resume: run it again"

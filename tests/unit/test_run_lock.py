@@ -263,7 +263,7 @@ def test_a_driver_killed_mid_run_has_its_manifest_marked_by_the_report(tmp_path)
                                          "marked by collbench report at ")
     assert said == [f"the run was interrupted after {groups} of 7 groups ({record['ended_by']}): resume it with "
                     "collbench run --resume run-k"]
-    assert left_behind(ResultStore(root, "run-k").lock) is None  # the lock let go: nobody's
+    assert left_behind(ResultStore(root, "run-k").lock) == holder  # the lock file kept as the driver left it
     assert [w for w in read_report(root, frame).warnings if w.startswith("the run was interrupted")] == said
     assert dataset.manifest(root, "run-k") == record  # marked once
     store = ResultStore(root, "run-k")
@@ -276,18 +276,64 @@ def test_a_killed_driver_s_manifest_that_cannot_be_written_is_said_gone(tmp_path
     """A dataset the reader cannot write (another user's, read-only storage): the manifest stays as it
     is and the report says the driver is gone, from its lock."""
     from orchestrator.operations.report import read_report, run_frame
+    from orchestrator.results import left_behind
 
     root, child = _killed_mid_run(tmp_path)
     os.kill(child.pid, signal.SIGKILL)
     child.join(60)
 
-    def refused(self, manifest):
+    def refused(path, fields):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(ResultStore, "write_manifest", refused)
+    monkeypatch.setattr(left_behind, "_patch", refused)
     said = [w for w in read_report(root, run_frame(root, "run-k")).warnings if "driver" in w]
     assert len(said) == 1 and said[0].startswith(
         f"the run's driver is gone, killed without marking its manifest (its lock, held by host "
         f"{socket.gethostname()} pid {child.pid} since ") and said[0].endswith(
         "is free): the report covers the groups on disk; resume it with collbench run --resume run-k"), said
     assert dataset.manifest(root, "run-k")["state"] == "running"
+
+
+def test_a_free_lock_of_another_host_is_said_never_marked(tmp_path):
+    """flock may not reach across hosts (NFS with local locks): a free lock naming a process of
+    another host proves nothing about that process, so the report says what the lock says and
+    writes nothing; every key of the manifest stays as written, a newer collbench's included."""
+    from orchestrator.operations.report import read_report, run_frame
+
+    root, child = _killed_mid_run(tmp_path)
+    os.kill(child.pid, signal.SIGKILL)
+    child.join(60)
+    path = os.path.join(root, "_runs", "run-k.lock")
+    record = json.loads(open(path).read())
+    with open(path, "w") as f:
+        json.dump({**record, "host": "gpu-a17"}, f)
+    manifest = os.path.join(root, "_runs", "run-k.json")
+    before = open(manifest).read()
+    said = [w for w in read_report(root, run_frame(root, "run-k")).warnings if "driver" in w]
+    assert len(said) == 1 and said[0].startswith("the run's driver is gone, killed without marking its manifest "
+                                                 f"(its lock, held by host gpu-a17 pid {child.pid} since "), said
+    assert open(manifest).read() == before
+
+
+def test_marking_a_killed_driver_s_manifest_keeps_every_key_it_does_not_set(tmp_path):
+    """The manifest file is patched, not rewritten from what this collbench knows: a key of a newer
+    collbench stays; a manifest of a newer schema is not touched."""
+    from orchestrator.operations.report import read_report, run_frame
+
+    root, child = _killed_mid_run(tmp_path)
+    os.kill(child.pid, signal.SIGKILL)
+    child.join(60)
+    manifest = os.path.join(root, "_runs", "run-k.json")
+    record = json.loads(open(manifest).read())
+    with open(manifest, "w") as f:
+        json.dump({**record, "from_a_newer_collbench": [1, 2]}, f)
+    read_report(root, run_frame(root, "run-k"))
+    marked = json.loads(open(manifest).read())
+    assert marked["from_a_newer_collbench"] == [1, 2] and marked["state"] == "interrupted"
+    set_ = ("state", "groups_done", "ended_by")
+    assert {k: v for k, v in marked.items() if k not in set_} == \
+        {k: v for k, v in {**record, "from_a_newer_collbench": [1, 2]}.items() if k not in set_}
+    with open(manifest, "w") as f:
+        json.dump({**record, "schema_version": 99}, f)
+    read_report(root, run_frame(root, "run-k"))
+    assert json.loads(open(manifest).read())["state"] == "running"
