@@ -237,6 +237,23 @@ def _killed_mid_run(tmp_path):
     return root, child
 
 
+def _dead_driver(tmp_path):
+    """As _killed_mid_run, the driver SIGKILLed."""
+    root, child = _killed_mid_run(tmp_path)
+    os.kill(child.pid, signal.SIGKILL)
+    child.join(60)
+    return root, child
+
+
+def _edit_json(path: str, **fields) -> dict:
+    """Set `fields` in the JSON object at `path`; the object as it was."""
+    with open(path) as f:
+        record = json.load(f)
+    with open(path, "w") as f:
+        json.dump({**record, **fields}, f)
+    return record
+
+
 def test_a_driver_killed_mid_run_has_its_manifest_marked_by_the_report(tmp_path):
     """scancel's srun kills a driver within milliseconds (tests/lab/test_slurm.py): its manifest
     stays `running`, its lock file names it and nobody holds it. While it runs the report says so
@@ -278,9 +295,7 @@ def test_a_killed_driver_s_manifest_that_cannot_be_written_is_said_gone(tmp_path
     from orchestrator.operations.report import read_report, run_frame
     from orchestrator.results import left_behind
 
-    root, child = _killed_mid_run(tmp_path)
-    os.kill(child.pid, signal.SIGKILL)
-    child.join(60)
+    root, child = _dead_driver(tmp_path)
 
     def refused(path, fields):
         raise PermissionError(13, "Permission denied")
@@ -300,13 +315,8 @@ def test_a_free_lock_of_another_host_is_said_never_marked(tmp_path):
     writes nothing; every key of the manifest stays as written, a newer collbench's included."""
     from orchestrator.operations.report import read_report, run_frame
 
-    root, child = _killed_mid_run(tmp_path)
-    os.kill(child.pid, signal.SIGKILL)
-    child.join(60)
-    path = os.path.join(root, "_runs", "run-k.lock")
-    record = json.loads(open(path).read())
-    with open(path, "w") as f:
-        json.dump({**record, "host": "gpu-a17"}, f)
+    root, child = _dead_driver(tmp_path)
+    _edit_json(os.path.join(root, "_runs", "run-k.lock"), host="gpu-a17")
     manifest = os.path.join(root, "_runs", "run-k.json")
     before = open(manifest).read()
     said = [w for w in read_report(root, run_frame(root, "run-k")).warnings if "driver" in w]
@@ -320,20 +330,15 @@ def test_marking_a_killed_driver_s_manifest_keeps_every_key_it_does_not_set(tmp_
     collbench stays; a manifest of a newer schema is not touched."""
     from orchestrator.operations.report import read_report, run_frame
 
-    root, child = _killed_mid_run(tmp_path)
-    os.kill(child.pid, signal.SIGKILL)
-    child.join(60)
+    root, child = _dead_driver(tmp_path)
     manifest = os.path.join(root, "_runs", "run-k.json")
-    record = json.loads(open(manifest).read())
-    with open(manifest, "w") as f:
-        json.dump({**record, "from_a_newer_collbench": [1, 2]}, f)
+    record = _edit_json(manifest, from_a_newer_collbench=[1, 2])
     read_report(root, run_frame(root, "run-k"))
     marked = json.loads(open(manifest).read())
     assert marked["from_a_newer_collbench"] == [1, 2] and marked["state"] == "interrupted"
     set_ = ("state", "groups_done", "ended_by")
     assert {k: v for k, v in marked.items() if k not in set_} == \
         {k: v for k, v in {**record, "from_a_newer_collbench": [1, 2]}.items() if k not in set_}
-    with open(manifest, "w") as f:
-        json.dump({**record, "schema_version": 99}, f)
+    _edit_json(manifest, **{**record, "schema_version": 99})  # running again, of a newer schema
     read_report(root, run_frame(root, "run-k"))
     assert json.loads(open(manifest).read())["state"] == "running"
