@@ -218,7 +218,7 @@ def _start_ray(st: LabState, timeout_s: float) -> None:
     )
     st.save()
     if not raynodes.wait_port(st.head_ip, st.port, timeout_s):
-        raise LabError(f"the lab's Ray head did not open {st.address}; see {log}")
+        raise LabError(f"the lab's Ray head did not open {st.address}; {raynodes.log_tail(log)}")
     # One node at a time: nodes started together race for the same socket names in the
     # shared session directory ("bind: Address already in use" in the raylet).
     for i, ns in enumerate(st.namespaces):

@@ -86,6 +86,16 @@ def wait_port(host: str, port: int, timeout_s: float) -> bool:
     return False
 
 
+def log_tail(path: str, lines: int = 4) -> str:
+    """A log's last lines, joined, for an error said after the log is removed (a failed lab's)."""
+    try:
+        with open(path, errors="replace") as f:
+            last = [line.strip() for line in f.read().splitlines()[-lines:] if line.strip()]
+    except OSError as e:
+        return f"its log {path} cannot be read ({e.strerror})"
+    return "its log ended: " + " | ".join(line[:300] for line in last) if last else f"its log {path} is empty"
+
+
 def free_port() -> int:
     """A port free right now (for `ray start --port`; Ray binds it at once)."""
     with socket.socket() as s:
