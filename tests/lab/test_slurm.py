@@ -19,12 +19,15 @@ themselves (`ray symmetric-run`), as on a site. Checked:
   here `scancel --signal=USR1 --batch`): the script passes it to the driver alone, the run ends after
   its round in flight with nothing cut short, exit 138, the manifest `interrupted`; the resume
   finishes it; qualify.sbatch ends after its round in flight with the verdicts so far, nothing
-  drained on a healthy lab."""
+  drained on a healthy lab;
+- the driver SIGKILLed (no time at all): the script's report marks the manifest `interrupted`,
+  naming the killed driver."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import time
 
@@ -174,6 +177,43 @@ def test_scancel_mid_sweep_and_the_scripts_resume_finish_the_run_once(slurm, tmp
     # in and out of place) x 2 sizes (1M, 4M)
     assert len(rows) == 5 * 3 * 2, sorted(key)
     assert _manifest(tmp_path, run_id)["state"] == "finished"
+
+
+def test_a_driver_killed_outright_has_its_manifest_marked_by_the_scripts_report(slurm, tmp_path):
+    """The driver SIGKILLed mid-sweep (as the OOM killer does, or srun after scancel, which leaves it
+    milliseconds): the step ends without it marking anything; the batch shell finds the manifest still
+    `running` and the script's report marks it `interrupted`, naming the killed driver (a process of
+    this node, gone) and the groups on disk; the job's log says how to finish the run."""
+    sweep = "--patterns inter,pairwise --ranks-per-node 1 -b 1M -e 4M --collectives all_reduce,all_gather"
+    job, _ = _sweep(slurm, tmp_path, sweep)
+    out_path = tmp_path / f"collbench-sweep-{job}.out"
+    _wait_for_progress(out_path, JOB_TIMEOUT_S)
+    run_id = f"slurm-{job}"
+    os.kill(_driver_pid(run_id), signal.SIGKILL)  # a process this test's job started, by its PID
+    slurm.wait_job(job, JOB_TIMEOUT_S)
+    log = out_path.read_text()
+    assert "collbench: interrupted" not in log, log[-3000:]  # the driver said nothing: it had no time
+    kept, record = _rows(tmp_path, run_id), _manifest(tmp_path, run_id)
+    whole = set(kept.group_id) - set(kept.group_id[kept.error == CUT_SHORT])
+    assert record["state"] == "interrupted" and record["groups_done"] == len(whole) >= 1, (record, log[-3000:])
+    assert record["ended_by"].startswith("its driver was killed without marking its manifest, host h-slm0 pid ") \
+        and " marked by collbench report at " in record["ended_by"], record["ended_by"]
+    assert f"run {run_id} (interrupted)" in log and f"sbatch sweep.sbatch {run_id}" in log, log[-3000:]
+
+
+def _driver_pid(run_id: str) -> int:
+    """The PID, in this namespace, of the collbench driver of `run_id` (the `collbench run` process, not
+    the `ray symmetric-run` that started it), found by its command line."""
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                words = [w.decode(errors="replace") for w in f.read().split(b"\0") if w]
+        except OSError:
+            continue
+        if run_id in words and "symmetric-run" not in words and "run" in words[:3] and any(
+                w.rsplit("/", 1)[-1] == "collbench" for w in words[:2]):
+            return int(entry)
+    raise AssertionError(f"no collbench driver of {run_id} runs")
 
 
 def _wait_for_progress(path, timeout_s: float) -> None:
