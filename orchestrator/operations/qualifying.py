@@ -78,7 +78,8 @@ def qualification(spec: SweepSpec, *, threshold: float = PEER_THRESHOLD, min_fra
     """Qualify the cluster's nodes (or `spec.nodes`, less `spec.exclude`; or a caller's placement
     group's); `log`: where the console prints failed probes (its progress goes to stderr; None:
     no console); `switches`: the switch tree whose leaves pairs are judged inside and across (a node a
-    given file does not list is refused where `every_node_placed`, else judged without a leaf)."""
+    given file does not list is refused where `every_node_placed`, else judged without a leaf); `run_id`:
+    the run's name (default: a new one). SIGUSR1 ends it after the round in flight (`unsettled`)."""
     from orchestrator.analysis import report
     from orchestrator.execution import console, signals
     from orchestrator.execution.lifecycle import live
