@@ -18,10 +18,12 @@ from orchestrator.sweep.qualify import Deadlines, Outcome, Probe, Qualifier, Res
 from workloads.messages import Status
 
 
-def run_rounds(q: Qualifier, inv: Inventory, runner, collector: Collector, voice: Voice, done: dict) -> None:
-    """The qualifier's rounds on Ray until it has every verdict; where SIGUSR1 came (Slurm's warning
-    ahead of a time limit), none more after the round in flight: the qualifier stops with what the
-    rounds so far settled, and `done["unsettled"]` holds the nodes without a verdict."""
+def run_rounds(q: Qualifier, inv: Inventory, runner, collector: Collector, voice: Voice,
+               done: dict) -> list[int] | None:
+    """The qualifier's rounds on Ray until it has every verdict (None; `done["groups"]` counts the
+    probes run); where SIGUSR1 came (Slurm's warning ahead of a time limit), none more after the round
+    in flight: the qualifier stops with what the rounds so far settled, and the nodes without a
+    verdict are returned."""
     while probes := q.next_round():
         if signals.stop_requested():
             break
@@ -38,8 +40,8 @@ def run_rounds(q: Qualifier, inv: Inventory, runner, collector: Collector, voice
         done["groups"] += len(probes)
         voice.say(round_line(rnd, probes, judged, runner.spec.group_timeout_s, q))
     else:
-        return
-    done["unsettled"] = q.stop("SIGUSR1, ahead of a time limit", unrun=probes)
+        return None
+    return q.stop("SIGUSR1, ahead of a time limit", unrun=probes)
 
 
 def _ranks(inv: Inventory, probe: Probe) -> tuple[int, ...]:

@@ -120,10 +120,11 @@ def qualification(spec: SweepSpec, *, threshold: float = PEER_THRESHOLD, min_fra
                   f"rank(s), backend {backend}, {spec.collectives[0]} {spec.dtypes[0]} up to "
                   f"{format_bytes(spec.max_bytes)}; reference {_describe(q.reference, len(inv.nodes))}; "
                   f"results -> {session.store.location}")
-        run_rounds(q, inv, runner, collector, voice, done)
+        unsettled = run_rounds(q, inv, runner, collector, voice, done)
         done["names"] = {i.node_ip: i.scheduler_node for i in session.pool.infos() if i.scheduler_node}
         session.manifest["groups_total"] = done["groups"]  # a qualification's groups are known as they run
-        if "unsettled" in done:  # stopped ahead of a time limit: the run ends interrupted, with these verdicts
+        if unsettled is not None:  # stopped ahead of a time limit: the run ends interrupted, with these verdicts
+            done["unsettled"] = unsettled
             raise signals.StopRequested()
         session.finish(outcome)
 

@@ -57,6 +57,7 @@ def settle(path: str, run_id: str, manifest: dict, groups_done: int, by: str) ->
     schema; one that cannot be written): as it was, with `driver_gone` (not a field) naming the
     holder where its lock is free."""
     from orchestrator.results.location import MANIFEST_DIR, resolve
+    from orchestrator.results.run_folder import RunFolder
 
     fs, root = resolve(path)
     if fs.get_file_info(root).type == pafs.FileType.File:
@@ -74,14 +75,14 @@ def settle(path: str, run_id: str, manifest: dict, groups_done: int, by: str) ->
         return manifest  # let go meanwhile
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released as the descriptor closes; the file kept
-        if os.fstat(fd).st_ino != os.stat(lock.path).st_ino:
+        if not lock._still_there(fd):
             raise BlockingIOError  # let go, and perhaps taken again, meanwhile
     except OSError:
         os.close(fd)
         return manifest  # a resume holds it
     try:
         now = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
-        marked = _patch(os.path.join(root, MANIFEST_DIR, run_id + ".json"), {
+        marked = _patch(RunFolder(root, run_id), f"{root}/{MANIFEST_DIR}/{run_id}.json", {
             "state": RunState.INTERRUPTED.value, "groups_done": groups_done,
             "ended_by": f"its driver was killed without marking its manifest, {holder.describe()}; marked by "
                         f"{by} at {now.isoformat()}"})
@@ -91,21 +92,15 @@ def settle(path: str, run_id: str, manifest: dict, groups_done: int, by: str) ->
     finally:
         os.close(fd)
 
-def _patch(path: str, fields: dict) -> dict | None:
+
+def _patch(folder, path: str, fields: dict) -> dict | None:
     """Set `fields` in the JSON manifest at `path` (every other key kept as written), written whole
-    under a temporary name and renamed; None where it is not a `running` manifest of this schema."""
+    by `folder` (a RunFolder: a temporary name, renamed); None where it is not a `running` manifest of
+    this schema."""
     with open(path, "rb") as f:
         record = json.loads(f.read())
     if not isinstance(record, dict) or record.get("state") != RunState.RUNNING.value \
             or int(record.get("schema_version") or 0) > SCHEMA_VERSION:
         return None
-    record.update(fields)
-    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w") as f:
-            json.dump(record, f, indent=1)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    folder.put(json.dumps({**record, **fields}, indent=1).encode(), path)
     return fields

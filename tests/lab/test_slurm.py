@@ -119,10 +119,7 @@ def test_sigusr1_ends_the_qualify_script_after_its_round_with_the_verdicts_so_fa
                          "QUALIFY", "--collective all_reduce -b 4M -e 4M --ranks-per-node 1 --drain")
     job = slurm.sbatch(script, str(tmp_path))
     out_path = tmp_path / f"collbench-qualify-{job}.out"
-    deadline = time.monotonic() + JOB_TIMEOUT_S
-    while time.monotonic() < deadline and "collbench: round 1 (" not in (
-            out_path.read_text() if out_path.exists() else ""):
-        time.sleep(0.5)
+    _wait_for_progress(out_path, JOB_TIMEOUT_S, "collbench: round 1 (")
     slurm.scancel(job, "--signal=USR1", "--batch")
     fields = slurm.wait_job(job, JOB_TIMEOUT_S)
     out = out_path.read_text()
@@ -216,11 +213,12 @@ def _driver_pid(run_id: str) -> int:
     raise AssertionError(f"no collbench driver of {run_id} runs")
 
 
-def _wait_for_progress(path, timeout_s: float) -> None:
+def _wait_for_progress(path, timeout_s: float, said: str = "[progress] 1/") -> None:
+    """Until the job's log says `said` (by default: its first group done)."""
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and "[progress] 1/" not in (path.read_text() if path.exists() else ""):
+    while time.monotonic() < deadline and said not in (path.read_text() if path.exists() else ""):
         time.sleep(0.5)
-    assert "[progress] 1/" in path.read_text(), path.read_text()[-3000:]
+    assert said in path.read_text(), path.read_text()[-3000:]
 
 
 def test_sigusr1_to_the_batch_shell_ends_the_run_after_its_round_and_the_resume_finishes_it(slurm, tmp_path):

@@ -297,7 +297,7 @@ def test_a_killed_driver_s_manifest_that_cannot_be_written_is_said_gone(tmp_path
 
     root, child = _dead_driver(tmp_path)
 
-    def refused(path, fields):
+    def refused(folder, path, fields):
         raise PermissionError(13, "Permission denied")
 
     monkeypatch.setattr(left_behind, "_patch", refused)
