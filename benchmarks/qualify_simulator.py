@@ -96,14 +96,19 @@ class Model:
 
 
 def simulate(model: Model, threshold: float = 0.10, reference: Reference | None = None,
-             min_fraction: float = 0.8, prior: Prior | None = None, leaves: tuple[str, ...] | None = None) -> Qualifier:
+             min_fraction: float = 0.8, prior: Prior | None = None, leaves: tuple[str, ...] | None = None,
+             stop_after: int | None = None) -> Qualifier:
     """Qualify the model's cluster; the returned qualifier holds verdicts and the rounds used.
     `prior`: how far apart the judge expects healthy probes (default: the Qualifier's, gloo across nodes);
-    `leaves`: the topology qualify is given (default: the model's; () for none)."""
+    `leaves`: the topology qualify is given (default: the model's; () for none); `stop_after`: stopped
+    after that many rounds, as SIGUSR1 stops `collbench qualify` (Qualifier.stop)."""
     q = Qualifier(model.n_nodes, model.ranks_per_node, threshold, reference or Reference(), model.seed, min_fraction,
                   leaves=leaves if leaves is not None else model.leaves,
                   parents=model.parents if leaves is None else {}, **({"prior": prior} if prior else {}))
     rng = random.Random(model.seed + 1)
     while probes := q.next_round():
+        if stop_after is not None and q.rounds > stop_after:
+            q.stop("stopped by the benchmark", unrun=probes)
+            break
         q.record(model.run_round(probes, rng))
     return q
