@@ -11,6 +11,7 @@ asymptotic efficiency); the judge pools it with a prior for the platform.
 
 from __future__ import annotations
 
+import functools
 import math
 from statistics import NormalDist
 
@@ -43,6 +44,7 @@ def run_sigma(means: np.ndarray, owner: np.ndarray, scale: np.ndarray | None = N
     return float(MAD_SCALE * np.median(np.abs(residual))), MAD_EFFICIENCY * df
 
 
+@functools.lru_cache(maxsize=4096)  # the verdicts ask the same few (p, df) thousands of times a run
 def quantile(p: float, df: float | None) -> float:
     """The p-quantile of Student's t with `df` degrees of freedom (normal when df is None)."""
     z = NormalDist().inv_cdf(p)

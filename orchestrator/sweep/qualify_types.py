@@ -22,7 +22,10 @@ class Phase(str, Enum):
     def kind(self) -> Phase:
         """The phase whose reference and deadline this one shares: retests are pairs with known-good
         partners, bisections are smaller gates."""
-        return {Phase.RETEST: Phase.PAIRS, Phase.BISECT: Phase.GATE}.get(self, self)
+        return _KIND.get(self, self)  # asked a million times a simulated qualification: one lookup
+
+
+_KIND = {Phase.RETEST: Phase.PAIRS, Phase.BISECT: Phase.GATE}
 
 
 class Outcome(str, Enum):

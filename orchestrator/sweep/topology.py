@@ -20,6 +20,7 @@ import math
 import re
 from dataclasses import dataclass
 
+from orchestrator import yamlfile
 from orchestrator.errors import UsageError
 
 _BRACKET = re.compile(r"\[([^\[\]]*)\]")
@@ -28,19 +29,35 @@ MAX_NAMES = 1_000_000  # a host list longer than any fabric: a typo's range (gpu
 
 def expand_hostlist(text: str, where: str = "") -> list[str]:
     """Slurm's host list: `gpu[001-003,007],cpu1` -> gpu001, gpu002, gpu003, gpu007, cpu1 (ranges
-    keep their zero padding; several bracket groups in one name are their product)."""
+    keep their zero padding; several bracket groups in one name are their product). The names are
+    counted before any is made: a range too wide is refused at once, whatever its width."""
     names: list[str] = []
     for item in _split_top(",".join(text.split())):  # Slurm splits a host list at commas and spaces
         if not item:
             continue
         parts = _BRACKET.split(item)  # literal, inside, literal, inside, ..., literal
-        choices = [[p] if i % 2 == 0 else _range(p, item, where) for i, p in enumerate(parts)]
         if "[" in "".join(parts[::2]) or "]" in "".join(parts[::2]):
             raise UsageError(f"{where}{item!r}: not a Slurm host list (unbalanced brackets)")
-        if len(names) + math.prod(len(c) for c in choices) > MAX_NAMES:
+        spans = [[(p, p, 0)] if i % 2 == 0 else _range(p, item, where) for i, p in enumerate(parts)]
+        if len(names) + math.prod(sum(_count(s) for s in group) for group in spans) > MAX_NAMES:
             raise UsageError(f"{where}{item!r}: more than {MAX_NAMES:,} names (a range too wide?)")
+        choices = [[_name(i, s) for s in group for i in _indices(s)] for group in spans]
         names += ["".join(c) for c in itertools.product(*choices)]
     return names
+
+
+def _count(span: tuple) -> int:
+    lo, hi, _ = span
+    return 1 if isinstance(lo, str) else hi - lo + 1
+
+
+def _indices(span: tuple):
+    lo, hi, _ = span
+    return [lo] if isinstance(lo, str) else range(lo, hi + 1)
+
+
+def _name(i, span: tuple) -> str:
+    return i if isinstance(i, str) else str(i).zfill(span[2])
 
 
 def _split_top(text: str) -> list[str]:
@@ -56,15 +73,15 @@ def _split_top(text: str) -> list[str]:
     return [*out, cur]
 
 
-def _range(inside: str, item: str, where: str) -> list[str]:
+def _range(inside: str, item: str, where: str) -> list[tuple[int, int, int]]:
+    """The (first, last, zero-padded width) of each piece inside one pair of brackets."""
     out = []
     for piece in inside.split(","):
         m = re.fullmatch(r"(\d+)(?:-(\d+))?", piece.strip())
         if not m or (m.group(2) and int(m.group(2)) < int(m.group(1))):
             raise UsageError(f"{where}{item!r}: not a Slurm host list ({piece!r} is not a number or a rising range)")
         lo, hi = m.group(1), m.group(2) or m.group(1)
-        width = len(lo) if lo.startswith("0") else 0
-        out += [str(i).zfill(width) for i in range(int(lo), int(hi) + 1)]
+        out.append((int(lo), int(hi), len(lo) if lo.startswith("0") else 0))
     return out
 
 
@@ -247,19 +264,16 @@ def from_kubernetes(nodes: dict, pods: dict, labels: list[str], source: str) -> 
 
 def read(path: str) -> Topology:
     """The file at `path`: YAML where it ends in .yaml or .yml, Slurm's topology.conf otherwise."""
+    if path.endswith((".yaml", ".yml")):
+        return parse_yaml(yamlfile.read(path, "--topology"), path)  # bounded in size and depth
     try:
-        with open(path) as f:
-            text = f.read()
+        with open(path, "rb") as f:
+            data = f.read(yamlfile.MAX_YAML_BYTES + 1)
+        text = data.decode()
     except (OSError, UnicodeDecodeError) as e:
         raise UsageError(f"--topology {path}: cannot read it ({getattr(e, 'strerror', None) or e})") from None
-    if path.endswith((".yaml", ".yml")):
-        import yaml
-
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as e:
-            raise UsageError(f"--topology {path}: not YAML ({str(e).splitlines()[0]})") from None
-        return parse_yaml(data, path)
+    if len(data) > yamlfile.MAX_YAML_BYTES:
+        raise UsageError(f"--topology {path}: larger than {yamlfile.MAX_YAML_BYTES >> 20} MiB, not a topology file")
     return parse_conf(text, path)
 
 

@@ -6,8 +6,6 @@ seconds."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import time
@@ -16,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from tests.offline import Tripwire, call
 from tests.synthetic import write_run
 
 RUN = "r1"
@@ -233,59 +232,19 @@ def _files(tmp) -> dict[str, str]:
     }
 
 
-class _Tripwire(BaseException):
-    """Raised where a case would reach Ray or bring a lab up: not an Exception, so no handler in
-    the CLI swallows it."""
-
-
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     return _files(str(tmp_path_factory.mktemp("hostile")))
 
 
 @pytest.fixture(autouse=True)
-def no_ray(monkeypatch):
-    from orchestrator.execution import connect, session
-    from orchestrator.lab import cluster
-
-    def trip(*a, **k):
-        raise _Tripwire("reached Ray")
-
-    # connect.connect checks an address in one line before it waits for it or starts Ray
-    monkeypatch.setattr(connect, "wait_for_gcs", trip)
-    monkeypatch.setattr(connect, "_join", trip)
-    monkeypatch.setattr(connect.ray, "init", trip)
-    monkeypatch.setattr(session.Session, "cluster", trip)
-    check_host = cluster.check_host
-
-    def checked(*a, **k):
-        check_host(*a, **k)
-        raise _Tripwire("would bring a lab up")
-
-    monkeypatch.setattr(cluster, "check_host", checked)
-    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")
-    # one parser for every case: building it is most of a refused call's time
-    from orchestrator import cli
-
-    parser = cli.build_parser()
-    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+def no_ray(offline_cli):
+    """Every case in this process with Ray and the lab out of reach (tests/offline.py)."""
 
 
 def _snapshot(root: str) -> list[tuple[str, int]]:
     return sorted((os.path.join(d, n), os.stat(os.path.join(d, n)).st_mtime_ns)
                   for d, dirs, names in os.walk(root) for n in dirs + names)
-
-
-def call(argv: list[str]) -> tuple[int, str, str]:
-    from orchestrator.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(argv)
-        except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else 2
-    return code, out.getvalue(), err.getvalue()
 
 
 def test_there_are_at_least_250_kinds_of_hostile_input():
@@ -304,7 +263,7 @@ def test_every_hostile_input_exits_2_in_one_line(files, tmp_path, monkeypatch):
             argv.append(f"--output={tmp_path}/out")
         try:
             code, out, err = call(argv)
-        except _Tripwire as e:
+        except Tripwire as e:
             failures.append(f"{name}: {e}")
             continue
         except BaseException as e:  # noqa: BLE001 - every escape is a failure of the contract
