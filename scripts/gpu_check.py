@@ -217,13 +217,15 @@ def bundle_problem(bundle: Path, python: str, image: Path | None = None) -> str 
     try:
         record = json.loads(record_path.read_text())
     except FileNotFoundError:
-        return f"--bundle '{bundle}' holds no {record_path.name} (no record of the sources it was built from): {rebuild}"
+        return (f"--bundle '{bundle}' holds no {record_path.name} "
+                f"(no record of the sources it was built from): {rebuild}")
     except (OSError, ValueError) as e:
         return f"--bundle '{bundle}': {record_path.name} does not read as JSON ({e}): {rebuild}"
     differ = bundle_plan.source_difference(record.get("sources") or {}, REPO)
     if differ:
         return (f"--bundle '{bundle}' was built from other sources than this tree's (commit "
-                f"{str(record.get('commit'))[:12]}, {record.get('built_utc')}; {differ}): {rebuild} after the last change")
+                f"{str(record.get('commit'))[:12]}, {record.get('built_utc')}; {differ}): "
+                f"{rebuild} after the last change")
     if image is not None and record.get("image_sha256") != hashlib.sha256(image.read_bytes()).hexdigest():
         return f"--bundle '{bundle}' was built for another list of the image's packages than {image.name}: {rebuild}"
     return None
@@ -413,7 +415,8 @@ def start_ray(check: Check, gpus: int) -> tuple[int | None, Path]:
     return sid, temp
 
 
-TESTS = ["-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "tests/gpu"]  # run by this interpreter
+# this interpreter, serially
+TESTS = ["-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-p", "no:xdist", "tests/gpu"]
 
 
 def sweep_args(rehearse: bool) -> list[str]:

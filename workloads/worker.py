@@ -1,5 +1,8 @@
 """BenchWorker: one rank. A plain class; the driver turns it into a Ray actor.
 
+torch is imported where a method needs it, not with the module: the driver imports this module to
+make the actor class, and a driver that imported torch (1.5 s here) for that paid it on every run.
+
 Lifecycle per group: every member `join()`s through the run's rendezvous store (in the driver;
 each worker keeps one connection to it), the driver sends `run()` cases, then `leave()`. Messages are the dataclasses of
 `workloads.messages`.
@@ -13,18 +16,22 @@ import platform
 import socket
 from dataclasses import replace
 from datetime import timedelta
-
-import torch
-import torch.distributed as dist
+from typing import TYPE_CHECKING
 
 from workloads import inspector, nccl_log
 from workloads.comm_env import COMM_ENV_PREFIXES, pin_interfaces, scheduler_node_name
-from workloads.harness import batch_floor_us, run_case
 from workloads.messages import Case, Joined, JoinRequest, NcclLog, ReplayTiming, Sample, Transport, WorkerInfo
+
+if TYPE_CHECKING:
+    import torch.distributed as dist
 
 
 class BenchWorker:
     def __init__(self, node_ip: str | None = None) -> None:
+        import torch
+
+        from workloads.harness import batch_floor_us
+
         # Communication variables (--env) come in the actor's runtime_env: in place before any
         # communicator is created.
         self._gpu: torch.device | None = None
@@ -47,6 +54,7 @@ class BenchWorker:
     def describe(self) -> WorkerInfo:
         """Where this rank runs; cheap, and touches no device."""
         import ray
+        import torch
 
         nccl = None
         if torch.version.cuda and ray.get_gpu_ids():
@@ -72,6 +80,10 @@ class BenchWorker:
         """See every GPU of the node's workers and use one of them (NVLink/P2P between actors of
         one node needs this), and have NCCL log what it uses to a file of this process; must run
         before anything initialises CUDA or NCCL. Returns the description with both."""
+        import torch
+
+        from workloads.harness import batch_floor_us
+
         os.environ["CUDA_VISIBLE_DEVICES"] = visible_devices
         self._gpu = torch.device("cuda", local_index)
         self._nccl_log = nccl_log.DebugFile(nccl_log.configure(os.environ))
@@ -88,11 +100,16 @@ class BenchWorker:
 
     def connect_store(self, ip: str, port: int, timeout_s: float) -> None:
         """Connect to the run's rendezvous store, once for every group this worker will join."""
+        import torch.distributed as dist
+
         self._store = dist.TCPStore(ip, port, is_master=False, timeout=timedelta(seconds=timeout_s))
 
     def join(self, req: JoinRequest) -> Joined:
         """Form the torch.distributed group `req` describes through the run's store, under the
         group's own key prefix; return what it used."""
+        import torch
+        import torch.distributed as dist
+
         timeout = timedelta(seconds=req.timeout_s)
         self._store.set_timeout(timeout)
         if dist.is_initialized():
@@ -121,11 +138,15 @@ class BenchWorker:
 
     def run(self, case: Case) -> list[Sample] | list[ReplayTiming]:
         """Measure one case; this rank's raw samples per message size (a replay: per op and step)."""
+        from workloads.harness import run_case
+
         return run_case(case, self._rank, self._world_size, self._device)
 
     def leave(self) -> Transport:
         """Destroy the group; what it used, from everything NCCL logged since it was formed, and
         the NCCL Inspector's records of it where the plugin is loaded."""
+        import torch.distributed as dist
+
         transport = self._transport()
         if dist.is_initialized():
             dist.destroy_process_group()

@@ -74,7 +74,7 @@ class LabState:
 
     def uplink_of(self, k: int) -> str:
         kbit = max(1, int(link_rate_bps(self.link) * sum(self.leaf_of(i) == k for i in range(self.nodes)) / 1e3))
-        return self.leaf_links.get(str(k)) or self.uplink or (f"{kbit // 1000}mbit" if kbit % 1000 == 0 else f"{kbit}kbit")
+        return self.leaf_links.get(str(k)) or self.uplink or (f"{kbit}kbit" if kbit % 1000 else f"{kbit // 1000}mbit")
 
     @property
     def topology_path(self) -> str:
@@ -277,7 +277,7 @@ def _wait_nodes(st: LabState, nodes: int, timeout_s: float) -> None:
 
 def down(st: LabState) -> list[str]:
     """Remove everything recorded in `st`; return what could not be removed."""
-    raynodes.stop_sessions(st.sessions)
+    raynodes.stop_sessions(st.sessions, grace_s=2.0)  # `ray start` outlasts a 10-s SIGTERM; nothing to save
     for ns in st.namespaces:
         raynodes.kill_pids(netns_pids(ns), signal.SIGKILL)
     problems = network.remove(st)
@@ -295,6 +295,6 @@ def _python() -> str:
 
 def run_command(st: LabState) -> str:
     return (
-        f"RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH={st.auth_env()['RAY_AUTH_TOKEN_PATH']} collbench run --address {st.address} --ranks-per-node {st.ranks_per_node} "
-        f"--patterns intra,inter,mixed,pairwise"
+        f"RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH={st.auth_env()['RAY_AUTH_TOKEN_PATH']} collbench run "
+        f"--address {st.address} --ranks-per-node {st.ranks_per_node} --patterns intra,inter,mixed,pairwise"
     )
