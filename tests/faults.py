@@ -57,7 +57,20 @@ class LiveRun:
                 break
             if text in line:
                 return t
-        raise AssertionError(f"no line with {text!r} within {timeout}s:\n{''.join(self.stdout)}\n{''.join(self.stderr)}")
+        said = "".join(self.stdout) + "\n" + "".join(self.stderr)
+        raise AssertionError(f"no line with {text!r} within {timeout}s:\n{said}")
+
+    def signal_when(self, text: str, sig: int, timeout: float = 180, pause_s: float = 0.0) -> int:
+        """Send `sig` once a line with `text` appears (and `pause_s` later), wait for the process to end
+        and return its exit code (also kept as `returncode`); the process is killed whatever fails."""
+        try:
+            self.wait_for(text, timeout=timeout)
+            time.sleep(pause_s)
+            self.proc.send_signal(sig)
+            self.returncode = self.finish(timeout=60)
+        finally:
+            self.kill()
+        return self.returncode
 
     def finish(self, timeout: float) -> int:
         rc = self.proc.wait(timeout=timeout)

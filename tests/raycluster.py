@@ -50,5 +50,5 @@ class RayHead:
         return {**env, **self.auth_env, "RAY_ADDRESS": self.address}
 
     def stop(self) -> None:
-        raynodes.stop_sessions([self.sid])
+        raynodes.stop_sessions([self.sid], grace_s=2.0)  # a test's head holds nothing to save
         shutil.rmtree(self.temp_dir, ignore_errors=True)

@@ -213,4 +213,7 @@ def test_overlap_matmul_is_sized_to_the_collective(target, tmp_path):
     ov = pd.read_parquet(tmp_path / "r")
     assert set(ov.collective) == {"overlap"} and (ov.status == "ok").all() and (ov.n_wrong == 0).all()
     ratio = ov.t_comp_us / ov.t_comm_us
-    assert ratio.between(0.3, 3.0).all(), ratio.tolist()  # not a launch-overhead-sized matmul
+    # not a launch-overhead-sized matmul (that reads ~0.001); on the CPU the collective's own time moves
+    # 30-90% from one run to the next on this host (3.39 seen once), so the CPU form's band is wider
+    low, high = (0.3, 3.0) if target.gpu else (0.2, 5.0)
+    assert ratio.between(low, high).all(), ratio.tolist()

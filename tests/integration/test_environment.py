@@ -81,17 +81,20 @@ def _fails_in_one_line(args, env, tmp_path, within_s):
     return lines[0], took_s
 
 
-def test_a_closed_port_is_given_up_on_after_the_default_30_s(tmp_path):
+def test_a_closed_port_is_retried_until_the_connect_timeout(tmp_path):
+    """Retried (a head still starting is waited for), not given up on at once; the default timeout,
+    30 s, is tests/unit/test_timeouts.py's."""
     port = _closed_port()
-    line, took_s = _fails_in_one_line(["run", "--address", f"127.0.0.1:{port}"], {}, tmp_path, within_s=45)
-    assert line == f"collbench: error: --address 127.0.0.1:{port}: no Ray cluster answered in 30 s (connection refused)"
-    assert took_s >= 29  # retried (a head still starting is waited for), not given up on at once
+    line, took_s = _fails_in_one_line(["run", "--address", f"127.0.0.1:{port}"], {"COLLBENCH_CONNECT_TIMEOUT_S": "2"},
+                                      tmp_path, within_s=20)
+    assert line == f"collbench: error: --address 127.0.0.1:{port}: no Ray cluster answered in 2 s (connection refused)"
+    assert took_s >= 1.9
 
 
 def test_a_port_that_never_answers(tmp_path, silent_port):
-    env = {"RAY_ADDRESS": f"127.0.0.1:{silent_port}", "COLLBENCH_CONNECT_TIMEOUT_S": "4"}
+    env = {"RAY_ADDRESS": f"127.0.0.1:{silent_port}", "COLLBENCH_CONNECT_TIMEOUT_S": "2"}
     line, _ = _fails_in_one_line(["run"], env, tmp_path, within_s=20)
-    assert line == (f"collbench: error: $RAY_ADDRESS 127.0.0.1:{silent_port}: no Ray cluster answered in 4 s "
+    assert line == (f"collbench: error: $RAY_ADDRESS 127.0.0.1:{silent_port}: no Ray cluster answered in 2 s "
                     "(the port accepts connections but nothing answers)")
 
 
@@ -101,11 +104,11 @@ def test_a_server_that_is_not_ray(tmp_path, http_port):
 
 
 def test_a_grpc_server_that_never_serves_is_given_up_on_at_the_deadline(tmp_path, grpc_like_port):
-    env = {"COLLBENCH_CONNECT_TIMEOUT_S": "5"}
+    env = {"COLLBENCH_CONNECT_TIMEOUT_S": "3"}
     line, took_s = _fails_in_one_line(["plan", "--address", f"127.0.0.1:{grpc_like_port}"], env, tmp_path, within_s=20)
     assert line == (f"collbench: error: --address 127.0.0.1:{grpc_like_port}: could not join a Ray cluster there in "
-                    "5 s (no answer to ray.init); collbench joins the cluster's GCS address (HOST:6379)")
-    assert took_s >= 4.5
+                    "3 s (no answer to ray.init); collbench joins the cluster's GCS address (HOST:6379)")
+    assert took_s >= 2.9
 
 
 def test_the_job_server_address_is_named_as_such(tmp_path):
@@ -117,16 +120,15 @@ def test_the_job_server_address_is_named_as_such(tmp_path):
 
 def test_a_gcs_bucket_that_never_answers(tmp_path, silent_port):
     uri = f"gs://bucket/x?endpoint_override=127.0.0.1:{silent_port}&scheme=http&anonymous=true"
-    env = {"RAY_ADDRESS": "127.0.0.1:1", "COLLBENCH_CONNECT_TIMEOUT_S": "5"}
+    env = {"RAY_ADDRESS": "127.0.0.1:1", "COLLBENCH_CONNECT_TIMEOUT_S": "2"}
     proc_start = time.monotonic()
     proc = run_cli(["run", "--output", uri], env={**ENV, **env}, timeout=120)
     assert proc.returncode == 2 and time.monotonic() - proc_start < 20
     assert proc.stderr.strip().splitlines() == [f"collbench: error: --output {uri}: no answer from the object "
-                                                "store in 5 s"]
+                                                "store in 2 s"]
 
 
-@pytest.mark.parametrize("args, code", [(["report", "{out}"], 0), (["report", "{out}", "--format", "csv", "--table", "busbw"], 0),
-                                        (["compare", "{out}", "{out}"], 1)])
+@pytest.mark.parametrize("args, code", [(["report", "{out}"], 0), (["compare", "{out}", "{out}"], 1)])
 def test_a_reader_that_leaves_early(tmp_path, args, code):
     """`collbench report R | head -1`: nothing on stderr beyond what the whole run says there (compare's
     verdict line), with the command's own exit code."""

@@ -23,7 +23,7 @@ from orchestrator.results.store import ResultStore
 from tests.unit.test_store import _row
 
 CTX = mp.get_context("fork")
-TRIALS = 50
+TRIALS = 25  # each trial forks two real compactions that race (~0.2 s a trial)
 GROUPS, ROWS = 6, 2  # rows per group
 CRASHED = 77  # the exit code of a compaction killed at a step
 

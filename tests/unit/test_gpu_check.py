@@ -65,12 +65,12 @@ def test_the_real_report_judge_counts_flags_and_keeps_the_json(tmp_path, monkeyp
 
 
 def test_a_step_that_hangs_is_killed_at_its_timeout_and_named(tmp_path, monkeypatch, capsys):
-    monkeypatch.setitem(gpu_check.TIMEOUTS_S, "sweep", 6)
+    monkeypatch.setitem(gpu_check.TIMEOUTS_S, "sweep", 5)  # the least a step is given
     check = _check(tmp_path)
     began = time.monotonic()
     rc, _ = check.run("sweep", ["bash", "-c", "echo started; sleep 300 & wait"])
     assert rc is None and time.monotonic() - began < 20
-    assert check.steps[-1].outcome == "failed" and check.steps[-1].note == "timed out after 6 s"
+    assert check.steps[-1].outcome == "failed" and check.steps[-1].note == "timed out after 5 s"
     assert "[gpu_check] step sweep: FAILED in " in capsys.readouterr().out
     leftover = subprocess.run(["pgrep", "-f", "sleep 300"], capture_output=True, text=True, check=False)
     assert leftover.stdout.strip() == ""  # its whole process session went
@@ -197,7 +197,7 @@ def _fake_bin(tmp_path: Path, name: str, script: str) -> str:
 
 def test_nvidia_smi_that_hangs_or_fails_is_a_failed_step_with_its_reason(tmp_path, monkeypatch):
     """A cold driver's nvidia-smi: a timeout, never a traceback; its outputs kept as evidence."""
-    monkeypatch.setitem(gpu_check.TIMEOUTS_S, "nvidia-smi", 6)
+    monkeypatch.setitem(gpu_check.TIMEOUTS_S, "nvidia-smi", 5)
     check = _check(tmp_path)
     check.env["PATH"] = _fake_bin(tmp_path, "nvidia-smi", 'if [ "$1" = -q ]; then echo "GPU 0"; exit 0; fi\n'
                                                           'if [ "$1" = nvlink ]; then exit 3; fi\nsleep 60\n')

@@ -159,7 +159,7 @@ def test_a_healthy_leafs_pairs_to_a_slow_leaf_do_not_name_it(seed):
 
 
 # `scontrol show topology` as Slurm 22.05 (Debian's slurm-wlm) printed it on the lab Slurm of two
-# leaves (tests/lab/test_slurm_switches.py checks the same text on every CI run)
+# leaves (tests/lab/test_slurm.py checks the same text on every CI run)
 SCONTROL = """SwitchName=leaf0 Level=0 LinkSpeed=1 Nodes=slm0,slm1,slm2
 SwitchName=leaf1 Level=0 LinkSpeed=1 Nodes=slm3,slm4,slm5
 SwitchName=spine Level=1 LinkSpeed=1 Nodes=slm[0-5] Switches=leaf[0-1]

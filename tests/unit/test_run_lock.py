@@ -4,6 +4,7 @@ lease kept alive by its holder. Holders are real processes (fork), no Ray."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import multiprocessing as mp
@@ -154,22 +155,30 @@ def test_object_store_lock_is_a_lease(s3_output, monkeypatch):
 
 
 def test_object_store_holder_keeps_its_lease_and_learns_when_it_lost_it(s3_output, monkeypatch):
-    monkeypatch.setattr(lock, "LEASE_S", 4.0)  # a heartbeat every second: room for a loaded host
+    monkeypatch.setattr(lock, "LEASE_S", 0.4)  # a heartbeat every 0.1 s: the thread is seen to beat at once
     first = ResultStore(s3_output, "run-a")
     first.acquire()
     since = first.lock._read().heartbeat
     deadline = time.monotonic() + 30
     while first.lock._read().heartbeat == since and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(lock.LEASE_S)  # older than a lease since it was taken, yet renewed: still held
-    with pytest.raises(UsageError, match=f"pid {os.getpid()} since"):
-        ResultStore(s3_output, "run-a").acquire()
-    intruder = lock.Holder("elsewhere", 1, since, dt.datetime.now(dt.timezone.utc), "i" * 32)
-    # the heartbeat thread stopped first, then one beat made here: a taker's write and the holder's
-    # renewal no longer race (the test failed once under load while they did)
+        time.sleep(0.02)
+    assert first.lock._read().heartbeat > since, "the heartbeat thread did not renew the lease"
+    # the heartbeat thread stopped first, then every beat made here: a taker's write and the holder's
+    # renewal do not race (the test failed once under load while they did)
     first.lock._stop.set()
     first.lock._thread.join(timeout=30)
     assert not first.lock._thread.is_alive()
+    monkeypatch.setattr(lock, "LEASE_S", 60.0)
+    # taken longer ago than a lease, renewed since (as the thread renews it): still held, on no real wait
+    taken = first.lock._me.since - dt.timedelta(seconds=lock.LEASE_S + 30)
+    first.lock._me = dataclasses.replace(first.lock._me, since=taken)
+    before = first.lock._read().heartbeat
+    assert first.lock.beat_once() is True
+    renewed = first.lock._read()
+    assert renewed.since == taken and renewed.heartbeat >= before
+    with pytest.raises(UsageError, match=f"pid {os.getpid()} since"):
+        ResultStore(s3_output, "run-a").acquire()
+    intruder = lock.Holder("elsewhere", 1, since, dt.datetime.now(dt.timezone.utc), "i" * 32)
     _put_holder(first, intruder)
     assert first.lock.beat_once() is False
     assert first.lock.lost == intruder
