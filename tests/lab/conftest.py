@@ -52,44 +52,39 @@ class Lab:
         assert proc.returncode == 0, proc.stderr
 
     def reshape(self, node_links: dict[int, str] | None = None) -> None:
-        """Every node's link back to the lab's rate, but `node_links`' own (tc, as `lab up` shapes)."""
+        """Every node's link back to the lab's rate, but `node_links`' own, and every leaf's uplink to
+        its own (tc, as `lab up` shapes them)."""
         state = labmod.load(self.name)
         for i in range(len(self.node_ips)):
             labmod.shape_link(state, i, (node_links or {}).get(i, self.link))
+        for k in range(state.leaves if state.leaves > 1 else 0):
+            labmod.shape_uplink(state, k, state.uplink_of(k))
 
 
-@pytest.fixture(scope="package")
-def lab2x2():
-    require_lab()
-    lab = Lab(nodes=2, ranks_per_node=2, link="1gbit")
-    yield lab
-    lab.down()
-
-
-PLAIN_LINK = "400mbit"  # the plain labs' links; test_watch shapes its slowed node back to it
+PLAIN_LINK = "400mbit"  # the plain labs' links; tests shape a node back to it
 QUARTER_LINK = "100mbit"
 
 
 class Labs:
-    """One lab per shape (nodes, ranks per node, declared or not), shared by the tests that ask for
-    that shape and reshaped for each (every node's link set again), instead of one built per test
-    module. At most one is kept between tests (a different shape tears it down: an idle Ray cluster
-    costs this 2-core host CPU, so it is also torn down after the last test of its shape: see
-    pytest_runtest_teardown); tests/conftest.py runs a shape's tests one after another."""
+    """One lab per shape, shared by every test that asks for it and reshaped for each (every node's
+    link, and every leaf's uplink, set again to the lab's rates), instead of one lab per test module.
+    At most one is kept between tests (a different shape tears it down: an idle Ray cluster costs this
+    2-core host CPU, so it is also torn down after the last test of its shape: see
+    pytest_runtest_teardown); tests/conftest.py runs a shape's tests one after another, those marked
+    `breaks_lab` (a node's Ray stopped) last."""
 
     def __init__(self) -> None:
         self._kept: tuple[tuple, Lab] | None = None
 
-    def get(self, nodes: int, ranks_per_node: int, link: str, node_links: dict[int, str] | None = None,
-            declared: bool = True) -> Lab:
+    def get(self, nodes: int, ranks_per_node: int, link: str, declared: bool = True, leaves: int = 1) -> Lab:
         require_lab()
-        shape = (nodes, ranks_per_node, link, declared)
+        shape = (nodes, ranks_per_node, link, declared, leaves)
         if self._kept is not None and self._kept[0] == shape:
             lab = self._kept[1]
-            lab.reshape(node_links)
+            lab.reshape()
             return lab
         self.close()
-        lab = Lab(nodes=nodes, ranks_per_node=ranks_per_node, link=link, node_links=node_links, declared=declared)
+        lab = Lab(nodes=nodes, ranks_per_node=ranks_per_node, link=link, declared=declared, leaves=leaves)
         self._kept = (shape, lab)
         return lab
 
@@ -99,9 +94,7 @@ class Labs:
             kept.down()
 
 
-SHARED_LABS = ("plain4", "plain6", "plain4_node2_slow", "plain6_node4_slow")  # the fixtures Labs serves
-
-
+SHARED_LABS = ("pair", "six", "four")  # the fixtures Labs serves
 POOL = Labs()
 
 
@@ -118,31 +111,26 @@ def pytest_runtest_teardown(item, nextitem):
 
 
 @pytest.fixture()
-def plain4(labs):
-    """A plain 4-node lab (no declared rate, one CPU rank per node, 400mbit links), every link at that
-    rate when the test starts (compare and watch shape a node's link)."""
+def pair(labs):
+    """Two nodes of three CPU ranks each, links at 1 gbit/s, declared (the lab's line rate is their
+    expected value): intra, inter and mixed groups against a rate known to the bit."""
+    return labs.get(2, 3, "1gbit", declared=True)
+
+
+@pytest.fixture()
+def six(labs):
+    """Six plain nodes (no declared rate, one CPU rank each, 400 mbit/s links) on two leaf bridges of
+    three, each joined to the head's by an uplink of 1200 mbit/s (the sum of its links: non-blocking),
+    the tree written as Slurm's topology.conf; every link and uplink at its rate when the test starts."""
+    return labs.get(6, 1, PLAIN_LINK, declared=False, leaves=2)
+
+
+@pytest.fixture()
+def four(labs):
+    """Four plain nodes on one bridge (no declared rate, one CPU rank each, 400 mbit/s links)."""
     return labs.get(4, 1, PLAIN_LINK, declared=False)
 
 
-@pytest.fixture()
-def plain6(labs):
-    """Six plain nodes, as plain4."""
-    return labs.get(6, 1, PLAIN_LINK, declared=False)
-
-
-@pytest.fixture()
-def plain4_node2_slow(labs):
-    """plain4 with node 2's link at a quarter of the rate."""
-    return labs.get(4, 1, PLAIN_LINK, node_links={2: QUARTER_LINK}, declared=False)
-
-
-@pytest.fixture()
-def plain6_node4_slow(labs):
-    """plain6 with node 4's link at a quarter of the rate."""
-    return labs.get(6, 1, PLAIN_LINK, node_links={4: QUARTER_LINK}, declared=False)
-
-
 def shared_lab_of(item) -> str | None:
-    """The shape of the shared lab a test asks for (its nodes: plain4 and plain4_node2_slow are one)."""
-    name = next((f for f in SHARED_LABS if f in getattr(item, "fixturenames", ())), None)
-    return name.split("_")[0] if name else None
+    """The shared lab a test asks for."""
+    return next((f for f in SHARED_LABS if f in getattr(item, "fixturenames", ())), None)

@@ -225,10 +225,11 @@ class SlurmLab:
                               timeout=30, check=False)
         assert proc.returncode == 0, proc.stderr
 
-    def sbatch(self, script: str, cwd: str, *args: str) -> int:
-        """Submit `script` from `cwd`; its job id."""
-        proc = subprocess.run(["sbatch", "--parsable", script, *args], capture_output=True, text=True, cwd=cwd,
-                              env=self.env, timeout=30, check=False)
+    def sbatch(self, script: str, cwd: str, *args: str, nodelist: str | None = None) -> int:
+        """Submit `script` from `cwd` (on exactly `nodelist`, where given); its job id."""
+        where = ["--nodelist", nodelist] if nodelist else []
+        proc = subprocess.run(["sbatch", "--parsable", *where, script, *args], capture_output=True, text=True,
+                              cwd=cwd, env=self.env, timeout=30, check=False)
         assert proc.returncode == 0, proc.stderr
         return int(proc.stdout.strip().split(";")[0])
 

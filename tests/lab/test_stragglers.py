@@ -1,10 +1,10 @@
 """A rank whose CPU is held down (a cgroup quota of a twentieth of a CPU, as a noisy neighbour leaves
-it) on a real multi-node lab: named by its node and local rank among healthy ranks, and not called
-a straggler. On gloo every member of a blocking collective works through the call, so a starved
-rank slows its whole group (each member's own time stays its group's) rather than arriving late:
-the pair comparisons inside its node find it (slow_gpu), while the straggler rule (the member
-with the shortest own time) is kept for lateness between calls, as a GPU rank launching late
-shows it (tests/unit/test_analysis.py; docs/PERFORMANCE.md, Stragglers)."""
+it) on the shared `pair` lab (2 nodes of 3 CPU ranks): named by its node and local rank among
+healthy ranks, and not called a straggler. On gloo every member of a blocking collective works
+through the call, so a starved rank slows its whole group (each member's own time stays its
+group's) rather than arriving late: the pair comparisons inside its node find it (slow_gpu),
+while the straggler rule (the member with the shortest own time) is kept for lateness between
+calls, as a GPU rank launching late shows it (tests/unit/test_analysis.py; docs/PERFORMANCE.md, Stragglers)."""
 
 from __future__ import annotations
 
@@ -18,15 +18,15 @@ import pytest
 from orchestrator.lab import cluster as labmod
 from tests.faults import CpuHold, worker_pids
 from tests.helpers import run_cli
-from tests.lab.conftest import Lab, require_lab
+
+pytestmark = pytest.mark.lab
 
 
-def test_a_rank_with_its_cpu_held_down_is_named_by_node_and_local_rank(tmp_path):
-    require_lab()
+def test_a_rank_with_its_cpu_held_down_is_named_by_node_and_local_rank(pair, tmp_path):
     why = CpuHold.available()
     if why:
         pytest.skip(why)
-    lab = Lab(nodes=2, ranks_per_node=3, link="1gbit", declared=False)
+    lab = pair
     hold, held, in_hold, done = CpuHold(0.05), [], set(), threading.Event()
     try:
         ns = labmod.load(lab.name).namespaces[1]
@@ -62,7 +62,10 @@ def test_a_rank_with_its_cpu_held_down_is_named_by_node_and_local_rank(tmp_path)
         j = list(row.pids).index(held[0])
         node_ip, local = row.node_ips[j], int(row.local_ranks[j])
         rep = json.loads(run_cli(["report", str(out), "--format", "json"]).stdout)
-        found = {(f["kind"], tuple(f["nodes"]), tuple(f["ranks"])) for f in rep["flags"]}
+        # the lab declares its line rate: a group the starved rank slowed may read below it, which is
+        # the expected-value verdict's question (tests/unit/test_expected.py), not this test's
+        found = {(f["kind"], tuple(f["nodes"]), tuple(f["ranks"])) for f in rep["flags"]
+                 if f["kind"] != "below_expected"}
         seen += f" (local {local} on {node_ip}); flags {rep['flags']}"
         assert ("slow_gpu", (node_ip,), (local,)) in found, seen
         # every other flag is a shape that holds it: its node's pairs with it, its rail (the groups
@@ -72,4 +75,3 @@ def test_a_rank_with_its_cpu_held_down_is_named_by_node_and_local_rank(tmp_path)
         assert not [f for f in found if f[0].startswith("straggler")], rep["flags"]
     finally:
         hold.release()
-        lab.down()

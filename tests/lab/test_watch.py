@@ -24,7 +24,7 @@ from tests.helpers import stand_in
 from tests.lab.conftest import PLAIN_LINK as LINK
 
 pytestmark = pytest.mark.lab
-SLOW_LINK = "100mbit"  # a quarter of plain4's
+SLOW_LINK = "100mbit"  # a quarter of four's
 SLOW_NODE = 2
 CANARY = ["--ranks-per-node", "1", "-b", "1M", "-e", "4M", "-f", "4", "-n", "3", "-w", "1", "--group-timeout", "60",
           "--every", "1s", "--format", "jsonl"]
@@ -41,18 +41,18 @@ def _wait_cycles(run: LiveRun, n: int, timeout_s: float) -> list[dict]:
     return _cycles(run)
 
 
-def test_a_link_slowed_between_cycles_is_named_within_two_cycles(plain4, tmp_path):
+def test_a_link_slowed_between_cycles_is_named_within_two_cycles(four, tmp_path):
     """... and drained once (`--scheduler slurm --drain`, a stand-in scontrol on the driver's PATH
     recording its calls: the lab nodes are no Slurm's; tests/lab/test_slurm.py drains with the real one)."""
     out = tmp_path / "results"
-    st = labmod.load(plain4.name)
-    env = plain4.env()
+    st = labmod.load(four.name)
+    env = four.env()
     env["PATH"] = stand_in(tmp_path, "scontrol") + os.pathsep + env["PATH"]
-    run = LiveRun(["watch", "--address", plain4.address, *CANARY, "--cycles", "3", "--output", str(out),
+    run = LiveRun(["watch", "--address", four.address, *CANARY, "--cycles", "3", "--output", str(out),
                    "--scheduler", "slurm", "--drain"], env=env)
     try:
         first = _wait_cycles(run, 1, 300)
-        assert first and first[0]["alerts"] == [] and sorted(first[0]["nodes_checked"]) == sorted(plain4.node_ips), \
+        assert first and first[0]["alerts"] == [] and sorted(first[0]["nodes_checked"]) == sorted(four.node_ips), \
             "".join(run.stderr)[-3000:]
         labmod.shape_link(st, SLOW_NODE, SLOW_LINK)  # between cycles 1 and 2
         rc = run.finish(timeout=600)
@@ -61,7 +61,7 @@ def test_a_link_slowed_between_cycles_is_named_within_two_cycles(plain4, tmp_pat
         run.kill()
     cycles = _cycles(run)
     assert rc == 0 and len(cycles) == 3, "".join(run.stderr)[-3000:]
-    slow_ip = plain4.node_ips[SLOW_NODE]
+    slow_ip = four.node_ips[SLOW_NODE]
     named = [c["cycle"] for c in cycles if any(a["node"] == slow_ip and a["kind"] == "slow" for a in c["alerts"])]
     assert named and named[0] <= 3, cycles  # cycle 2 or 3: within two cycles of the change
     assert all(a["node"] == slow_ip for c in cycles for a in c["alerts"]), [c["alerts"] for c in cycles]  # no other node alerted
@@ -102,18 +102,18 @@ HOLDER = textwrap.dedent("""
 """)
 
 
-def test_a_node_another_job_holds_is_skipped_and_not_preempted(plain4, tmp_path):
-    busy_ip = plain4.node_ips[1]
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, plain4.address, busy_ip], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=plain4.env())
+def test_a_node_another_job_holds_is_skipped_and_not_preempted(four, tmp_path):
+    busy_ip = four.node_ips[1]
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, four.address, busy_ip], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=four.env())
     try:
         assert holder.stdout.readline().strip() == "alive", holder.stderr.read()[-2000:]
-        run = LiveRun(["watch", "--address", plain4.address, *CANARY, "--cycles", "1",
-                       "--output", str(tmp_path / "results")], env=plain4.env())
+        run = LiveRun(["watch", "--address", four.address, *CANARY, "--cycles", "1",
+                       "--output", str(tmp_path / "results")], env=four.env())
         rc = run.finish(timeout=300)
         (cycle,) = _cycles(run)
         assert rc == 0 and cycle["nodes_busy"] == [busy_ip], "".join(run.stderr)[-3000:]
-        assert sorted(cycle["nodes_checked"]) == sorted(ip for ip in plain4.node_ips if ip != busy_ip)
+        assert sorted(cycle["nodes_checked"]) == sorted(ip for ip in four.node_ips if ip != busy_ip)
         rows = pd.read_parquet(tmp_path / "results")
         assert busy_ip not in {ip for ips in rows.node_ips for ip in ips} and (rows.status == "ok").all()
         holder.stdin.write("\n")
@@ -124,9 +124,9 @@ def test_a_node_another_job_holds_is_skipped_and_not_preempted(plain4, tmp_path)
         holder.wait(timeout=30)
 
 
-def test_sigterm_in_a_cycle_ends_the_watch_and_leaves_readable_rows(plain4, tmp_path):
+def test_sigterm_in_a_cycle_ends_the_watch_and_leaves_readable_rows(four, tmp_path):
     out = tmp_path / "results"
-    run = LiveRun(["watch", "--address", plain4.address, *CANARY, "--output", str(out)], env=plain4.env())
+    run = LiveRun(["watch", "--address", four.address, *CANARY, "--output", str(out)], env=four.env())
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and not list(out.glob("date=*/*/r*-g*.parquet")):
@@ -148,14 +148,14 @@ def test_sigterm_in_a_cycle_ends_the_watch_and_leaves_readable_rows(plain4, tmp_
     assert dataset.manifest(str(out), df.run_id.iloc[0])["state"] == "interrupted"
 
 
-def test_nodes_of_one_cpu_are_measured_with_what_they_hold_or_named_too_small(plain4, tmp_path):
+def test_nodes_of_one_cpu_are_measured_with_what_they_hold_or_named_too_small(four, tmp_path):
     """Issue 32: 4 plain nodes of 1 CPU each, `collbench watch` with its defaults read 'every node is
     busy' every cycle, forever, in silence. Without --ranks-per-node the canary fits its CPU ranks to
     the nodes (one each); with --ranks-per-node 2 each node is named too small (said once, with the
     fix), never busy, and three cycles that measured nothing raise a `blind` alert."""
-    base = ["watch", "--address", plain4.address, "-b", "1M", "-e", "1M", "-n", "3", "-w", "1", "--every", "1s",
+    base = ["watch", "--address", four.address, "-b", "1M", "-e", "1M", "-n", "3", "-w", "1", "--every", "1s",
             "--format", "jsonl"]
-    run = LiveRun([*base, "--cycles", "1", "--output", str(tmp_path / "fitted")], env=plain4.env())
+    run = LiveRun([*base, "--cycles", "1", "--output", str(tmp_path / "fitted")], env=four.env())
     try:
         rc = run.finish(timeout=420)
     finally:
@@ -163,18 +163,18 @@ def test_nodes_of_one_cpu_are_measured_with_what_they_hold_or_named_too_small(pl
     (cycle,) = _cycles(run)
     assert rc == 0 and cycle["ranks_per_node"] == 1, "".join(run.stderr)[-3000:]
     assert cycle["nodes_too_small"] == [] and cycle["nodes_busy"] == [] and cycle["run_id"]
-    assert sorted(cycle["nodes_checked"]) == sorted(plain4.node_ips)
+    assert sorted(cycle["nodes_checked"]) == sorted(four.node_ips)
     assert not [a for a in cycle["alerts"] if a["kind"] == "blind"]
 
     run = LiveRun([*base, "--ranks-per-node", "2", "--cycles", "3", "--output", str(tmp_path / "small")],
-                  env=plain4.env())
+                  env=four.env())
     try:
         rc = run.finish(timeout=180)
     finally:
         run.kill()
     cycles, err = _cycles(run), "".join(run.stderr)
     assert rc == 0 and len(cycles) == 3, err[-3000:]
-    assert all(c["nodes_too_small"] == sorted(plain4.node_ips) and c["nodes_busy"] == [] and not c["run_id"]
+    assert all(c["nodes_too_small"] == sorted(four.node_ips) and c["nodes_busy"] == [] and not c["run_id"]
                for c in cycles), cycles
     assert cycles[0]["alerts"] == [] and [(a["node"], a["kind"]) for a in cycles[2]["alerts"]] == [("*", "blind")]
     assert err.count("is too small for 2 rank(s) (has 1 CPU(s) for them)") == 4 and "--ranks-per-node 1" in err
