@@ -108,8 +108,11 @@ def test_qualify_in_a_slurm_step_names_the_node_as_slurm_does_and_verbose_shows_
     q = run_cli(["qualify", "--output", str(tmp_path / "results"), "-b", "64K", "-e", "64K", "-n", "2", "--format",
                  "json", "--drain", "--verbose"], env=_embedded_env(PATH=path, **JOB))
     assert q.returncode == 0, q.stderr[-3000:]
-    (verdict,) = json.loads(q.stdout)["nodes"]
+    said = json.loads(q.stdout)
+    (verdict,) = said["nodes"]
     assert verdict["name"] == "slm7" and verdict["verdict"] == "pass"
+    # one node: its probes alone, one round; the JSON and the closing line say the same count
+    assert said["rounds"] == 1 and "collbench: 1 of 1 node(s) pass; 1 round(s), " in q.stderr, q.stderr[-3000:]
     assert verdict["action"] is None and verdict["drained"] is None
     # scontrol was asked for the job's switch tree (it printed none: qualify went on without one), and
     # for nothing else: no update, no drain

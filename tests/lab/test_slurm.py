@@ -47,7 +47,9 @@ pytestmark = pytest.mark.lab
 NODES = 6
 LEAF = "slm[0-2]"  # the sweeps' nodes: one leaf
 JOB_TIMEOUT_S = 420
-SWEEP = "--patterns inter,pairwise --ranks-per-node 1 -b 1M -e 4M --collectives all_reduce,all_gather"
+# 5 groups of 6 cases (3 sizes, all_gather in place and not) at 5 timed iterations: a group of a few
+# seconds on the lab's 400 Mbit/s links, long enough that a signal after the first lands mid-run
+SWEEP = "--patterns inter,pairwise --ranks-per-node 1 -b 1M -e 4M -n 5 -w 1 --collectives all_reduce,all_gather"
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,8 @@ leaf bridges of three, each joined to the head's bridge by its own uplink (tc tb
 sum of its three 400 mbit/s node links, a non-blocking fabric), which `collbench lab up --leaves 2`
 writes as Slurm's topology.conf. Each fault is planted once and judged by every consumer that reads
 the tree:
-- healthy: a pairwise run's report with the tree names nothing;
+- healthy: names nothing (the slow node's report below: exactly that node, no switch; a healthy
+  qualification of this lab: tests/lab/test_common_faults.py);
 - the path between the leaves at a quarter (leaf 0's uplink at 300 mbit/s): the report's slow_uplink,
   the nine pairs across it its evidence, no node and no pair named (without the tree: slow pairs). A
   round of three pairs across shares the uplink (each near 100 mbit/s, unequally: 0.0094, 0.0113 and
@@ -72,10 +73,6 @@ def test_the_lab_writes_its_switch_tree(six):
     assert f"SwitchName=leaf0 Nodes={','.join(ips[:3])}\n" in text and f"SwitchName=leaf1 Nodes={','.join(ips[3:])}\n" \
         in text and "SwitchName=spine Switches=leaf0,leaf1\n" in text
     assert "leaves:  2 (leaf0 1200mbit, leaf1 1200mbit uplinks)" in six.up_output, six.up_output
-
-
-def test_healthy_names_nothing(six, tmp_path):
-    assert _flags(six, tmp_path, 0) == []
 
 
 def test_the_path_between_leaves_at_a_quarter_is_the_switch_for_the_report_and_qualify(six, tmp_path):

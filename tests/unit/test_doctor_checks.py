@@ -182,3 +182,26 @@ def test_interface_names_that_differ_per_node_are_no_warning_but_each_is_checked
     wrong = _node(IPS[0], interfaces=("n0", "lo"), interface="n0", env={"GLOO_SOCKET_IFNAME": "n1"})
     (check, *_) = ck.node_checks(wrong)
     assert check.status == "fail" and check.detail == "GLOO_SOCKET_IFNAME=n1 names no interface of the node (n0, lo)"
+
+
+def test_a_run_says_each_nodes_warning_in_one_line_and_goes_on():
+    """A variable set on one node alone: `run` and `qualify` say the quick doctor's warning, one
+    line per node and check (execution.jobs.say_warnings), and go on; a failed check is not said
+    there (it refuses the run instead)."""
+    from orchestrator.execution.doctor import Diagnosis
+    from orchestrator.execution.jobs import say_warnings
+    from orchestrator.execution.voice import Voice
+
+    nodes = [_node(ip) for ip in IPS[:3]]
+    nodes[1] = _node(IPS[1], env={"NCCL_DEBUG": "WARN", "NCCL_ALGO": "Tree"})
+    _, per_node = ck.same_everywhere(nodes)
+    failed = ck.Check("interface", ck.FAIL, "NCCL_SOCKET_IFNAME=ens5 names no interface of the node (eth0, lo)", "")
+    diagnosis = Diagnosis(nodes=[{"node": n.ip, "host": n.hostname, "checks": [*per_node[n.ip]]} for n in nodes])
+    diagnosis.nodes[2]["checks"].append(failed)
+    said = []
+    say_warnings(diagnosis, Voice(said.append, said.append))
+    (warning,) = [c for c in per_node[IPS[1]]]
+    assert said == [f"collbench: doctor: node {IPS[1]} (h{IPS[1][-1]}): {warning.name}: NCCL_ALGO=Tree where the "
+                    f"others have (unset); {warning.hint}"]
+    say_warnings(None, Voice(said.append, said.append))  # no doctor ran: nothing said
+    assert len(said) == 1

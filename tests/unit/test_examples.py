@@ -124,3 +124,23 @@ def test_the_batch_scripts_are_bash_and_give_collbench_what_it_takes(name):
     # after scancel (sweep.sbatch): the report of the run, which marks a killed driver's manifest
     assert [parses(line.replace('"$run_id"', "slurm-4242")) for line in after] == [""] * len(after)
     assert [shlex.split(line)[:2] for line in after] == ([["collbench", "report"]] if name == "sweep.sbatch" else [])
+
+
+def _block(text: str, first: str, last: str) -> str:
+    """The lines of `text` from the one starting with `first` to the next one starting with `last`."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(first))
+    end = next(i for i in range(start, len(lines)) if lines[i].startswith(last))
+    return "\n".join(lines[start:end + 1])
+
+
+def test_both_scripts_pass_sigusr1_on_as_the_one_submitted_to_slurm_does():
+    """tests/lab/test_slurm.py sends SIGUSR1 to sweep.sbatch under a real Slurm; qualify.sbatch
+    passes it on with the same lines (the trap, the function that finds the driver by its lock, the
+    wait that outlives the trap), so that test proves both; the qualification's own stop on SIGUSR1
+    is tests/lab/test_faults.py's."""
+    texts = {name: (ROOT / "examples" / "slurm" / name).read_text() for name in ("qualify.sbatch", "sweep.sbatch")}
+    for first, last in (("forward_usr1() {", "}"), ("trap 'trapped=1; forward_usr1' USR1", "trap"),
+                        ("while [ -n \"$trapped\" ]; do", "done")):
+        qualify, sweep = (_block(text, first, last) for text in texts.values())
+        assert qualify == sweep and qualify.startswith(first), (first, qualify, sweep)

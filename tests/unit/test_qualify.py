@@ -21,6 +21,7 @@ from orchestrator.sweep.qualify import (
     Verdict,
     fresh_rounds,
 )
+from orchestrator.sweep.qualify_judging import DISAGREEING_PROBES_DECISIVE
 
 
 def _bad(q: Qualifier) -> dict[int, str]:
@@ -268,7 +269,19 @@ def test_a_node_slow_once_is_measured_again_before_it_is_named():
     flapping = _scripted(8, world(lambda k: k % 2 == 0))
     assert _bad(flapping) == {3: "intermittent"}
     k, m = re.fullmatch(r"slow in (\d+) of (\d+) probes of its own \(pairs\)", flapping.summary()[3]["detail"]).groups()
-    assert 2 <= int(k) < int(m)
+    assert 2 <= int(k) < int(m) <= DISAGREEING_PROBES_DECISIVE  # measured again, within a bound
+
+
+def test_nodes_of_several_ranks_are_measured_alone_first_then_in_pairs():
+    """A healthy cluster of 2-rank nodes: each node's evidence is its probes alone (intra) before any
+    pair, and a node alone is not measured again past DISAGREEING_PROBES_DECISIVE."""
+    q = simulate(Model(4, ranks_per_node=2))
+    assert _bad(q) == {}
+    for node, evidence in q.evidence.items():
+        kinds = [e.probe.phase.kind for e in evidence]
+        assert kinds[0] is Phase.INTRA and Phase.PAIRS in kinds, (node, kinds)
+        assert kinds.index(Phase.PAIRS) > max(i for i, k in enumerate(kinds) if k is Phase.INTRA), (node, kinds)
+        assert kinds.count(Phase.INTRA) <= DISAGREEING_PROBES_DECISIVE
 
 
 def test_a_slow_path_between_two_nodes_ends_with_both_passing_after_retests():

@@ -23,13 +23,15 @@ def _module():
 
 
 def test_the_recorded_commands_meet_their_budgets():
+    """As the guard judges them: a command within its budget by the tolerance of one run on this
+    shared host (README says each figure beside its budget), every test within its tier's."""
     st = _module()
     latest = st.latest()
     assert {"unit", "plain", "lab", "ci"} <= set(latest), sorted(latest)  # each measured at least once
     for label, record in latest.items():
         wall_s = record["walls"][label]  # the latest timing of each command
-        assert wall_s <= st.BUDGET_S[label], f"{label}: {wall_s} s at commit {record['commit']} (budget " \
-                                             f"{st.BUDGET_S[label]} s)"
+        assert wall_s <= st.BUDGET_S[label] * st.TOLERANCE, \
+            f"{label}: {wall_s} s at commit {record['commit']} (budget {st.BUDGET_S[label]} s)"
         over = [(nodeid, s) for nodeid, s in record["slowest"]
                 if s > st.PER_TEST_S[st.tier_of(nodeid.split(".py::")[0].replace("/", "."))]]
         assert not over, f"{label} at commit {record['commit']}: tests over their tier's budget: {over}"
