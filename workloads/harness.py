@@ -248,7 +248,9 @@ class HostClock:
 
 
 class EventClock:
-    """A GPU's clock: marks are CUDA events on the current stream, read after a device sync."""
+    """A GPU's clock: marks are CUDA events on its device's current stream, read after a device
+    sync. The stream is named, not left to torch's default (the current device's): an event made on
+    another device than the collective's would time nothing of it."""
 
     cheap = False  # each record is a host call and a stream operation: keep them out of the batch
 
@@ -259,7 +261,7 @@ class EventClock:
         return [torch.cuda.Event(enable_timing=True) for _ in range(k)]
 
     def record(self, marker):
-        marker.record()
+        marker.record(torch.cuda.current_stream(self.device))
         return marker
 
     def sync(self) -> None:

@@ -84,6 +84,9 @@ class BenchWorker:
 
         from workloads.harness import batch_floor_us
 
+        if torch.cuda.is_initialized():  # the mask would be read too late: cuda:i is not the GPU planned
+            raise RuntimeError(f"CUDA was initialised in this worker (pid {os.getpid()}) before its mask "
+                               f"CUDA_VISIBLE_DEVICES={visible_devices} was set: a defect of collbench, report it")
         os.environ["CUDA_VISIBLE_DEVICES"] = visible_devices
         self._gpu = torch.device("cuda", local_index)
         self._nccl_log = nccl_log.DebugFile(nccl_log.configure(os.environ))

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 from enum import Enum
 
 from orchestrator.doctor.facts import NodeFacts
-from workloads.comm_env import IFNAME_VARS
+from workloads.comm_env import IFNAME_VARS, socket_ifname_matches
 
 
 class CheckStatus(str, Enum):
@@ -158,20 +158,14 @@ def _interface(n: NodeFacts) -> Check:
         if value and not socket_ifname_matches(value, n.interfaces):
             return Check("interface", FAIL, f"{var}={value} names no interface of the node ({', '.join(n.interfaces)})",
                          f"set {var} to the interface of the node's IP ({n.interface or '?'}) on every node")
+    if n.interface is None and not n.interface_readable:
+        return Check("interface", WARN, f"unreadable: which interface holds {n.ip} could not be read",
+                     "install iproute2 (`ip`) on the node, or pin the interface: --env NCCL_SOCKET_IFNAME==NAME "
+                     "--env GLOO_SOCKET_IFNAME=NAME")
     if n.interface is None:
         return Check("interface", WARN, f"no interface holds the node's address {n.ip}",
                      "the address Ray advertises should be one the node holds (ray start --node-ip-address)")
     return Check("interface", OK, f"{n.ip} on {n.interface}" + (f", MTU {n.mtu}" if n.mtu else ""))
-
-
-def socket_ifname_matches(value: str, interfaces: tuple[str, ...]) -> bool:
-    """NCCL_SOCKET_IFNAME's rules: comma-separated prefixes; `=` exact names; `^` names to avoid
-    (then any other interface matches)."""
-    avoid = value.startswith("^")
-    exact = value.lstrip("^").startswith("=")
-    names = [x for x in value.lstrip("^").lstrip("=").split(",") if x]
-    hit = [i for i in interfaces if any(i == x if exact else i.startswith(x) for x in names)]
-    return bool([i for i in interfaces if i not in hit and i != "lo"]) if avoid else bool(hit)
 
 
 def _limits(n: NodeFacts) -> list[Check]:

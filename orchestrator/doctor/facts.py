@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
-from workloads.comm_env import COMM_ENV_PREFIXES
+from workloads.comm_env import COMM_ENV_PREFIXES, interface_holding, kernel_addresses
 
 Run = Callable[[list[str]], str]  # stdout of a command; raises OSError/CalledProcessError/TimeoutExpired
 
@@ -78,6 +78,7 @@ class NodeFacts:
     driver: str | None = None
     env: dict = field(default_factory=dict)  # NCCL_*, FI_*, UCX_* of Ray's processes on the node
     interface: str | None = None  # the one holding the node's IP: where sockets of the collectives go
+    interface_readable: bool = True  # False: neither `ip` nor the kernel said which interface holds it
     mtu: int | None = None
     interfaces: tuple[str, ...] = ()
     shm_bytes: int | None = None
@@ -164,25 +165,22 @@ def _software(run: Run, problems: list[str]) -> dict:
 
 
 def interface_facts(ip: str, root: str, run: Run, problems: list[str]) -> dict:
-    """The interface holding `ip` (where NCCL's and gloo's sockets go), its MTU, every interface."""
-    names = tuple(sorted(os.listdir(os.path.join(root, "sys/class/net"))) if os.path.isdir(
-        os.path.join(root, "sys/class/net")) else ())
-    interface = None
-    try:
-        interface = interface_of(ip, run(["ip", "-o", "-4", "addr", "show"]))
-    except (OSError, subprocess.SubprocessError) as e:
-        problems.append(f"ip addr: {str(e).splitlines()[0][:120] if str(e) else type(e).__name__}")
-    mtu = _int(_read(root, f"sys/class/net/{interface}/mtu")) if interface else None
-    return {"interface": interface, "mtu": mtu, "interfaces": names}
+    """The interface holding `ip` (where NCCL's and gloo's sockets go), its MTU, every interface:
+    from `ip`, else from the kernel (only on the node itself, `root` "/"); where neither can be
+    read, `interface_readable` is False and the reason is a problem."""
+    net = os.path.join(root, "sys/class/net")
+    names = tuple(sorted(os.listdir(net))) if os.path.isdir(net) else ()
 
+    def kernel() -> dict[str, str]:
+        if os.path.abspath(root) != "/":
+            raise OSError(0, "a recorded tree, not this node's kernel")
+        return kernel_addresses(net)
 
-def interface_of(ip: str, ip_addr_output: str) -> str | None:
-    """`ip -o -4 addr show` -> the interface whose address is `ip`."""
-    for line in ip_addr_output.splitlines():
-        m = re.match(r"\d+:\s+(\S+?)(?:@\S+)?\s+inet\s+([\d.]+)/", line)
-        if m and m.group(2) == ip:
-            return m.group(1)
-    return None
+    holder = interface_holding(ip, lambda: run(["ip", "-o", "-4", "addr", "show"]), kernel)
+    if not holder.readable:
+        problems.append(f"interface: {holder.how}")
+    mtu = _int(_read(root, f"sys/class/net/{holder.interface}/mtu")) if holder.interface else None
+    return {"interface": holder.interface, "interface_readable": holder.readable, "mtu": mtu, "interfaces": names}
 
 
 def limits(root: str) -> dict:

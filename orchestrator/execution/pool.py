@@ -59,9 +59,16 @@ def gpu_assignment(gpu_ids: list[str]) -> tuple[str, list[int]]:
     """The actors of one node share visibility of all their GPUs and each uses its own.
 
     gpu_ids: the GPU id Ray gave each actor of the node. Returns the CUDA_VISIBLE_DEVICES value
-    (the union, sorted numerically) and each actor's index into it.
+    (the union, sorted numerically) and each actor's index into it. ValueError for two MIG
+    devices or more: CUDA shows a process only the first MIG device of such a list, so every actor
+    but one would have no device (and NCCL joins no MIG instances).
     """
     union = sorted(set(gpu_ids), key=_gpu_key)
+    mig = [g for g in union if g.startswith("MIG-")]
+    if mig and len(union) > 1:
+        raise ValueError(f"{len(union)} workers were given MIG devices ({mig[0]}, ...): CUDA shows a process "
+                         "one MIG device of a list and NCCL does not join MIG instances; run on GPUs without "
+                         "MIG (nvidia-smi -mig 0), or with --backend gloo")
     return ",".join(union), [union.index(g) for g in gpu_ids]
 
 
@@ -205,7 +212,11 @@ class ActorPool:
                 ordered = sorted((self.workers[r] for r in members), key=lambda w: _gpu_key(w.info.gpu_ids[0]))
                 for r, worker in zip(members, ordered):
                     self.workers[r] = worker
-                visible, index = gpu_assignment([self.workers[r].info.gpu_ids[0] for r in members])
+                try:
+                    visible, index = gpu_assignment([self.workers[r].info.gpu_ids[0] for r in members])
+                except ValueError as e:
+                    node = self.inv.nodes[self.slots[members[0]][0]]
+                    raise PlacementError(f"node {node.hostname} ({node.ip}): {e}") from None
                 for r, i in zip(members, index):
                     self.devices[r] = (visible, i)
         refs = {self.actor(r).use_gpu.remote(*self.devices[r]): r for r in ranks}

@@ -13,6 +13,7 @@ import pytest
 
 from orchestrator.doctor import checks as ck
 from orchestrator.doctor import facts as fx
+from workloads.comm_env import interface_for_ip
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "doctor"
 
@@ -124,4 +125,4 @@ def test_rdma_ports_as_sys_shows_them(tmp_path):
     ("1: lo    inet 127.0.0.1/8 scope host lo", "10.0.0.5", None),
 ])
 def test_the_interface_of_the_nodes_address(line, ip, iface):
-    assert fx.interface_of(ip, line) == iface
+    assert interface_for_ip(ip, line) == iface
