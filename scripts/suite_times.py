@@ -42,7 +42,8 @@ TIERS = ("unit", "integration", "gpu", "lab")
 PLAIN = ("unit", "integration", "gpu")  # what `python -m pytest -q` runs
 BUDGET_S = {"unit": 120, "plain": 300, "lab": 1200, "ci": 1800}  # each command's wall time
 PER_TEST_S = {"unit": 15, "integration": 45, "gpu": 45, "lab": 300}  # a test's own time (set-up and teardown in)
-TOLERANCE = 1.1  # a command over its budget by more than this fails the guard: this host's load moves one ~10%
+TOLERANCE = 1.25  # a command over its budget by more than this fails the guard: two clean-clone CI runs an
+# hour apart (1,195 and 1,205 tests, every integration test the same) timed the plain run at 294 and 344 s, 17%
 COMMANDS = {  # what `measure` runs for each label, and what the sentences call it
     "unit": ["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/unit"],
     "plain": ["-m", "pytest", "-q", "-p", "no:cacheprovider"],

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -27,6 +28,13 @@ def worker_pids(executing: str | None = None) -> dict[int, str]:
     return out
 
 
+def _as_a_terminal_starts_it() -> None:
+    """SIGINT as a shell at a terminal leaves it for a command it starts: a suite started in the
+    background (`.ci/run &`, nohup) runs with SIGINT ignored, which every child inherits, and Python
+    then installs no KeyboardInterrupt handler: a Ctrl-C test would measure the harness, not collbench."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class LiveRun:
     """`python -m orchestrator ARGS` with its output lines collected as they come."""
 
@@ -34,7 +42,7 @@ class LiveRun:
         self.t0 = time.monotonic()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "orchestrator", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, env=env,
+            text=True, env=env, preexec_fn=_as_a_terminal_starts_it,
         )
         self.lines: queue.Queue[tuple[float, str]] = queue.Queue()
         self.stdout: list[str] = []

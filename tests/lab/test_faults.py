@@ -139,7 +139,7 @@ def test_ctrl_c_in_a_group_keeps_its_finished_cases_and_resume_measures_it_whole
     closing line counts that, the report reads the run, and --resume measures the group whole."""
     out = tmp_path / "results"
     run = LiveRun(["run", "--ranks-per-node", "2", "--patterns", "intra", "--collectives", "all_reduce,all_gather",
-                   "-b", "1M", "-e", "1M", "-n", "3000", "-w", "1", "-c", "1", "--output", str(out)],
+                   "-b", "1M", "-e", "1M", "-n", "1200", "-w", "1", "-c", "1", "--output", str(out)],
                   env=ray_head.env())
     run.signal_when("all_reduce", signal.SIGINT, pause_s=0.5)  # all_reduce's row, printed as the case ends
     assert run.returncode == 130, "".join(run.stderr)[-2000:]
