@@ -173,7 +173,9 @@ def configure(env: dict[str, str]) -> str:
     """Ask NCCL (through `env`, before its first call in this process) for INFO lines of
     SUBSYSTEMS in a file of this process; keep a user's more verbose level, wider subsystems
     (an inverted list, `^COLL,P2P`, loses only ours from what it leaves out: NCCL reads every name
-    after `^` as excluded) and own file. Returns the file's path as NCCL will name it."""
+    after `^` as excluded) and own file, made one per process where it names none (`%p` added before
+    its extension: every worker of a node writing one file truncates the others' lines). Returns the
+    file's path as NCCL will name it."""
     if env.get("NCCL_DEBUG", "").upper() not in ("INFO", "TRACE"):
         env["NCCL_DEBUG"] = "INFO"
     given = env.get("NCCL_DEBUG_SUBSYS", "").strip()
@@ -184,7 +186,11 @@ def configure(env: dict[str, str]) -> str:
         subsys = [s for s in given.split(",") if s]
         if "ALL" not in (s.upper() for s in subsys):
             env["NCCL_DEBUG_SUBSYS"] = ",".join(dict.fromkeys([*subsys, *SUBSYSTEMS]))
-    pattern = env.setdefault("NCCL_DEBUG_FILE", os.path.join(tempfile.gettempdir(), "collbench-nccl.%h.%p.log"))
+    pattern = env.get("NCCL_DEBUG_FILE") or os.path.join(tempfile.gettempdir(), "collbench-nccl.%h.%p.log")
+    if "%p" not in pattern.replace("%%", ""):
+        root, ext = os.path.splitext(pattern)
+        pattern = f"{root}.%p{ext}"
+    env["NCCL_DEBUG_FILE"] = pattern
     return debug_file_path(pattern, socket.gethostname(), os.getpid())
 
 

@@ -1,5 +1,7 @@
 """NCCL's log read on real lines (tests/fixtures/nccl), and the transport columns they give."""
 
+import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -105,6 +107,14 @@ def test_debug_file_settings_keep_what_the_user_chose():
     assert env["NCCL_DEBUG"] == "TRACE" and env["NCCL_DEBUG_SUBSYS"] == "COLL,INIT,NET,GRAPH,ENV,REG"
     assert nccl_log.debug_file_path("/logs/n.%h.%p.%%.txt", "gpu7.cluster.local", 42) == "/logs/n.gpu7.42.%.txt"
     assert path.startswith("/logs/n.")
+    # a user's file that every worker of the node would share (and truncate) is made one per process
+    for given, made in (("/logs/nccl.log", "/logs/nccl.%p.log"), ("/logs/n.%h", "/logs/n.%p.%h"),
+                        ("/logs/n.%%p.txt", "/logs/n.%%p.%p.txt")):
+        env = {"NCCL_DEBUG_FILE": given}
+        path = nccl_log.configure(env)
+        assert env["NCCL_DEBUG_FILE"] == made, given
+        assert path == nccl_log.debug_file_path(made, socket.gethostname(), os.getpid()), given
+        assert f".{os.getpid()}" in path
     # NCCL reads every name after "^" as left out: ours are taken off that list, never appended to it
     for given, kept in (("^COLL,P2P", "^COLL,P2P"), ("^COLL,init,NET", "^COLL"), ("^INIT", "^"), ("ALL", "ALL")):
         env = {"NCCL_DEBUG_SUBSYS": given}
