@@ -96,8 +96,24 @@ try:
     out["nccl"] = list(torch.cuda.nccl.version())[:3] if torch.version.cuda else None
 except Exception:
     pass
+try:  # the libnccl this process loaded with torch (not linked in statically), asked for its version
+    import ctypes
+    lib = next((ln.split()[-1] for ln in open("/proc/self/maps") if "/libnccl" in ln), None)
+    code = ctypes.c_int()
+    if lib and ctypes.CDLL(lib).ncclGetVersion(ctypes.byref(code)) == 0:
+        out["nccl_loaded"] = code.value
+except Exception:
+    pass
 print(json.dumps(out))
 """
+
+
+def nccl_version_code(code: int) -> tuple[int, int, int]:
+    """NCCL_VERSION_CODE as ncclGetVersion gives it -> (major, minor, patch): X*10000 + Y*100 + Z
+    from 2.9 on, X*1000 + Y*100 + Z before (nccl.h, NCCL_VERSION)."""
+    if code >= 10000:
+        return code // 10000, code // 100 % 100, code % 100
+    return code // 1000, code // 100 % 10, code % 100
 
 
 def _ask_torch(timeout_s: float = 90.0) -> str:
@@ -124,8 +140,10 @@ def with_torch(caps: DeviceCaps, report: str) -> DeviceCaps:
         return replace(caps, torch_problem=f"unreadable torch probe output: {report.strip()[:80]!r}")
     cuda = parse_version(got["cuda"])[:2] if got.get("cuda") else None
     nccl = tuple(got["nccl"]) if got.get("nccl") else caps.nccl_version
+    loaded = nccl_version_code(got["nccl_loaded"]) if isinstance(got.get("nccl_loaded"), int) else None
     return replace(caps, torch_version=got.get("torch"), torch_cuda=cuda if cuda and len(cuda) == 2 else None,
-                   torch_gpus=got.get("gpus"), torch_problem=got.get("error"), nccl_version=nccl)
+                   torch_gpus=got.get("gpus"), torch_problem=got.get("error"), nccl_version=nccl,
+                   nccl_loaded=loaded)
 
 
 def probe_nodes(inv: Inventory, with_nccl: bool, timeout_s: float = 120.0) -> dict[str, NodeProbe]:

@@ -55,7 +55,8 @@ class DeviceCaps:
     memory_bytes: int | None = None  # the smallest GPU of the node
     compute_capability: tuple[int, int] | None = None  # the oldest GPU of the node
     driver_version: str | None = None
-    nccl_version: tuple[int, int, int] | None = None  # the NCCL torch was built with
+    nccl_version: tuple[int, int, int] | None = None  # the NCCL torch was built with (its headers)
+    nccl_loaded: tuple[int, int, int] | None = None  # the libnccl it loads (None: linked in, or not read)
     problem: str | None = None
     gpus: int = 0
     # what torch on the node says (a subprocess of the probe): its version, the CUDA it is built for
@@ -177,8 +178,9 @@ def float8_for_cluster(spec: SweepSpec, backend: str, inv: Inventory, caps: dict
 
 def float8_problem(spec: SweepSpec, backend: str, inv: Inventory, caps: dict[str, DeviceCaps]) -> str | None:
     """Why the sweep's float8 dtypes cannot run on this cluster, in one line; None when they can
-    (or when it has none). NCCL's float8 support is also fixed when torch is built (its
-    NCCL_SUPPORTS_FP8): `nccl_version` is the NCCL torch was built with, which is that build's."""
+    (or when it has none). NCCL's float8 support is fixed when torch is built (its
+    NCCL_SUPPORTS_FP8, from the headers: `nccl_version`) and when it runs (the libnccl it loads,
+    which may be another: `nccl_loaded`, an older one on the library path); both must have it."""
     wanted = [d for d in spec.dtypes if d in FLOAT8]
     if not wanted or backend != "nccl":
         return None
@@ -196,4 +198,8 @@ def float8_problem(spec: SweepSpec, backend: str, inv: Inventory, caps: dict[str
         if cap.nccl_version < FLOAT8_MIN_NCCL:
             version = ".".join(map(str, cap.nccl_version))
             return f"{flag}: torch on {where} is built with NCCL {version}; float8 reductions need NCCL 2.24 or newer"
+        if cap.nccl_loaded is not None and cap.nccl_loaded < FLOAT8_MIN_NCCL:
+            loaded, built = (".".join(map(str, v)) for v in (cap.nccl_loaded, cap.nccl_version))
+            return (f"{flag}: torch on {where} loads NCCL {loaded} (built with {built}); float8 reductions need "
+                    "NCCL 2.24 or newer")
     return None

@@ -43,6 +43,11 @@ def test_float8_needs_hopper_and_nccl_2_24():
     old = DeviceCaps(**{**H100.__dict__, "nccl_version": (2, 21, 5)})
     with pytest.raises(UsageError, match="built with NCCL 2.21.5; float8 reductions need NCCL 2.24 or newer"):
         check_float8(spec, "nccl", INV, dict.fromkeys(IDS, old))
+    # built with 2.26, loading an older libnccl (one first on the library path): the loaded one decides
+    stale = DeviceCaps(**{**H100.__dict__, "nccl_loaded": (2, 21, 5)})
+    with pytest.raises(UsageError, match=r"loads NCCL 2\.21\.5 \(built with 2\.26\.2\); float8 reductions need"):
+        check_float8(spec, "nccl", INV, dict.fromkeys(IDS, stale))
+    check_float8(spec, "nccl", INV, dict.fromkeys(IDS, DeviceCaps(**{**H100.__dict__, "nccl_loaded": (2, 28, 9)})))
     with pytest.raises(UsageError, match=r"could not read node .*'s \(nvidia-smi: No such file"):
         check_float8(spec, "nccl", INV, dict.fromkeys(IDS, DeviceCaps(problem="nvidia-smi: No such file")))
 

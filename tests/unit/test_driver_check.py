@@ -86,3 +86,18 @@ def test_the_probes_torch_subprocess_reports_this_machines_torch():
     assert caps.torch_version == torch.__version__
     assert caps.torch_cuda == (parse_version(torch.version.cuda)[:2] if torch.version.cuda else None)
     assert driver_problem(caps, 8) is not None  # no GPU here: this node could never run NCCL
+    assert caps.nccl_loaded is None  # a CPU torch loads no libnccl
+
+
+def test_the_libnccl_torch_loads_is_read_beside_the_one_it_was_built_with():
+    """torch.cuda.nccl.version() is the headers torch was built with (torch/csrc/cuda/nccl.cpp:
+    NCCL_MAJOR/MINOR/PATCH at compile time); the probe also asks the libnccl the process loaded
+    (ncclGetVersion), which an older library first on the path can make another."""
+    from orchestrator.execution.probe import nccl_version_code
+
+    assert nccl_version_code(22809) == (2, 28, 9) and nccl_version_code(2708) == (2, 7, 8)
+    line = json.dumps({"torch": "2.11.0+cu130", "cuda": "13.0", "gpus": 8, "error": None, "nccl": [2, 28, 9],
+                       "nccl_loaded": 22105})
+    caps = node_caps(SMI_580, line + "\n")
+    assert (caps.nccl_version, caps.nccl_loaded) == ((2, 28, 9), (2, 21, 5))
+    assert node_caps(SMI_580, report()).nccl_loaded is None  # not read (a static build): the built one stands
