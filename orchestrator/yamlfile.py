@@ -9,18 +9,24 @@ MAX_YAML_BYTES = 16 << 20  # a sweep or expected-values file is a few KB; /dev/z
 MAX_YAML_DEPTH = 64  # collections inside collections; settings nest three or four deep
 
 
-def read(path: str, flag: str) -> object:
-    import yaml
-
+def read_bytes(path: str, flag: str, kind: str) -> bytes:
+    """A file a user named, bounded before it is read whole (`kind`: what it should have been)."""
     try:
         with open(path, "rb") as fh:
             data = fh.read(MAX_YAML_BYTES + 1)
     except OSError as e:
-        raise UsageError(f"{flag} {path}: {e.strerror or e}") from None
+        raise UsageError(f"{flag} {path}: cannot read it ({e.strerror or e})") from None
     except ValueError as e:  # a NUL in the path
         raise UsageError(f"{flag} {path!r}: {e}") from None
     if len(data) > MAX_YAML_BYTES:
-        raise UsageError(f"{flag} {path}: larger than {MAX_YAML_BYTES >> 20} MiB, not a YAML file of settings")
+        raise UsageError(f"{flag} {path}: larger than {MAX_YAML_BYTES >> 20} MiB, not {kind}")
+    return data
+
+
+def read(path: str, flag: str) -> object:
+    import yaml
+
+    data = read_bytes(path, flag, "a YAML file of settings")
     try:
         _within_depth(yaml, data, f"{flag} {path}")  # before building: 10,000 '[' would recurse for a second
         return yaml.safe_load(data)  # bytes: YAML's own encoding detection; binary data is a ReaderError

@@ -38,26 +38,13 @@ def expand_hostlist(text: str, where: str = "") -> list[str]:
         parts = _BRACKET.split(item)  # literal, inside, literal, inside, ..., literal
         if "[" in "".join(parts[::2]) or "]" in "".join(parts[::2]):
             raise UsageError(f"{where}{item!r}: not a Slurm host list (unbalanced brackets)")
-        spans = [[(p, p, 0)] if i % 2 == 0 else _range(p, item, where) for i, p in enumerate(parts)]
-        if len(names) + math.prod(sum(_count(s) for s in group) for group in spans) > MAX_NAMES:
+        groups = [_range(p, item, where) for p in parts[1::2]]  # each bracket group: (range, zero-padded width)
+        if len(names) + math.prod(sum(len(r) for r, _ in group) for group in groups) > MAX_NAMES:
             raise UsageError(f"{where}{item!r}: more than {MAX_NAMES:,} names (a range too wide?)")
-        choices = [[_name(i, s) for s in group for i in _indices(s)] for group in spans]
-        names += ["".join(c) for c in itertools.product(*choices)]
+        inside = [[str(i).zfill(width) for r, width in group for i in r] for group in groups]
+        for combo in itertools.product(*inside):
+            names.append("".join(lit + got for lit, got in zip(parts[::2], (*combo, ""))))
     return names
-
-
-def _count(span: tuple) -> int:
-    lo, hi, _ = span
-    return 1 if isinstance(lo, str) else hi - lo + 1
-
-
-def _indices(span: tuple):
-    lo, hi, _ = span
-    return [lo] if isinstance(lo, str) else range(lo, hi + 1)
-
-
-def _name(i, span: tuple) -> str:
-    return i if isinstance(i, str) else str(i).zfill(span[2])
 
 
 def _split_top(text: str) -> list[str]:
@@ -73,15 +60,15 @@ def _split_top(text: str) -> list[str]:
     return [*out, cur]
 
 
-def _range(inside: str, item: str, where: str) -> list[tuple[int, int, int]]:
-    """The (first, last, zero-padded width) of each piece inside one pair of brackets."""
+def _range(inside: str, item: str, where: str) -> list[tuple[range, int]]:
+    """Each piece inside one pair of brackets: its numbers (not yet made) and zero-padded width."""
     out = []
     for piece in inside.split(","):
         m = re.fullmatch(r"(\d+)(?:-(\d+))?", piece.strip())
         if not m or (m.group(2) and int(m.group(2)) < int(m.group(1))):
             raise UsageError(f"{where}{item!r}: not a Slurm host list ({piece!r} is not a number or a rising range)")
         lo, hi = m.group(1), m.group(2) or m.group(1)
-        out.append((int(lo), int(hi), len(lo) if lo.startswith("0") else 0))
+        out.append((range(int(lo), int(hi) + 1), len(lo) if lo.startswith("0") else 0))
     return out
 
 
@@ -266,14 +253,11 @@ def read(path: str) -> Topology:
     """The file at `path`: YAML where it ends in .yaml or .yml, Slurm's topology.conf otherwise."""
     if path.endswith((".yaml", ".yml")):
         return parse_yaml(yamlfile.read(path, "--topology"), path)  # bounded in size and depth
+    data = yamlfile.read_bytes(path, "--topology", "a topology file")
     try:
-        with open(path, "rb") as f:
-            data = f.read(yamlfile.MAX_YAML_BYTES + 1)
         text = data.decode()
-    except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"--topology {path}: cannot read it ({getattr(e, 'strerror', None) or e})") from None
-    if len(data) > yamlfile.MAX_YAML_BYTES:
-        raise UsageError(f"--topology {path}: larger than {yamlfile.MAX_YAML_BYTES >> 20} MiB, not a topology file")
+    except UnicodeDecodeError as e:
+        raise UsageError(f"--topology {path}: cannot read it ({e})") from None
     return parse_conf(text, path)
 
 

@@ -29,7 +29,7 @@ CASES = [
     (["--output", "{tmp}/file"], "exists and is not a directory"),
     (["--config", "{tmp}/unknown.yaml"], "unknown key 'max_byte'"),
     (["--config", "{tmp}/wrongtype.yaml"], "--iters 'ten': expected an integer"),
-    (["--config", "{tmp}/missing.yaml"], "--config {tmp}/missing.yaml: No such file or directory"),
+    (["--config", "{tmp}/missing.yaml"], "--config {tmp}/missing.yaml: cannot read it (No such file or directory)"),
     (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
     # root passes os.access() on /proc, which refuses new files all the same
     (["--output", "/proc/forbidden"], "--output /proc/forbidden: /proc is not writable"),

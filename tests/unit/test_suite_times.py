@@ -30,7 +30,7 @@ def test_the_recorded_commands_meet_their_budgets():
     assert {"unit", "plain", "lab", "ci"} <= set(latest), sorted(latest)  # each measured at least once
     for label, record in latest.items():
         wall_s = record["walls"][label]  # the latest timing of each command
-        assert wall_s <= st.BUDGET_S[label] * st.TOLERANCE, \
+        assert st.passes(label, wall_s), \
             f"{label}: {wall_s} s at commit {record['commit']} (budget {st.BUDGET_S[label]} s)"
         over = [(nodeid, s) for nodeid, s in record["slowest"]
                 if s > st.PER_TEST_S[st.tier_of(nodeid.split(".py::")[0].replace("/", "."))]]
