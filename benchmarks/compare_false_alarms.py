@@ -100,7 +100,7 @@ def main() -> None:
               f"{'; '.join(p['examples'])} |")
     alarms = sum(p["exit"] == 1 for p in pairs)
     inconclusive = sum(p["verdict"] == "inconclusive" for p in pairs)
-    errors = sum(p["exit"] not in (0, 1) for p in pairs)
+    errors = sum(p["exit"] not in (0, 1, 3) for p in pairs)  # 3: inconclusive
     print(f"\nfalse alarms (exit 1): {alarms} of {len(pairs)} compares; inconclusive: {inconclusive}; "
           f"errors: {errors}; compare of {args.tree}")
     if args.record:

@@ -223,7 +223,7 @@ def compare(base: pa.Table, new: pa.Table, threshold: float, by: str = "link"
 
 
 class Verdict(enum.Enum):
-    """What a comparison concludes (compare exits 1 on DROPPED only)."""
+    """What a comparison concludes (compare exits 1 on DROPPED, 3 on INCONCLUSIVE, 0 on UNCHANGED)."""
 
     DROPPED = "dropped"  # a drop beyond the noise it was judged with
     INCONCLUSIVE = "inconclusive"  # nothing beyond the noise, but the noise could not be read well

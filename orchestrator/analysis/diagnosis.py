@@ -30,11 +30,10 @@ from enum import Enum
 import numpy as np
 import pandas as pd
 
-from orchestrator.analysis import grouping
 from orchestrator.analysis.frame import Frame
+from orchestrator.analysis.scores import SHAPE, agreement, shape_scores
 from orchestrator.analysis.uplinks import inside_level, slow_uplinks
-from orchestrator.judging.capacity import healthy_level
-from orchestrator.judging.judge import MIN_VALUES, allowed_drop, prior_for
+from orchestrator.judging.judge import MIN_VALUES, allowed_drop
 from orchestrator.judging.stats import FAMILY_ALPHA, binomial_tail
 from orchestrator.sweep.sizes import format_bytes
 from workloads.messages import Status, Topology
@@ -46,10 +45,6 @@ DOMAIN = Topology.INTRA_DOMAIN.value  # a column only where rows have it (NVLink
 def topologies(df: pd.DataFrame) -> tuple[str, ...]:
     """The topology columns of `df`'s tables: intra, inter, mixed, and intra-domain where it has any."""
     return TOPOLOGIES + ((DOMAIN,) if "topology" in df and (df.topology == DOMAIN).any() else ())
-SHAPE = ["collective", "dtype", "op", "in_place", "pattern", "world_size", "ranks_per_node"]
-# the columns the flags read of a group's row
-_SCORED = list(dict.fromkeys([*SHAPE, "msg_bytes", "topology", "backend", "busbw_gbps", "group", "node_first",
-                              "node_last", "local_first", "local_last"]))
 
 
 class FlagKind(str, Enum):
@@ -94,47 +89,7 @@ class Flag:
         return {**out, "kind": str(self.kind), "nodes": list(self.nodes), "ranks": list(self.ranks), **self.extra}
 
 
-def where(df: pd.DataFrame, mask) -> pd.DataFrame:
-    """df[mask], or df itself where the mask keeps every row (most of a run's rows are ok and of its
-    one collective: a million rows are not copied to keep them all). Callers never write into it."""
-    return df if bool(np.all(mask)) else df[mask]
-
-
-def ok_rows(df: pd.DataFrame) -> pd.DataFrame:
-    return where(df, df.status == Status.OK)
-
-
 # -- flags ------------------------------------------------------------------------------------
-def shape_scores(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per group at its shape's largest size: busbw, the shape's healthy level (`peer_median`,
-    the name the flags' JSON has always had), the group count, the ratio to the level and the
-    judge's floor (the frame's row index is kept, to look up the group's nodes)."""
-    d = ok_rows(df)
-    if d.empty:
-        return d.assign(peers=[], peer_median=[], ratio=[])
-    shape, n = grouping.codes(d, SHAPE)
-    sizes = d.msg_bytes.to_numpy()
-    at_top = shape >= 0  # a row with a null key is in no shape
-    at_top[at_top] = sizes[at_top] == grouping.maxima(shape, sizes, n)[shape[at_top]]  # its shape's largest size
-    at_top = grouping.firsts(d.group.to_numpy(), at_top)  # one row per group
-    top = where(d[[c for c in _SCORED if c in d]], at_top)
-    shape = pd.factorize(shape[at_top])[0]  # numbered in the order the shapes first appear
-    peers = np.bincount(shape, minlength=1)
-    busbw, reference, floor = top.busbw_gbps.to_numpy(), *np.zeros((2, len(top)))
-    m = len(top)  # every group judged in this report: the family of the judge's error rate
-    order = np.argsort(shape, kind="stable")
-    for rows in np.split(order, np.cumsum(peers)[:-1]):
-        if not len(rows):  # no shape: every ok row has a null key
-            continue
-        first = top.iloc[rows[0]]
-        level = healthy_level(busbw[rows], prior_for(first.get("backend"), first.topology != "intra"), m)
-        if level is None:  # no positive busbw: nothing to judge
-            reference[rows], floor[rows] = np.nan, 0.0
-            continue
-        reference[rows], floor[rows] = level.reference, level.floor
-    return top.assign(peers=peers[shape], peer_median=reference, ratio=busbw / reference, floor=floor)
-
-
 def flags(frame: Frame, threshold: float) -> list[Flag]:
     return judge(frame, threshold)[0]
 
@@ -146,24 +101,7 @@ def judge(frame: Frame, threshold: float) -> tuple[list[Flag], str | None]:
     scores = shape_scores(df)
     scores = scores[scores.peers >= MIN_VALUES]
     found = _peer_flags(frame, scores, threshold)
-    return found + failures(frame), None if found else agreement(frame, scores)
-
-
-def agreement(frame: Frame, scores: pd.DataFrame) -> str | None:
-    """Nothing slow among peers: one line on the widest shape that spans nodes (pairwise where the run
-    has it; the most groups) and its level, and that only an expected value tells a healthy fabric
-    from one equally slow."""
-    across = scores[scores.pattern == "pairwise"]  # every node measured with every other
-    across = across if len(across) else scores[scores.topology != "intra"]
-    if across.empty:
-        return None
-    widest = across.groupby(SHAPE, observed=True).size().idxmax()
-    shape = across.set_index(SHAPE).loc[[widest]].reset_index() if len(SHAPE) > 1 else across
-    row = shape.iloc[0]
-    nodes = len(set(shape.node_first) | set(shape.node_last))
-    return (f"all {nodes} nodes agree: {row.collective} {format_bytes(int(row.msg_bytes))} {row.pattern} at "
-            f"{row.peer_median:.4g} GB/s, the fastest of {int(row.peers)} groups; a fabric equally slow "
-            "everywhere reads the same: where no expected value covers the platform, declare one (--expected FILE)")
+    return found + failures(frame), None if found else agreement(scores)
 
 
 def _peer_flags(frame: Frame, scores: pd.DataFrame, threshold: float) -> list[Flag]:
@@ -248,14 +186,20 @@ def _pair_flags(frame: Frame, scores: pd.DataFrame, threshold: float) -> list[Fl
             low = _low(shape.ratio, floor, threshold).to_numpy()
             fast_nodes = set(a[~low]) | set(b[~low])
         best = _best_by_member(shape, "node_first", "node_last")
+        moded = not frame.leaves and row0.below > 0  # a slower mode apart from the level's (judging/capacity.py)
+        if moded:  # a node with no pair in the level's own mode is slow: each of its pairs says so, together
+            in_mode = shape.ratio.to_numpy() >= row0.mode_floor
+            fast_nodes = set(a[in_mode & ~low]) | set(b[in_mode & ~low])
         slow_nodes = [n for n in best.index if n not in fast_nodes]
         for node in sorted(slow_nodes, key=lambda n: best[n]):
             ratio = float(best[node])
+            beside = (f"none of its pairs is among the {int(row0.peers - row0.below)} of the level's own mode, "
+                      f"{int(row0.below)} pairs apart below it" if moded else f"noise floor {1 - floor:.0%}")
             out.append(Flag(FlagKind.SLOW_NODE, [frame.nodes[node]], [], row0.collective, int(row0.msg_bytes),
                             ratio * float(row0.peer_median), float(row0.peer_median),
                             f"slow node {frame.label(node)}: no {row0.collective} pair of it reaches what the fastest "
                             f"of {int(row0.peers)} pairs deliver ({row0.peer_median:.4g} GB/s); its best runs "
-                            f"{ratio:.0%} of it (noise floor {1 - floor:.0%})", extra={"ratio": ratio}))
+                            f"{ratio:.0%} of it ({beside})", extra={"ratio": ratio}))
         # a pair across a slow uplink shares it with the round's other pairs across: its share is
         # the uplink's evidence, not a path or node of its own (its nodes are judged by all pairs)
         proven = np.isin(a, list(fast_nodes)) & np.isin(b, list(fast_nodes)) & ~congested

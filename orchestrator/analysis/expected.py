@@ -18,10 +18,11 @@ import pandas as pd
 
 from orchestrator import yamlfile
 from orchestrator.analysis import grouping
-from orchestrator.analysis.diagnosis import Flag, FlagKind, ok_rows, where
+from orchestrator.analysis.diagnosis import Flag, FlagKind
 from orchestrator.analysis.explain import COLUMNS as EXPLAINED
 from orchestrator.analysis.explain import Reason, explain
 from orchestrator.analysis.frame import Frame
+from orchestrator.analysis.scores import ok_rows, where
 from orchestrator.errors import UsageError
 from orchestrator.sweep.sizes import format_bytes, parse_bytes
 from orchestrator.sweep.spec import MAX_RANKS, brief_repr

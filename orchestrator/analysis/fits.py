@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from orchestrator.analysis.diagnosis import ok_rows, where
+from orchestrator.analysis.scores import ok_rows, where
 from orchestrator.sweep.sizes import format_bytes
 from workloads.messages import Status
 

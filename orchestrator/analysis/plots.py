@@ -21,7 +21,7 @@ matplotlib.rcParams["svg.hashsalt"] = "collbench"  # the same run draws the same
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from orchestrator.analysis import diagnosis, tables  # noqa: E402
+from orchestrator.analysis import diagnosis, scores, tables  # noqa: E402
 from orchestrator.analysis.fits import fit_groups  # noqa: E402
 from orchestrator.analysis.frame import Frame  # noqa: E402
 from orchestrator.sweep.sizes import format_bytes  # noqa: E402
@@ -63,7 +63,7 @@ def _by_size(df, collectives: list[str], value: str, fits: dict, scale: float, u
                              squeeze=False)
     busbw = value == "busbw_gbps"
     tips: dict[str, list[str]] = {}
-    ok = diagnosis.ok_rows(df)
+    ok = scores.ok_rows(df)
     for ax, coll in zip(axes.flat, collectives):
         d = ok[ok.collective == coll]
         d = d[d.world_size == d.groupby("topology", observed=True).world_size.transform("max")]
@@ -175,7 +175,7 @@ def _group_end(text: str, start: int) -> int:
 
 
 def _pair_rows(frame: Frame):
-    df = diagnosis.ok_rows(frame.df)
+    df = scores.ok_rows(frame.df)
     coll = "all_reduce" if "all_reduce" in set(df.collective) else (df.collective.iloc[0] if len(df) else None)
     return df[df.collective == coll], coll
 

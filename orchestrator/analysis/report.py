@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from orchestrator.analysis import alltoallv, diagnosis, expected, fits, replay, stragglers, uplinks
+from orchestrator.analysis import alltoallv, diagnosis, expected, fits, replay, scores, stragglers, uplinks
 from orchestrator.analysis import tables as by_size_tables
 from orchestrator.analysis.diagnosis import Flag, FlagKind
 from orchestrator.analysis.explain import COLUMNS as explain_columns
@@ -172,7 +172,7 @@ def build(frame: Frame, manifest: dict | None, threshold: float, unit: str, scal
     if agreed and judged.uncovered and not judged.flags:
         warnings.append(agreed)  # never a bare "nothing flagged" where only peers could judge
     if frame.leaves:
-        warnings += uplinks.unjudged(diagnosis.shape_scores(df), frame.leaves)
+        warnings += uplinks.unjudged(scores.shape_scores(df), frame.leaves)
     return Report(run, unit, tables, found, warnings)
 
 
@@ -209,7 +209,7 @@ class _RowsOnNodes:
     reads a few thousand neighbouring values, not as many scattered over the run."""
 
     def __init__(self, frame: Frame) -> None:
-        ok = diagnosis.ok_rows(frame.df)
+        ok = scores.ok_rows(frame.df)
         collective = ok.collective.astype("category")
         codes = collective.cat.codes.to_numpy().astype(np.int64)  # int64 as the searched values, so
         sizes = ok.msg_bytes  # that no search copies them

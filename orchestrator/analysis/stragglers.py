@@ -22,8 +22,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from orchestrator.analysis.diagnosis import Flag, FlagKind, ok_rows, where
+from orchestrator.analysis.diagnosis import Flag, FlagKind
 from orchestrator.analysis.frame import Frame
+from orchestrator.analysis.scores import ok_rows, where
 from orchestrator.judging.judge import MIN_VALUES, Prior, grouped_leave_one_out_medians, peer_arrays
 from workloads import registry
 

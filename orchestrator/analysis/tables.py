@@ -7,7 +7,8 @@ import math
 
 import pandas as pd
 
-from orchestrator.analysis.diagnosis import DOMAIN, TOPOLOGIES, ok_rows, topologies, where
+from orchestrator.analysis.diagnosis import DOMAIN, TOPOLOGIES, topologies
+from orchestrator.analysis.scores import ok_rows, where
 from orchestrator.sweep.sizes import format_bytes
 
 

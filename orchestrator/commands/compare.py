@@ -6,8 +6,8 @@ with neither is not judged, and said so. The summary's verdict says dropped, unc
 inconclusive (only a prior to judge, or a host too busy), and why, on stderr too.
 
 Exit 1 when a drop exceeds --threshold and its noise (a gate for driver or NCCL upgrades), 0 when
-unchanged or inconclusive, 2 for unusable input, including two runs with no row in common. Never
-touches Ray or torch.
+unchanged, 3 when inconclusive (0 with --accept-inconclusive), 2 for unusable input, including two
+runs with no row in common. Never touches Ray or torch.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from orchestrator.operations.compare import CompareOptions, compare
 TABLE_NAMES = ("summary", "matched", "only_in_baseline", "only_in_new")
 
 
-
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "compare",
@@ -37,7 +36,7 @@ def add_parser(sub) -> None:
         "baseline runs (every run of the baseline's sweep in BASELINE, or those named), else from how the regime's "
         "other rows moved, else from the rows' per-iteration times (the noise_source column says which), widened "
         "where a run's host was contended. With only a prior to judge, or a host too busy, the verdict is "
-        "inconclusive (exit 0). With one PATH (or the same PATH twice), runs of "
+        "inconclusive (exit 3; 0 with --accept-inconclusive; unchanged exits 0). With one PATH (or the same PATH twice), runs of "
         "that folder are compared: --baseline-run A --new-run B, or without run ids its latest run with the runs "
         "before it.",
     )
@@ -54,6 +53,9 @@ def add_parser(sub) -> None:
                    "(shape: two different clusters)")
     p.add_argument("--table", choices=TABLE_NAMES, metavar="NAME",
                    help="print only this table: " + ", ".join(TABLE_NAMES) + " (with --format csv: plain CSV)")
+    p.add_argument("--accept-inconclusive", action="store_true",
+                   help="exit 0, not 3, when the verdict is inconclusive (only a prior to judge, or a host too busy): "
+                   "for a gate that should fail on a drop only")
     add_analysis_options(p, threshold=DROP_THRESHOLD)
     p.set_defaults(handler=main)
 
@@ -83,4 +85,6 @@ def main(args: argparse.Namespace) -> int:
                   "and beyond the noise floor, read from noise_source)", "only_in_baseline": "rows only in the baseline",
                   "only_in_new": "rows only in the new run"}
         print(render_tables([(titles[n], t) for n, t in tables.items()], args.format))
+    if args.accept_inconclusive and found.inconclusive:
+        return 0
     return found.exit_code

@@ -25,6 +25,11 @@ NOT_THE_SWEEP = ("output", "address", "verbose", "group_timeout_s", "deadline_ra
                  "wait_nodes")
 
 
+# compare's exit code by verdict (2 stays a usage error's): an inconclusive comparison is neither a
+# pass nor a drop, and says so to a gate; `compare --accept-inconclusive` takes it as unchanged
+EXIT_CODES = {comparing.Verdict.UNCHANGED: 0, comparing.Verdict.DROPPED: 1, comparing.Verdict.INCONCLUSIVE: 3}
+
+
 @dataclass(frozen=True, kw_only=True)
 class CompareOptions:
     """What to compare, checked when made."""
@@ -66,9 +71,14 @@ class Comparison:
         return self.matched[self.matched.flag]
 
     @property
+    def inconclusive(self) -> bool:
+        return self.conclusion.verdict is comparing.Verdict.INCONCLUSIVE
+
+    @property
     def exit_code(self) -> int:
-        """1 where a drop was found beyond its noise, else 0 (unchanged or inconclusive)."""
-        return 1 if self.conclusion.verdict is comparing.Verdict.DROPPED else 0
+        """The verdict's own exit code (EXIT_CODES): a gate cannot take an inconclusive comparison for
+        an unchanged one."""
+        return EXIT_CODES[self.conclusion.verdict]
 
     def rows(self, unit: Unit = "GBps") -> list[dict]:
         """The matched keys as the command prints them: the key (its link with --by link), busbw

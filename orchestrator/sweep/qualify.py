@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from orchestrator.judging.defaults import MIN_FRACTION, PEER_THRESHOLD
-from orchestrator.judging.judge import PRIORS, Prior
+from orchestrator.judging.judge import PRIORS, Prior, allowed_drop
 from orchestrator.sweep import qualify_switches
 from orchestrator.sweep.qualify_judging import (
     DISAGREEING_PROBES,
@@ -353,18 +353,24 @@ class Qualifier:
     def agreement(self) -> str | None:
         """Where nothing was slow and no expected value was known: what can and cannot be said."""
         j = self._judgement
-        if j is None or any(v is not Outcome.PASS for v in self.verdicts.values()) or self.reference.pair \
-                or self.uplinks:
-            return None
-        level = next(filter(None, (j.level(Phase.PAIRS, s) for s in (None, "intra", "leaf", "spine"))), None)
+        level = None if j is None or self.reference.pair or self.uplinks or any(
+            v is not Outcome.PASS for v in self.verdicts.values()) else next(
+            filter(None, (j.level(Phase.PAIRS, s) for s in (None, "intra", "leaf", "spine"))), None)
         if level is None:
             return None
+        if level.below:  # a slower mode apart from the level, yet every node passed: not agreement
+            return (f"cannot tell which nodes are slow: {level.below} of {level.rates} pair probes form a slower mode "
+                    f"apart from the level of the fastest ({level.reference:.4g} GB/s), but no node's own probes "
+                    "fall below its noise floor; qualify again with more iterations (-n) or declare an expected "
+                    "value with --expected (docs/guides/expected.md)")
         # every node passed: a probe that did not was noise its retests cleared, and is said so
         cleared = " (the probes that did not pass were cleared by their retests)" if any(
             r.status is not Outcome.PASS for r in j.all_judged()) else ""
-        return (f"all {self.n_nodes} nodes agree at {level.reference:.4g} GB/s{cleared}; no expected value covers "
-                "this platform: declare one with --expected (docs/guides/expected.md) to tell a healthy fabric from "
-                "one equally slow everywhere")
+        unresolved = allowed_drop(level.floor, self.threshold)
+        return (f"all {self.n_nodes} nodes agree at {level.reference:.4g} GB/s{cleared}, to the resolution of "
+                f"{level.rates} pair probes (a node less than {unresolved:.0%} slower is not told apart); no expected "
+                "value covers this platform: declare one with --expected (docs/guides/expected.md) to tell a healthy "
+                "fabric from one equally slow everywhere")
 
     def _unjudged_pass(self, node: int) -> bool:
         mine = self.evidence.get(node, [])

@@ -60,7 +60,8 @@ def test_the_readmes_first_hour(ray_head, tmp_path):
     # alarm is a benchmark's figure (benchmarks/compare_false_alarms.py), not this test's
     judged = api.compare(str(tmp_path / "results"))
     assert summary == json.loads(json.dumps(judged.summary(), default=str)) and summary["matched"] == 99
-    assert cmp.returncode == judged.exit_code == (1 if summary["verdict"] == "dropped" else 0), cmp.stderr[-2000:]
+    assert cmp.returncode == judged.exit_code == {"unchanged": 0, "dropped": 1, "inconclusive": 3}[summary["verdict"]], \
+        cmp.stderr[-2000:]
     assert f"collbench: compare: {judged.conclusion.line}" in cmp.stderr
     page = _collbench(["report", "--format", "html"], tmp_path, env)
     assert page.returncode == 0 and page.stdout.startswith("<!doctype html>"), page.stderr

@@ -250,24 +250,27 @@ def test_the_printed_change_is_the_change_judged():
 
 def test_with_only_a_prior_to_judge_the_comparison_is_inconclusive(tmp_path):
     """Two nodes, one size: one other row of its regime says nothing, the platform's prior alone
-    judges. A 2x drop: "inconclusive: run the baseline again", exit 0; a 10x drop of a
+    judges. A 2x drop: "inconclusive: run the baseline again", exit 3 (0 with --accept-inconclusive:
+    a gate that fails on drops only); a 10x drop of a
     bandwidth-bound size is beyond any plausible noise of that regime (3x, the gross rule of a
     regime of sigma 0.30): exit 1. A latency-bound size 10x slower (they move 7-30x on a shared
     host) is never beyond it."""
-    def run(factor: float) -> tuple[int, dict, str]:
+    def run(factor: float, *extra: str) -> tuple[int, dict, str]:
         out = str(tmp_path / f"p{factor}")
         for run_id, f in (("r0", 1.0), ("new", factor)):
             write_cluster_run(out, run_id, nodes=2, ranks_per_node=2, patterns=("intra",), noise=0.01,
                               seed=int(f * 10), sizes=[16 << 20], faults=(("node_intra", 1, f),), backend="gloo")
-        proc = run_main(["compare", out, out, "--baseline-run", "r0", "--new-run", "new", "--format", "json"])
+        proc = run_main(["compare", out, out, "--baseline-run", "r0", "--new-run", "new", "--format", "json", *extra])
         return proc.returncode, json.loads(proc.stdout)["tables"], proc.stderr
 
     code, tables, err = run(0.5)
-    assert code == 0 and {r["noise_source"] for r in tables["matched"]} == {"prior"}
+    assert code == 3 and {r["noise_source"] for r in tables["matched"]} == {"prior"}
     assert tables["summary"][0]["verdict"] == "inconclusive"
     assert "collbench: compare: inconclusive: run the baseline again: 2 of 2 row(s) had only their" in err
+    assert run(0.5, "--accept-inconclusive")[0] == 0
     code, tables, err = run(0.1)
     assert code == 1 and [r["flag"] for r in tables["matched"]].count("DROP") == 1
+    assert run(0.1, "--accept-inconclusive")[0] == 1  # a drop fails the gate still
     assert tables["summary"][0]["verdict"] == "dropped"
 
     prof, out = PROFILES["host"], str(tmp_path / "latency")
@@ -278,7 +281,7 @@ def test_with_only_a_prior_to_judge_the_comparison_is_inconclusive(tmp_path):
     proc = run_main(["compare", out, out, "--baseline-run", "r0", "--new-run", "new", "--format", "json"])
     rows = json.loads(proc.stdout)["tables"]["matched"]
     slow = next(r for r in rows if r["msg_bytes"] == 16 and r["link"].startswith("10.0.2.1"))
-    assert proc.returncode == 0 and slow["regime"] == "latency" and slow["noise_source"] == "prior", rows
+    assert proc.returncode == 3 and slow["regime"] == "latency" and slow["noise_source"] == "prior", rows  # inconclusive
     assert slow["busbw_change"] == pytest.approx(-0.9) and slow["noise_floor"] > 0.9 and not slow["flag"]
 
 
