@@ -37,6 +37,7 @@ _STEPS = 64  # the level's descent ends in far fewer (each step takes in at leas
 _QUANTILE_SPACING = 1.1503 - 0.3186  # a normal's 7/8 and 5/8 quantiles, in sigmas
 MODE_GAP_SIGMAS = 3.0  # two parts of a set of rates this many sigmas apart are two modes (see fastest_mode) ...
 MODE_SHARE = 0.45  # ... where the split explains this share of the rates' variance (benchmarks/mode_split.py)
+MODE_OWN_RATES = 400  # from this many rates a split may rest on their own spread alone (see _best_split)
 _PASSES = 8  # the cluster's spread read again with the window it gives (a window too narrow for the
 # noise cuts the cluster's low side, so its spread reads small: each pass widens it, until it stays)
 
@@ -116,6 +117,14 @@ def fastest_mode(x: np.ndarray, prior: Prior, measured: tuple[float | None, floa
             break
         keep[order[k:end]] = False
         end = k
+    # a spread read from few rates, wider than the prior, is too uncertain for a split chosen as the
+    # widest of many (a third of 10-28 normal rates of 4.5x the prior's spread split so): below
+    # MODE_OWN_RATES rates the mode kept must spread no wider than the prior (with `measured`) says
+    m_sigma, m_df = measured
+    known = math.sqrt((prior.df * prior.sigma_log ** 2 + (m_df * m_sigma ** 2 if m_sigma is not None else 0.0))
+                      / (prior.df + (m_df if m_sigma is not None else 0.0)))
+    if end < len(x) and len(x) < MODE_OWN_RATES and np.std(x[keep], ddof=1) > known:
+        return np.ones(len(x), dtype=bool)
     return keep
 
 
@@ -136,10 +145,10 @@ def _best_split(desc: np.ndarray, prior: Prior, measured: tuple[float | None, fl
     known_ss = prior.df * prior.sigma_log ** 2 + (m_df * m_sigma ** 2 if m_sigma is not None and m_df > 0 else 0.0)
     known_df = prior.df + (m_df if m_sigma is not None and m_df > 0 else 0.0)
 
-    def spread(ss: np.ndarray, count: np.ndarray) -> np.ndarray:
-        return np.maximum(np.sqrt(ss / (count - 1)), np.sqrt((ss + known_ss) / (count - 1 + known_df)))
-
-    gap = (mean_u - mean_l) / np.maximum(spread(ss_u, k), spread(ss_l, n - k))
+    own_u, own_l = np.sqrt(ss_u / (k - 1)), np.sqrt(ss_l / (n - k - 1))
+    known_u = np.sqrt((ss_u + known_ss) / (k - 1 + known_df))
+    known_l = np.sqrt((ss_l + known_ss) / (n - k - 1 + known_df))
+    gap = (mean_u - mean_l) / np.maximum(np.maximum(own_u, known_u), np.maximum(own_l, known_l))
     total = s2[-1] - s1[-1] ** 2 / n
     explained = 1 - (ss_u + ss_l) / total if total > 0 else np.zeros(len(k))
     gap = np.where(explained >= MODE_SHARE, gap, 0.0)
