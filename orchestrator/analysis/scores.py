@@ -33,11 +33,12 @@ def ok_rows(df: pd.DataFrame) -> pd.DataFrame:
 
 def shape_scores(df: pd.DataFrame) -> pd.DataFrame:
     """One row per group at its shape's largest size: busbw, the shape's healthy level (`peer_median`,
-    the name the flags' JSON has always had), the group count, the ratio to the level and the
-    judge's floor (the frame's row index is kept, to look up the group's nodes)."""
+    the name the flags' JSON has always had), the group count, the ratio to the level, the judge's
+    floor, and the groups in slower modes apart from the level's with the level mode's lowest ratio
+    (`below`, `mode_floor`: 0 where none); the frame's row index is kept, to look up the group's nodes."""
     d = ok_rows(df)
     if d.empty:
-        return d.assign(peers=[], peer_median=[], ratio=[])
+        return d.assign(peers=[], peer_median=[], ratio=[], floor=[], below=[], mode_floor=[])
     shape, n = grouping.codes(d, SHAPE)
     sizes = d.msg_bytes.to_numpy()
     at_top = shape >= 0  # a row with a null key is in no shape

@@ -36,9 +36,9 @@ def add_parser(sub) -> None:
         "baseline runs (every run of the baseline's sweep in BASELINE, or those named), else from how the regime's "
         "other rows moved, else from the rows' per-iteration times (the noise_source column says which), widened "
         "where a run's host was contended. With only a prior to judge, or a host too busy, the verdict is "
-        "inconclusive (exit 3; 0 with --accept-inconclusive; unchanged exits 0). With one PATH (or the same PATH twice), runs of "
-        "that folder are compared: --baseline-run A --new-run B, or without run ids its latest run with the runs "
-        "before it.",
+        "inconclusive (exit 3; 0 with --accept-inconclusive; unchanged exits 0). With one PATH (or the same PATH "
+        "twice), runs of that folder are compared: --baseline-run A --new-run B, or without run ids its latest run "
+        "with the runs before it.",
     )
     p.add_argument("baseline", nargs="?", default="results",
                    help="results dataset of the baseline (default: results, where run writes)")

@@ -105,9 +105,10 @@ def fastest_mode(x: np.ndarray, prior: Prior, measured: tuple[float | None, floa
     """Which of the log rates `x` belong to their fastest mode (a boolean mask): the rates split in
     two, the fastest k and the rest (each MIN_VALUES or more), where the two parts stand apart by
     more than noise (`_best_split`), then the fastest part split again, until it holds one mode.
-    Calibrated by benchmarks/mode_split.py: a set of one mode is split in none of 1,000 draws of
-    6-2,016 normal rates and in at most 0.6% with Student-t(3) tails; two modes 5 sigmas apart are
-    separated in 82-100% of draws of 12 rates and 93-100% from 48."""
+    Calibrated by benchmarks/mode_split.py: with noise within the prior a set of one mode is split in
+    none of 300-1,000 draws of 6-2,016 normal rates and in at most 0.7% with Student-t(3) tails; two
+    modes 5 sigmas apart are separated in 59-77% of draws of 6-12 rates and 94-100% from 48. With
+    noise 2.7x the prior's, one mode is split in 5-10% of 6-28 rates, 2% of 120, none of 496."""
     keep = np.ones(len(x), dtype=bool)
     order = np.argsort(-x, kind="stable")
     end = len(x)  # the fastest `end` rates (of `order`) are still one candidate mode
