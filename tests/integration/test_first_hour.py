@@ -82,9 +82,10 @@ def test_the_readmes_first_hour(ray_head, tmp_path):
 
 
 def test_the_readmes_python_runs_on_one_node(ray_head, tmp_path):
-    """README's API snippet, as written, in a fresh interpreter joined to the shared Ray instance
-    (its `ray.init(address="auto")`), then checked: one run of all_reduce up to 16M, its rows, its
-    report with nothing flagged on one healthy node."""
+    """README's API snippet, as written, in a fresh interpreter (issue 59: its `ray.init(address="auto")`
+    raised ConnectionError on a machine with no cluster; it has none now) whose RAY_ADDRESS is the
+    shared Ray instance, then checked: one run of all_reduce up to 16M, its rows, its report with
+    nothing flagged on one healthy node."""
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     (snippet,) = re.findall(r"```py\n(.*?)```", readme, flags=re.S)
     check = snippet + textwrap.dedent("""
