@@ -177,7 +177,8 @@ def _describe(ref: Reference, n_nodes: int) -> str:
     known = [f"{k} {v:g} GB/s" for k, v in dataclasses.asdict(ref).items() if v]
     if known:
         return "expected " + ", ".join(known)
-    unjudged = " (2 nodes: their speed cannot be judged without --expected)" if n_nodes < 3 else ""
+    unjudged = "" if n_nodes >= 3 else (" (1 node: its speed cannot be judged without --expected)" if n_nodes == 1
+                                         else f" ({n_nodes} nodes: their speed cannot be judged without --expected)")
     return ("no expected value applies: what the fastest agreeing probes delivered (a probe is as fast as its "
             "slowest node)" + unjudged)
 

@@ -311,7 +311,7 @@ class Qualifier:
                     self._tentative[node] = bad[-1].status
                     self._why[node] = (f"{bad[-1].status.value} with partners that never proved fast: no node "
                                        "could tell it apart from them")
-                else:
+                elif self.n_nodes > 1:  # one node has no pair to judge: its own probes say what was unjudged
                     self.unjudged.add(Phase.PAIRS)
         for i in range(self.n_nodes):
             self.verdicts.setdefault(i, self._tentative.get(i, Outcome.PASS))

@@ -468,3 +468,17 @@ def test_a_qualification_stopped_early_names_what_its_rounds_settled_and_passes_
     assert named_at[0] == 0 and named_at[-1] == len(bad)  # nothing before the first round, all by the last
     assert named_at == sorted(named_at)  # a later stop never knows less
     assert {i: v for i, v in q.verdicts.items()} == whole.verdicts  # stopped after the last: as if finished
+
+
+def test_one_node_is_told_what_one_node_can_say():
+    """One node (issue 59: it was told "2 nodes" and of "pairs probes" that never ran): its own probe
+    completed unjudged, and the words count what ran."""
+    from orchestrator.operations.qualifying import _describe
+    from orchestrator.sweep.qualify_types import Reference
+
+    q = simulate(Model(1, 2, noise=0.02, seed=0))
+    assert q.verdicts == {0: Outcome.PASS} and q.unjudged == {Phase.INTRA}
+    assert "intra probes was not judged" in q.unjudged_note() and "pairs" not in q.unjudged_note()
+    assert _describe(Reference(), 1).endswith("(1 node: its speed cannot be judged without --expected)")
+    assert _describe(Reference(), 2).endswith("(2 nodes: their speed cannot be judged without --expected)")
+    assert "cannot be judged" not in _describe(Reference(), 3)
