@@ -4,13 +4,28 @@ from __future__ import annotations
 
 import csv
 import io
+import math
+
+
+def number(value: float) -> str:
+    """Four significant digits without e-notation (busbw of 16 bytes is 0.000007184 GB/s, not
+    7.184e-06), whole numbers from 10,000; trailing zeros dropped. Below 1e-12: e-notation."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    if abs(value) >= 1e4:
+        return f"{value:.0f}"
+    digits = 3 - math.floor(math.log10(abs(value)))
+    if digits > 12:
+        return f"{value:.4g}"
+    text = f"{value:.{max(digits, 0)}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def _cell(value, sep: str = ", ") -> str:
     if value is None or (isinstance(value, float) and value != value):
         return "-"
     if isinstance(value, float):
-        return f"{value:.4g}" if abs(value) < 1e4 else f"{value:.0f}"
+        return number(value)
     if isinstance(value, (list, tuple)):
         return sep.join(_cell(v, sep) for v in value)
     if isinstance(value, dict) and "kind" in value and "message" in value:  # a reason (analysis.explain)
