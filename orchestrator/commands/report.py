@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 
 from orchestrator.commands.options import add_analysis_options, add_expected_options
@@ -120,7 +121,7 @@ def _print(rep: Report, args: argparse.Namespace) -> None:
             titles.append(("flags", [{"kind": f["kind"], "nodes": f["nodes"], "ranks": f["ranks"],
                                       "message": f["message"], "reasons": f.get("reasons")} for f in flags]))
         left_out = f"(nothing in this run for: {', '.join(empty)})\n" if empty else ""
-        print(_header(rep) + render_tables(titles, args.format) + left_out)
+        print(_header(rep, args.format) + render_tables(titles, args.format) + left_out)
 
 
 def _write_csv_dir(folder: str, named: dict[str, list[dict]]) -> None:
@@ -136,17 +137,23 @@ def _write_csv_dir(folder: str, named: dict[str, list[dict]]) -> None:
         raise UsageError(f"--csv-dir {folder}: cannot write there ({e.strerror or e})") from None
 
 
-def _header(rep: Report) -> str:
+def _header(rep: Report, fmt: str = "table") -> str:
+    """The run, its versions and hosts, and the warnings; as Markdown from its first line with
+    --format markdown (a heading, then a list). Times to the second."""
     r = rep.run
-    lines = [f"run {r['run_id']} ({r.get('state') or 'state unknown'}), started {r.get('started_at') or '?'}"]
+    started = re.sub(r"(\d\d:\d\d:\d\d)\.\d+", r"\1", str(r.get("started_at") or "?"))
+    lines = [f"run {r['run_id']} ({r.get('state') or 'state unknown'}), started {started}"]
     if r.get("command") == "import":
         lines.append(f"imported from nccl-tests output by collbench {r.get('collbench_version')}, backend "
                      f"{r.get('backend')}, NCCL {', '.join(r['nccl_versions']) or '-'}")
     elif r.get("collbench_version"):
-        lines.append(f"collbench {r.get('collbench_version')}, torch {r.get('torch_version')}, ray "
-                     f"{r.get('ray_version')}, backend {r.get('backend')}, NCCL {', '.join(r['nccl_versions']) or '-'}")
+        lines.append(f"collbench {r.get('collbench_version')}, torch {r.get('torch_version') or '-'}, ray "
+                     f"{r.get('ray_version') or '-'}, backend {r.get('backend') or '-'}, NCCL "
+                     f"{', '.join(r['nccl_versions']) or '-'}")
     if r.get("collbench_version"):
         lines.append(f"hosts: {', '.join(r.get('hostnames') or [])}; devices: "
                      f"{', '.join(r['gpu_models'] or r.get('device_models') or [])}")
     lines += [f"WARNING: {w}" for w in rep.warnings]
+    if fmt == "markdown":
+        lines = [f"## {lines[0]}", "", *(f"- {line}" for line in lines[1:])]
     return "\n".join(lines) + "\n\n"

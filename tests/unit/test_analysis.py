@@ -249,7 +249,8 @@ def test_the_header_reads_the_manifest_and_warns_of_an_interrupted_run(tmp_path)
     write_run(out, "run-a")
     ResultStore(out, "run-a").write_manifest({"state": "interrupted", "groups_done": 3, "groups_total": 9,
                                               "collbench_version": "0.1.0", "torch_version": "2.13.0",
-                                              "hostnames": ["host10", "host11"]})
+                                              "hostnames": ["host10", "host11"],
+                                              "started_at": "2026-12-07T16:00:00.123456+00:00"})
     rep, _ = _report(out)
     assert rep["run"]["state"] == "interrupted" and rep["run"]["hostnames"] == ["host10", "host11"]
     assert rep["warnings"][0] == ("the run was interrupted after 3 of 9 groups: resume it with collbench run "
@@ -257,6 +258,11 @@ def test_the_header_reads_the_manifest_and_warns_of_an_interrupted_run(tmp_path)
     assert rep["run"]["nccl_versions"] == []  # rows of the old generator carry none
     text = run_main(["report", out]).stdout
     assert text.startswith("run run-a (interrupted)") and "WARNING: the run was interrupted" in text
+    # Markdown from its first line (issue 59: four lines of plain text came first), times to the second
+    md = run_main(["report", out, "--format", "markdown"]).stdout.splitlines()
+    assert md[0] == "## run run-a (interrupted), started 2026-12-07 16:00:00+00:00", md[:3]
+    assert md[1] == "" and md[2] == "- collbench 0.1.0, torch 2.13.0, ray -, backend -, NCCL -" and "- hosts: host10, host11; devices: " in md
+    assert "- WARNING: the run was interrupted after 3 of 9 groups: resume it with collbench run --resume run-a" in md
 
 
 def test_report_bad_input_exits_2(tmp_path):
