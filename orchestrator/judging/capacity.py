@@ -121,12 +121,19 @@ def fastest_mode(x: np.ndarray, prior: Prior, measured: tuple[float | None, floa
     # a spread read from few rates, wider than the prior, is too uncertain for a split chosen as the
     # widest of many (a third of 10-28 normal rates of 4.5x the prior's spread split so): below
     # MODE_OWN_RATES rates the mode kept must spread no wider than the prior (with `measured`) says
-    m_sigma, m_df = measured
-    known = math.sqrt((prior.df * prior.sigma_log ** 2 + (m_df * m_sigma ** 2 if m_sigma is not None else 0.0))
-                      / (prior.df + (m_df if m_sigma is not None else 0.0)))
-    if end < len(x) and len(x) < MODE_OWN_RATES and np.std(x[keep], ddof=1) > known:
+    known_ss, known_df = _known(prior, measured)
+    if end < len(x) and len(x) < MODE_OWN_RATES and np.std(x[keep], ddof=1) > math.sqrt(known_ss / known_df):
         return np.ones(len(x), dtype=bool)
     return keep
+
+
+def _known(prior: Prior, measured: tuple[float | None, float]) -> tuple[float, float]:
+    """(Sum of squares, degrees of freedom) of the spread known before the split: the prior's, with
+    that of groups measured more than once where there is one."""
+    sigma, df = measured
+    if sigma is None or df <= 0:
+        return prior.df * prior.sigma_log ** 2, prior.df
+    return prior.df * prior.sigma_log ** 2 + df * sigma ** 2, prior.df + df
 
 
 def _best_split(desc: np.ndarray, prior: Prior, measured: tuple[float | None, float]) -> int | None:
@@ -142,10 +149,7 @@ def _best_split(desc: np.ndarray, prior: Prior, measured: tuple[float | None, fl
     mean_u, mean_l = s1[k - 1] / k, (s1[-1] - s1[k - 1]) / (n - k)
     ss_u = np.maximum(s2[k - 1] - k * mean_u ** 2, 0.0)
     ss_l = np.maximum((s2[-1] - s2[k - 1]) - (n - k) * mean_l ** 2, 0.0)
-    m_sigma, m_df = measured
-    known_ss = prior.df * prior.sigma_log ** 2 + (m_df * m_sigma ** 2 if m_sigma is not None and m_df > 0 else 0.0)
-    known_df = prior.df + (m_df if m_sigma is not None and m_df > 0 else 0.0)
-
+    known_ss, known_df = _known(prior, measured)
     own_u, own_l = np.sqrt(ss_u / (k - 1)), np.sqrt(ss_l / (n - k - 1))
     known_u = np.sqrt((ss_u + known_ss) / (k - 1 + known_df))
     known_l = np.sqrt((ss_l + known_ss) / (n - k - 1 + known_df))
