@@ -55,7 +55,10 @@ def quantile(p: float, df: float | None) -> float:
         hi *= 2
     for _ in range(80):  # bisection: the tail is monotone in t
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if _t_upper(mid, df) > 1 - p else (lo, mid)
+        step = (mid, hi) if _t_upper(mid, df) > 1 - p else (lo, mid)
+        if step == (lo, hi):  # a fixed point in floating point: the remaining steps change nothing
+            break
+        lo, hi = step
     return (lo + hi) / 2
 
 

@@ -171,8 +171,8 @@ class Qualifier:
                 return True
         state = self._assess()
         whole = self._stage is QualifyStep.PAIRS and self._fresh < len(self._leaf_rounds)  # leaves' rounds: whole
-        retests = [] if whole else self._confirmations() + plan_retests(
-            state, self._out, lambda n, p: self._same_domain(p, n) and not self._on_uplink(Probe(Phase.RETEST, (n, p))))
+        retests = [] if whole else self._confirmations() + plan_retests(state, self._out, lambda n, p: (
+            self._same_domain(p, n) and not (self.uplinks and self._on_uplink(Probe(Phase.RETEST, (n, p))))))
         busy = {n for p in retests for n in p.nodes}
         fresh = []
         if self._stage is QualifyStep.PAIRS and (self._fresh < self._rounds_of_fresh or self._waiting):

@@ -22,12 +22,11 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from orchestrator.judging.capacity import Level, healthy_level
 from orchestrator.judging.judge import MIN_VALUES, Prior, allowed_drop
 from orchestrator.judging.stats import FAMILY_ALPHA, binomial_tail
-from orchestrator.sweep.qualify_types import Outcome, Phase, Probe, Reference, Result
+from orchestrator.sweep.qualify_types import Cut, NodeState, Outcome, Phase, Probe, Reference, Result
 
 MAX_GATE_DROP = 0.45  # gates and bisections: twice the drop allowed to pairs, at most this
 # own probes of a node fast in some and slow in one, before the one is noise: where the slow one was
@@ -37,45 +36,6 @@ DISAGREEING_PROBES_DECISIVE = 12
 PSEUDO_PROBES = 4  # the weight, in probes, of the floor's own rate of noise reading slow
 _CLASSES = ("alone", "pair", "group")
 _WORDS = {"alone": "the node alone", "pair": "pairs", "group": "groups of three or more"}
-
-
-@dataclass(frozen=True)
-class Cut:
-    """A reference (GB/s) and the fraction of it a healthy probe reaches."""
-
-    reference_gbps: float
-    fraction: float
-
-    def slow(self, busbw_gbps: float) -> bool:
-        return busbw_gbps < self.fraction * self.reference_gbps
-
-    def decisive(self, busbw_gbps: float) -> bool:
-        """Below the line by more than twice the allowed drop: no noise the level saw explains it."""
-        return busbw_gbps < (2 * self.fraction - 1) * self.reference_gbps
-
-
-@dataclass
-class NodeState:
-    """What a node's probes say so far."""
-
-    proven: bool = False  # in a fast probe with others
-    verdict: Outcome | None = None  # decided: slow, intermittent, hang, failed
-    needs: bool = False  # a measurement with partners that proved fast (or alone): of class `needs_class`
-    needs_class: str = "pair"  # alone, pair (one partner) or group (two partners)
-    unresolved: bool = False  # slow or hung with others and never measured on its own
-    slow_of: dict[str, tuple[int, int]] = field(default_factory=dict)  # class -> (own slow, own probes)
-    why: str = ""  # what decided the verdict, in words
-
-    @property
-    def suspicion(self) -> float:
-        """The share of its own probes that read slow (0 without any)."""
-        slow, total = sum(k for k, _ in self.slow_of.values()), sum(m for _, m in self.slow_of.values())
-        return slow / total if total else 0.0
-
-    @property
-    def good(self) -> bool:
-        """A partner for others' retests: proved fast, nothing against it."""
-        return self.proven and self.verdict is None and not self.needs and not any(k for k, _ in self.slow_of.values())
 
 
 def judged_family(nodes: int) -> float:
@@ -103,6 +63,8 @@ class Judgement:
         self.theirs: Callable[[Probe], bool] = theirs or (lambda probe: False)  # a slow uplink's: no node's, no level's
         self._results = list(results)
         self._levels: dict[tuple[Phase, str | None], Level | None] = {}
+        self._cuts: dict[tuple[Phase, str | None], Cut | None] = {}  # the levels are fixed once built
+        self._states: dict[tuple, dict[int, NodeState]] = {}
         family = self._family = judged_family(len({n for r in results for n in r.probe.nodes}))
         for kind in (Phase.INTRA, Phase.PAIRS):
             keys = {span(r.probe) for r in results if r.probe.phase.kind is kind}
@@ -123,6 +85,11 @@ class Judgement:
 
     def cut(self, phase: Phase, span: str | None = None) -> Cut | None:
         """What a probe of this phase and span is judged against (None: nothing to compare with)."""
+        if (phase, span) not in self._cuts:
+            self._cuts[phase, span] = self._cut(phase, span)
+        return self._cuts[phase, span]
+
+    def _cut(self, phase: Phase, span: str | None) -> Cut | None:
         known = self._reference.of(phase)
         if known:
             return Cut(known, self._min_fraction)
@@ -173,7 +140,15 @@ class Judgement:
                 and not self.theirs(r.probe)}  # a slow uplink's probes are judged, as the switch's evidence
 
     def states(self, n_nodes: int, verdicts: dict[int, Outcome], bisect_suspects: set[int]) -> dict[int, NodeState]:
-        """Each node's state (nodes with a verdict keep theirs)."""
+        """Each node's state (nodes with a verdict keep theirs); read once for the same verdicts and
+        suspects (a qualification asks after each round and again as it plans the next)."""
+        key = (n_nodes, tuple(sorted(verdicts.items())), frozenset(bisect_suspects))
+        if key not in self._states:
+            self._states[key] = self._read_states(n_nodes, verdicts, bisect_suspects)
+        return dict(self._states[key])
+
+    def _read_states(self, n_nodes: int, verdicts: dict[int, Outcome],
+                     bisect_suspects: set[int]) -> dict[int, NodeState]:
         judged = self._judged
         proven = {n for r in judged if r.status is Outcome.PASS and r.reference is not None and len(r.probe.nodes) > 1
                   for n in r.probe.nodes}

@@ -8,8 +8,7 @@ import math
 import random
 from collections.abc import Callable
 
-from orchestrator.sweep.qualify_judging import NodeState
-from orchestrator.sweep.qualify_types import Phase, Probe
+from orchestrator.sweep.qualify_types import NodeState, Phase, Probe
 
 LOOKS = 6  # fresh pairs every node is in (a fault in half its probes shows twice in 6 in 89% of nodes)
 HEALTHY_SHARE = 0.4  # the fewest healthy nodes, as a share, that the fresh pairs are sure to find together

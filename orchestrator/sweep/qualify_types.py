@@ -1,5 +1,6 @@
 """Qualify's vocabulary: the phases of a qualification, one outcome from a probe's result to a
-node's verdict, what a probe is and what came back. Pure and torch-free."""
+node's verdict, what a probe is and what came back, the line a probe is judged by and what a node's
+probes say so far. Pure and torch-free."""
 
 from __future__ import annotations
 
@@ -138,3 +139,42 @@ class Deadlines:
         if longest is None:
             return self.ceiling_s
         return min(self.ceiling_s, max(self.floor_s, self.margin * longest))
+
+
+@dataclass(frozen=True)
+class Cut:
+    """A reference (GB/s) and the fraction of it a healthy probe reaches."""
+
+    reference_gbps: float
+    fraction: float
+
+    def slow(self, busbw_gbps: float) -> bool:
+        return busbw_gbps < self.fraction * self.reference_gbps
+
+    def decisive(self, busbw_gbps: float) -> bool:
+        """Below the line by more than twice the allowed drop: no noise the level saw explains it."""
+        return busbw_gbps < (2 * self.fraction - 1) * self.reference_gbps
+
+
+@dataclass
+class NodeState:
+    """What a node's probes say so far."""
+
+    proven: bool = False  # in a fast probe with others
+    verdict: Outcome | None = None  # decided: slow, intermittent, hang, failed
+    needs: bool = False  # a measurement with partners that proved fast (or alone): of class `needs_class`
+    needs_class: str = "pair"  # alone, pair (one partner) or group (two partners)
+    unresolved: bool = False  # slow or hung with others and never measured on its own
+    slow_of: dict[str, tuple[int, int]] = field(default_factory=dict)  # class -> (own slow, own probes)
+    why: str = ""  # what decided the verdict, in words
+
+    @property
+    def suspicion(self) -> float:
+        """The share of its own probes that read slow (0 without any)."""
+        slow, total = sum(k for k, _ in self.slow_of.values()), sum(m for _, m in self.slow_of.values())
+        return slow / total if total else 0.0
+
+    @property
+    def good(self) -> bool:
+        """A partner for others' retests: proved fast, nothing against it."""
+        return self.proven and self.verdict is None and not self.needs and not any(k for k, _ in self.slow_of.values())
