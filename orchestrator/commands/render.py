@@ -121,3 +121,27 @@ def render_nccl_tests(blocks: list[dict]) -> str:
         avg = sum(busbw) / len(busbw) if busbw else 0.0
         lines += ["# %-20s : %g " % ("Avg bus bandwidth", avg), "#", ""]
     return "\n".join(lines)
+
+
+def render_junit(suite: str, cases: list[dict]) -> str:
+    """JUnit XML, as CI systems read it: one test case per dict (`classname`, `name`, `status` ok,
+    warn, skip or fail, `message`, `text`); fail is a <failure>, skip <skipped>, warn a pass that says
+    itself in <system-out> (JUnit has no warning)."""
+    from xml.etree import ElementTree as ET
+
+    failed = sum(c["status"] == "fail" for c in cases)
+    skipped = sum(c["status"] == "skip" for c in cases)
+    root = ET.Element("testsuites")
+    node = ET.SubElement(root, "testsuite", name=suite, tests=str(len(cases)), failures=str(failed), errors="0",
+                         skipped=str(skipped))
+    for c in cases:
+        case = ET.SubElement(node, "testcase", classname=c["classname"], name=c["name"])
+        if c["status"] == "fail":
+            ET.SubElement(case, "failure", message=c["message"], type="fail").text = c.get("text") or c["message"]
+        elif c["status"] == "skip":
+            ET.SubElement(case, "skipped", message=c["message"])
+        else:
+            ET.SubElement(case, "system-out").text = f"{c['status']}: {c['message']}" + (
+                f" ({c['text']})" if c.get("text") else "")
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode")

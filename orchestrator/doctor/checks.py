@@ -64,26 +64,29 @@ def _majority(values: dict[str, object]) -> object:
     return counts.most_common(1)[0][0] if counts else None
 
 
+def alike(name: str, label: str, values: dict[str, object], severity: CheckStatus, hint: str,
+          per_node: dict[str, list[Check]], unread: str = "not read on any node") -> Check:
+    """One fact alike on every node (`values`: by IP, None where not read or not applicable): the
+    cluster's check; each node whose value differs from the majority's gets its own in `per_node`."""
+    known = {ip: v for ip, v in values.items() if v is not None}
+    if len(set(known.values())) <= 1:
+        where = "every node" if len(known) == len(values) else f"the {len(known)} node(s) it applies to"
+        return (Check(name, OK, f"{label} {next(iter(known.values()))} on {where}") if known
+                else Check(name, SKIP, f"{label}: {unread}"))
+    usual = _majority(known)
+    odd = sorted(ip for ip, v in known.items() if v != usual)
+    for ip in odd:
+        per_node[ip].append(Check(name, severity, f"{label} {known[ip]} where the others have {usual}", hint))
+    return Check(name, severity, f"{label} {usual} on {len(known) - len(odd)} node(s); "
+                 + "; ".join(f"{known[ip]} on {ip}" for ip in odd), hint)
+
+
 def same_everywhere(nodes: list[NodeFacts]) -> tuple[list[Check], dict[str, list[Check]]]:
-    """Software and the communication variables on every node: cluster checks, and per node (by
-    IP) the checks that name it where it differs from the rest."""
-    cluster, per_node = [], {n.ip: [] for n in nodes}
-    for key, severity in SOFTWARE:
-        values = {n.ip: getattr(n, key) for n in nodes}
-        known = {ip: v for ip, v in values.items() if v is not None}
-        if len(set(known.values())) <= 1:
-            shown = next(iter(known.values()), "unknown")
-            cluster.append(Check(f"same {key}", OK, f"{key} {shown} on every node") if known
-                           else Check(f"same {key}", SKIP, f"{key}: not read on any node"))
-            continue
-        usual = _majority(known)
-        odd = sorted(ip for ip, v in known.items() if v != usual)
-        cluster.append(Check(f"same {key}", severity, f"{key} {usual} on {len(known) - len(odd)} node(s); "
-                             + "; ".join(f"{known[ip]} on {ip}" for ip in odd),
-                             _SOFTWARE_HINT.get(key, "install the same version on every node")))
-        for ip in odd:
-            per_node[ip].append(Check(f"same {key}", severity, f"{key} {known[ip]} where the others have {usual}",
-                                      _SOFTWARE_HINT.get(key, "install the same version on every node")))
+    """Software and the communication variables on every node: cluster checks, and by IP each node's that differ."""
+    per_node: dict[str, list[Check]] = {n.ip: [] for n in nodes}
+    cluster = [alike(f"same {key}", key, {n.ip: getattr(n, key) for n in nodes}, severity,
+                     _SOFTWARE_HINT.get(key, "install the same version on every node"), per_node)
+               for key, severity in SOFTWARE]
     # the interface variables name each node's own NIC (collbench pins them per node where unset;
     # NIC names differ between nodes): `interface` checks each node's value against its NICs instead
     names = sorted({k for n in nodes for k in n.env} - set(IFNAME_VARS))

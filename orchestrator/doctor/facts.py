@@ -20,6 +20,8 @@ import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
+from orchestrator.doctor import platform as pf
+from orchestrator.sweep.fabric import GpuFabric, parse_fabric
 from workloads.comm_env import COMM_ENV_PREFIXES, interface_holding, kernel_addresses
 
 Run = Callable[[list[str]], str]  # stdout of a command; raises OSError/CalledProcessError/TimeoutExpired
@@ -52,6 +54,7 @@ class Port:
     state: str | None  # ACTIVE, DOWN, INIT, ARMED (from "4: ACTIVE")
     rate_gbps: float | None
     link_layer: str | None  # InfiniBand | Ethernet
+    gids: tuple[str, ...] | None = None  # RoCE: its non-zero GIDs (platform.read_gids); None: not RoCE
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,7 @@ class Rdma:
     pcie_width: tuple[int | None, int | None] = (None, None)
     numa: int | None = None
     bus_id: str | None = None
+    firmware: str | None = None  # fw_ver
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,8 @@ class NodeFacts:
     peermem: bool | None = None  # nvidia_peermem loaded (GPUDirect RDMA through peer memory)
     dmabuf: bool | None = None  # kernel and driver offer dma-buf (GPUDirect RDMA without peermem)
     instance_type: str | None = None
+    fabric: tuple[GpuFabric, ...] = ()  # each GPU's NVLink fabric registration (sweep.fabric)
+    platform: pf.Platform | None = None  # kernel, ACS, IOMMU, IMEX channels (doctor.platform)
     problems: tuple[str, ...] = ()  # what could not be read, and why
 
     def to_json(self) -> dict:
@@ -127,7 +133,9 @@ def gather(ip: str, root: str = "/", run: Run = _run, env: dict | None = None, g
         facts.update(gpu_facts(root, run, problems))
     facts["rdma"] = tuple(rdma_devices(root))
     facts["instance_type"] = _instance(root)
-    facts["problems"] = tuple(problems)
+    facts["platform"] = pf.read(root, run, [_sysfs_bus(g.bus_id) for g in facts.get("gpus", ())]
+                                      + [d.bus_id for d in facts["rdma"] if d.bus_id], bool(facts.get("gpus")))
+    facts["problems"] = tuple(problems) + facts["platform"].unread
     return NodeFacts(**facts)
 
 
@@ -218,7 +226,8 @@ def gpu_facts(root: str, run: Run, problems: list[str]) -> dict:
         numa = _int(_read(root, f"sys/bus/pci/devices/{_sysfs_bus(g.bus_id)}/numa_node"))
         out_gpus.append(Gpu(**{**asdict(g), "nvlinks_active": active, "nvlinks_inactive": inactive, "numa": numa}))
     peermem = os.path.isdir(os.path.join(root, "sys/module/nvidia_peermem"))
-    return {"gpus": tuple(out_gpus), "driver": driver, "peermem": peermem, "dmabuf": _dmabuf(root)}
+    return {"gpus": tuple(out_gpus), "driver": driver, "peermem": peermem, "dmabuf": _dmabuf(root),
+            "fabric": tuple(parse_fabric(text))}
 
 
 def _tree(text: str) -> list[tuple[tuple[str, ...], str]]:
@@ -353,8 +362,10 @@ def rdma_devices(root: str = "/") -> list[Rdma]:
             state = _read(root, f"{where}/ports/{p}/state")
             rate = _read(root, f"{where}/ports/{p}/rate")
             m = re.match(r"([\d.]+)", rate or "")
+            layer = _read(root, f"{where}/ports/{p}/link_layer")
             ports.append(Port(int(p) if p.isdigit() else 0, state.split(":")[-1].strip() if state else None,
-                              float(m.group(1)) if m else None, _read(root, f"{where}/ports/{p}/link_layer")))
+                              float(m.group(1)) if m else None, layer,
+                              pf.read_gids(os.path.join(port_dir, p)) if layer == "Ethernet" else None))
         layer = ports[0].link_layer if ports else None
         kind = "EFA" if driver == "efa" or dev.startswith("efa") else "RoCE" if layer == "Ethernet" else "IB"
         bus = os.path.basename(os.path.realpath(os.path.join(base, dev, "device"))) \
@@ -364,7 +375,7 @@ def rdma_devices(root: str = "/") -> list[Rdma]:
                          _gts(_read(root, f"{where}/device/max_link_speed"))),
                         (_int(_read(root, f"{where}/device/current_link_width")),
                          _int(_read(root, f"{where}/device/max_link_width"))),
-                        _int(_read(root, f"{where}/device/numa_node")), bus))
+                        _int(_read(root, f"{where}/device/numa_node")), bus, _read(root, f"{where}/fw_ver")))
     return out
 
 

@@ -13,7 +13,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from orchestrator.doctor import checks as ck
-from orchestrator.doctor import diagnostics, reach
+from orchestrator.doctor import diagnostics, fleet, platform_checks, reach, settings
 from orchestrator.doctor import facts as fx
 from orchestrator.errors import UsageError, first_line
 from orchestrator.sweep.inventory import Inventory
@@ -87,9 +87,10 @@ def _no_software(run):
 
 
 def diagnose(inv: Inventory, agents: dict[str, object] | None = None, quick: bool = False,
-             timeout_s: float = 30.0) -> Diagnosis:
+             timeout_s: float = 30.0, env: dict[str, str] | None = None) -> Diagnosis:
     """Every check on every node of `inv`; `agents` (node id -> a worker already there) for the
-    quick part a run makes, else one agent per node for the command."""
+    quick part a run makes, else one agent per node for the command; `env`: the run's --env, judged
+    on top of each node's own variables."""
     import time
 
     t0 = time.monotonic()
@@ -120,19 +121,24 @@ def diagnose(inv: Inventory, agents: dict[str, object] | None = None, quick: boo
         if made:
             for h in agents.values():
                 ray.kill(h, no_restart=True)
-    return judge(inv, facts, attempts, time.monotonic() - t0)
+    return judge(inv, facts, attempts, time.monotonic() - t0, env)
 
 
-def judge(inv: Inventory, facts: list[fx.NodeFacts], attempts: dict, wall_s: float = 0.0) -> Diagnosis:
+def judge(inv: Inventory, facts: list[fx.NodeFacts], attempts: dict, wall_s: float = 0.0,
+          env: dict[str, str] | None = None) -> Diagnosis:
     """The checks of the facts every node reported and of the connections tried (pure)."""
     ips = [n.ip for n in inv.nodes]
-    same, per_node = ck.same_everywhere(facts)
-    mtu, mtu_nodes = ck.same_mtu(facts)
+    cluster, per_node = [], {ip: [] for ip in ips}
+    for checks, mine in (ck.same_everywhere(facts), ck.same_mtu(facts), fleet.odd_ones_out(facts),
+                         settings.settings_checks(facts, env)):
+        cluster += checks
+        for ip, own in mine.items():
+            per_node[ip] += own
     reachable, reach_nodes = reach.verdicts(ips, attempts)
-    out = Diagnosis(cluster=[*same, *mtu, reachable], wall_s=wall_s, facts=list(facts))
+    out = Diagnosis(cluster=[*cluster, reachable], wall_s=wall_s, facts=list(facts))
     for node, f in zip(inv.nodes, facts):
-        own = [*per_node[node.ip], *mtu_nodes[node.ip], *reach_nodes[node.ip], *ck.node_checks(f, node.gpus),
-               diagnostics.check(f)]
+        own = [*per_node[node.ip], *reach_nodes[node.ip], *ck.node_checks(f, node.gpus),
+               *platform_checks.checks(f), diagnostics.check(f)]
         out.nodes.append({"node": node.ip, "host": node.hostname or f.hostname, "checks": own})
     return out
 

@@ -155,14 +155,23 @@ def saved_line(store) -> str:
 
 
 def say_warnings(diagnosis, voice: Voice) -> None:
-    """The quick doctor's warnings (a run goes on with them): one line each."""
+    """What the quick doctor found that does not refuse a run (a run goes on with it): one line per
+    node and check (its warnings, and failures of checks that are not quick ones: a GID missing,
+    NCCL_CHUNK_SIZE on one node), and the cluster's own findings no node's check says (an NCCL
+    setting on every node)."""
     from orchestrator.doctor.checks import CheckStatus
+    from orchestrator.execution.doctor import QUICK
 
     if diagnosis is None:
         return
+    said = (CheckStatus.WARN, CheckStatus.FAIL)
+    on_nodes = {c.name for n in diagnosis.nodes for c in n["checks"]}
     for node, host, check in [(n["node"], n["host"], c) for n in diagnosis.nodes for c in n["checks"]
-                              if c.status is CheckStatus.WARN]:
+                              if c.status in said and not (c.status is CheckStatus.FAIL and c.name in QUICK)]:
         voice.warn(f"collbench: doctor: node {node} ({host}): {check.name}: {check.detail}; {check.hint}")
+    for check in diagnosis.cluster:
+        if check.status in said and check.name not in on_nodes and check.name not in QUICK:
+            voice.warn(f"collbench: doctor: {check.name}: {check.detail}; {check.hint}")
 
 
 def _closed(result: RunResult, session) -> RunResult:

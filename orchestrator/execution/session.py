@@ -180,7 +180,7 @@ class Session:
                 self._read_probes(probe.submit_in(self.inv, first, False))
         if self.doctor:  # before anything is written: a run refused here leaves no folder
             with self.startup.timing("doctor_s"):
-                self.diagnosis = doctor.diagnose(self.inv, agents=first, quick=True)
+                self.diagnosis = doctor.diagnose(self.inv, agents=first, quick=True, env=self.spec.env_vars())
             said = doctor.refusal(self.diagnosis)
             if said:
                 raise doctor.DoctorRefusal(said, self.diagnosis)

@@ -10,7 +10,7 @@ __all__ = ["SWEEPS", "CheckStatus", "doctor"]  # CheckStatus: what a Diagnosis's
 from orchestrator.sweep.spec import SweepSpec
 
 # What doctor reads of a sweep: which cluster, and which of its nodes with how many CPU ranks.
-SWEEPS = Sweeps("collbench doctor", fields=("address", "verbose", "ranks_per_node", "nodes", "exclude"))
+SWEEPS = Sweeps("collbench doctor", fields=("address", "verbose", "ranks_per_node", "nodes", "exclude", "env"))
 
 
 def doctor(sweep: SweepSpec):
@@ -19,4 +19,4 @@ def doctor(sweep: SweepSpec):
     from orchestrator.execution.doctor import diagnose
 
     with joined_inventory(sweep) as inv:
-        return diagnose(inv)
+        return diagnose(inv, env=sweep.env_vars())

@@ -104,6 +104,7 @@ def labs():
     POOL.close()
 
 
+@pytest.hookimpl(trylast=True)  # after pytest's own teardown: the test's fixtures (a planted fault) are undone first
 def pytest_runtest_teardown(item, nextitem):
     """After the last test of a shared lab's shape, the lab goes."""
     if shared_lab_of(item) is not None and (nextitem is None or shared_lab_of(nextitem) != shared_lab_of(item)):

@@ -4,7 +4,8 @@ gloo's and NCCL's sockets listen). doctor names each node with its check in seco
 one line before its first group (where each group with node 2 would hang until its deadline), nothing
 written; `--exclude` of the two measures the rest. Both faults are lifted after. A variable set on
 one node alone (doctor's "same variables" check, a warning that `run` says and does not refuse):
-tests/unit/test_doctor_checks.py, from each node's facts."""
+tests/unit/test_doctor_checks.py, from each node's facts; NCCL settings known to hurt, passed with
+--env, are named here, and on one node alone in tests/unit/test_doctor_platform.py."""
 
 from __future__ import annotations
 
@@ -49,7 +50,10 @@ def _env(st) -> dict:
 def test_doctor_names_each_planted_fault_in_seconds(faulty):
     st = faulty
     t0 = time.monotonic()
-    proc = run_cli(["doctor", "--address", st.address, "--format", "json"], env=_env(st), timeout=120)
+    # with the NCCL settings of issue 57 passed as a run would pass them: named for the cluster (every node)
+    settings = ["--env", "NCCL_CHUNK_SIZE=2097152", "--env", "NCCL_IGNORE_NET_MISMATCH=1",
+                "--env", "NCCL_IB_SPLIT_DATA_ON_QPS=1"]
+    proc = run_cli(["doctor", "--address", st.address, "--format", "json", *settings], env=_env(st), timeout=120)
     elapsed = time.monotonic() - t0
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     found = json.loads(proc.stdout)
@@ -69,6 +73,15 @@ def test_doctor_names_each_planted_fault_in_seconds(faulty):
     cluster = {c["name"]: c for c in found["cluster"]}
     assert cluster["reachable"]["status"] == "fail" and f"blocked node(s): {ips[FIREWALL_NODE]}" in \
         cluster["reachable"]["detail"]
+    # the settings: the chunk size fails (wrong results), the mismatch switch warns, split mode is no
+    # finding on nodes without RoCE NICs (the lab's veth links); each with NCCL's issue as its source
+    assert cluster["NCCL_CHUNK_SIZE"]["status"] == "fail" and \
+        cluster["NCCL_CHUNK_SIZE"]["detail"].startswith("NCCL_CHUNK_SIZE=2097152 on every node: ")
+    assert "nccl/issues/2408" in cluster["NCCL_CHUNK_SIZE"]["hint"]
+    assert cluster["NCCL_IGNORE_NET_MISMATCH"]["status"] == "warn" and "NCCL_IB_SPLIT_DATA_ON_QPS" not in cluster
+    # and the odd node out finds nothing on a lab of like nodes (no GPU: its GPU and NIC facts do not apply)
+    assert cluster["same kernel"]["status"] == "ok" and cluster["same GPU count"]["status"] == "skip"
+    assert cluster["same GPU count"]["detail"] == "GPUs: no node with GPUs"
     assert elapsed < 60, elapsed  # the doctor itself bounds every wait
 
 

@@ -186,8 +186,9 @@ def test_interface_names_that_differ_per_node_are_no_warning_but_each_is_checked
 
 def test_a_run_says_each_nodes_warning_in_one_line_and_goes_on():
     """A variable set on one node alone: `run` and `qualify` say the quick doctor's warning, one
-    line per node and check (execution.jobs.say_warnings), and go on; a failed check is not said
-    there (it refuses the run instead)."""
+    line per node and check (execution.jobs.say_warnings), and go on; a failed quick check is not
+    said there (it refuses the run instead), a failed other one is, and a cluster's finding that no
+    node's check says (an NCCL setting on every node, issue 57)."""
     from orchestrator.execution.doctor import Diagnosis
     from orchestrator.execution.jobs import say_warnings
     from orchestrator.execution.voice import Voice
@@ -205,3 +206,13 @@ def test_a_run_says_each_nodes_warning_in_one_line_and_goes_on():
                     f"others have (unset); {warning.hint}"]
     say_warnings(None, Voice(said.append, said.append))  # no doctor ran: nothing said
     assert len(said) == 1
+    from orchestrator.doctor import settings
+
+    cluster, _ = settings.settings_checks([_node(ip) for ip in IPS[:3]], {"NCCL_CHUNK_SIZE": "2097152"})
+    gid = ck.Check("mlx5_0 GID", ck.FAIL, "RoCE port 1 has no GID", "give it an IP address")
+    diagnosis.cluster, said = cluster, []
+    diagnosis.nodes[0]["checks"].append(gid)
+    say_warnings(diagnosis, Voice(said.append, said.append))
+    assert said[0] == f"collbench: doctor: node {IPS[0]} (h1): mlx5_0 GID: RoCE port 1 has no GID; give it an IP address"
+    assert said[2].startswith("collbench: doctor: NCCL_CHUNK_SIZE: NCCL_CHUNK_SIZE=2097152 on every node: ") \
+        and len(said) == 3
