@@ -240,3 +240,46 @@ def run(act: Action, timeout_s: float = RUN_TIMEOUT_S) -> Done:
             first = next((ln.strip() for ln in (done.stderr or done.stdout or "").splitlines() if ln.strip()), "")
             return Done(act, False, f"{shlex.join(argv)}: exit {done.returncode}" + (f": {first}" if first else ""))
     return Done(act, True, "")
+
+
+def head_address(peer: str | None) -> str:
+    """The address a Slurm job's head node advertises to the others: the one its kernel sends from
+    toward `peer` (another node of the job, as Slurm addresses it), so never a loopback address
+    whatever /etc/hosts maps the host name to (Debian's 127.0.1.1), nor a management interface that
+    does not reach the others. No peer (a one-node job): the default route's, else loopback."""
+    import socket
+
+    from orchestrator.errors import UsageError
+
+    def source(target: str) -> tuple[str, str]:
+        ip = socket.getaddrinfo(target, None, socket.AF_INET)[0][4][0]
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((ip, 9))  # no packet is sent: the kernel picks the route and its source address
+            return ip, s.getsockname()[0]
+
+    if not peer:
+        try:
+            return source("192.0.2.1")[1]  # TEST-NET-1: only the default route's choice of source
+        except OSError:
+            return "127.0.0.1"
+    try:
+        ip, mine = source(peer)
+    except OSError as e:
+        raise UsageError(f"head address: no route from this node to {peer} ({e.strerror or e})") from None
+    if mine.startswith("127.") and not ip.startswith("127."):
+        raise UsageError(f"head address: this node reaches {peer} ({ip}) only from {mine}, a loopback address")
+    return mine
+
+
+if __name__ == "__main__":  # the Slurm scripts: python -m orchestrator.scheduler head-address [PEER]
+    import sys
+
+    from orchestrator.errors import UsageError
+
+    if sys.argv[1:2] != ["head-address"] or len(sys.argv) > 3:
+        sys.exit("usage: python -m orchestrator.scheduler head-address [PEER]")
+    try:
+        print(head_address(sys.argv[2] if len(sys.argv) > 2 else None))
+    except UsageError as e:
+        print(f"collbench: {e}", file=sys.stderr)
+        sys.exit(2)

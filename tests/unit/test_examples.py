@@ -144,3 +144,21 @@ def test_both_scripts_pass_sigusr1_on_as_the_one_submitted_to_slurm_does():
                         ("while [ -n \"$trapped\" ]; do", "done")):
         qualify, sweep = (_block(text, first, last) for text in texts.values())
         assert qualify == sweep and qualify.startswith(first), (first, qualify, sweep)
+
+
+def test_both_scripts_meet_a_site_as_it_is_with_the_same_lines():
+    """Issue 58: the site's PATH kept (the venv first: scontrol and srun may live in /opt/slurm/bin),
+    the token in the environment srun passes on (no shared folder assumed), symmetric-run's other
+    nodes given 10 minutes for the head, the head's address from the route to another node (never
+    /etc/hosts' loopback), all the node's memory and no CPU binding for the Ray step; the same lines
+    in both scripts, so the real Slurm of tests/lab/test_slurm.py proves both."""
+    texts = {name: (ROOT / "examples" / "slurm" / name).read_text() for name in ("qualify.sbatch", "sweep.sbatch")}
+    for text in texts.values():
+        assert 'export PATH="$VENV/bin:$PATH"' in text and "/usr/bin:/bin" not in text
+        assert "RAY_AUTH_TOKEN_PATH" not in text and "export RAY_AUTH_MODE=token RAY_AUTH_TOKEN" in text
+        assert "export RAY_SYMMETRIC_RUN_CLUSTER_WAIT_TIMEOUT=600" in text and "#SBATCH --mem=0" in text
+        assert "hostname --ip-address" not in text and "--cpu-bind=none" in text
+    for first, last in (("export PATH=", "export RAY_SYMMETRIC_RUN_CLUSTER_WAIT_TIMEOUT"),
+                        ("nodes=$(scontrol show hostnames", "head_ip=")):
+        qualify, sweep = (_block(text, first, last) for text in texts.values())
+        assert qualify == sweep, (first, qualify, sweep)

@@ -98,3 +98,16 @@ def test_qualify_refuses_a_drain_with_nothing_to_drain_in(tmp_path, monkeypatch,
     proc = run_main(["qualify", "--output", str(tmp_path / "out"), *args])
     assert (proc.returncode, proc.stdout, proc.stderr.splitlines()[-1]) == (2, "", line)
     assert not (tmp_path / "out").exists()
+
+
+def test_the_heads_address_is_the_source_of_the_route_to_another_node():
+    """Issue 58: the Slurm scripts' head address is what the kernel sends from toward another node of
+    the job (here the only reachable one, loopback, reaches itself from loopback); a peer with no
+    route or no name stops in one line; a one-node job takes the default route's source."""
+    from orchestrator.errors import UsageError
+    from orchestrator.scheduler import head_address
+
+    assert head_address("127.0.0.1") == "127.0.0.1"
+    assert head_address(None)  # the default route's source, or loopback where there is none
+    with pytest.raises(UsageError, match=r"^head address: no route from this node to nosuchhost\.invalid \("):
+        head_address("nosuchhost.invalid")
