@@ -19,6 +19,7 @@ from orchestrator.execution.events import (
     RowsMeasured,
     RunObserver,
 )
+from orchestrator.execution.live import LiveLine, Work
 from orchestrator.sweep.planner import Group
 from orchestrator.sweep.sizes import format_bytes
 from workloads.messages import Status
@@ -105,10 +106,12 @@ def failure_summary(failures: list[GroupFailure]) -> list[str]:
 class Console(RunObserver):
     """Prints the run as it goes: group lines, a column header once per round, a line per row
     (`rows=False`: none of these) and per failure on stdout; progress (groups done, elapsed, and
-    an estimate where the total is known) on stderr."""
+    an estimate where the total is known) on stderr at each group's end, and with `work` (the plan's
+    cases and their estimate, execution.live) a live line: redrawn in place on a terminal, a plain
+    line now and then in a pipe or a job log. `close()` ends it."""
 
     def __init__(self, total_groups: int | None, out: TextIO | None = None, progress: TextIO | None = None,
-                 rows: bool = True) -> None:
+                 rows: bool = True, work: Work | None = None, terminal: bool | None = None) -> None:
         self.total = total_groups
         self.done = 0
         self.t0 = time.monotonic()
@@ -116,8 +119,20 @@ class Console(RunObserver):
         self.out = out or sys.stdout
         self.progress = progress or sys.stderr
         self.rows = rows
+        self.live = None
+        if work is not None:
+            if terminal is None:
+                terminal = _is_terminal(self.progress)
+            self.live = LiveLine(work, self._write_progress, terminal)  # drawn from the first group on
+
+    def close(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+            self.live = None
 
     def group_started(self, event: GroupStarted) -> None:
+        if self.live is not None and not self.live.started:  # after the start-up's own lines
+            self.live.start()
         if self.rows:
             self._print(group_line(event.group, event.base))
 
@@ -129,6 +144,10 @@ class Console(RunObserver):
         self._print(event.text)
 
     def rows_measured(self, event: RowsMeasured) -> None:
+        if self.live is not None:
+            with self.live.lock:
+                work = self.live.work
+                work.done_cases[event.group.group_id] = work.done_cases.get(event.group.group_id, 0) + 1
         for row in event.rows if self.rows else ():
             self._print(row_line(row))
 
@@ -137,12 +156,40 @@ class Console(RunObserver):
             self._print(f"  {event.status.value.upper()}: group {event.group.group_id}: {event.failure.error}")
         self.done += 1
         elapsed = time.monotonic() - self.t0
+        if self.live is not None:
+            with self.live.lock:
+                self.live.work.ended.add(event.group.group_id)
         if self.total is None:
             line = f"[progress] {self.done} groups done, {elapsed:.0f}s elapsed"
         else:
-            left = elapsed / self.done * (self.total - self.done)
+            left = self.live.work.left_s(elapsed) if self.live is not None else \
+                elapsed / self.done * (self.total - self.done)
             line = f"[progress] {self.done}/{self.total} groups done, {elapsed:.0f}s elapsed, ~{left:.0f}s left"
-        print(line, file=self.progress, flush=True)
+        self._around_live(lambda: print(line, file=self.progress, flush=True))
 
     def _print(self, line: str) -> None:
-        print(line, file=self.out, flush=True)
+        self._around_live(lambda: print(line, file=self.out, flush=True))
+
+    def _around_live(self, show) -> None:
+        """Print a line with the live line out of its way (a terminal), then redraw it."""
+        if self.live is None:
+            show()
+            return
+        with self.live.lock:
+            self.live.clear()
+            show()
+            self.live.draw()
+
+    def _write_progress(self, text: str) -> None:
+        self.progress.write(text)
+        self.progress.flush()
+
+
+def _is_terminal(stream: TextIO) -> bool:
+    """A terminal that redraws a line in place: a TTY whose TERM is not `dumb`."""
+    import os
+
+    try:
+        return stream.isatty() and os.environ.get("TERM", "") != "dumb"
+    except (AttributeError, ValueError):
+        return False

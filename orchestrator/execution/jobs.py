@@ -116,23 +116,31 @@ def sweep(spec: SweepSpec, *, run_id: str | None = None, saved: resume.SavedRun 
         voice.say(f"collbench: run {run_id} on {session.where}: {len(inv.nodes)} node(s), "
                   f"{inv.world_size} rank(s), backend {backend}, {len(plan)} group(s) in {len(plan.rounds)} "
                   f"round(s); results -> {store.location}")
+        guess = None
         if planner is None:  # a replay's steps are priced by predict --trace, not here
             rates = earlier_rates(session.spec.output, backend, [n.ip for n in inv.nodes])
-            voice.say(f"collbench: {estimate(plan, session.spec, inv, rates, backend, frozenset(skip)).line()}")
+            guess = estimate(plan, session.spec, inv, rates, backend, frozenset(skip))
+            voice.say(f"collbench: {guess.line()}")
         if resuming:
             again = " (failed, timed-out and skipped ones are measured again)" if retry_failed else ""
             voice.say(f"collbench: resuming: {len(skip)} group(s) already on disk are skipped{again}")
         console = None
         if progress:
             from orchestrator.execution.console import Console
+            from orchestrator.execution.live import Work
 
-            console = Console(len(plan) - len(skip))
-        runner, outcome = session.start(len(plan), [*([console] if console else []), *observers],
-                                        command=command, skipped=len(skip),
-                                        cases_for=planner.cases if planner else None)
-        say_warnings(session.diagnosis, voice)
-        result.outcome = outcome
-        runner.run(plan, skip)
+            work = Work.of(guess, [g.group_id for g in plan.groups if g.group_id not in skip]) if guess else None
+            console = Console(len(plan) - len(skip), work=work)
+        try:
+            runner, outcome = session.start(len(plan), [*([console] if console else []), *observers],
+                                            command=command, skipped=len(skip),
+                                            cases_for=planner.cases if planner else None)
+            say_warnings(session.diagnosis, voice)
+            result.outcome = outcome
+            runner.run(plan, skip)
+        finally:
+            if console is not None:
+                console.close()
         session.finish(outcome)
 
     session, finished = live(

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pandas as pd
 
 from orchestrator.sweep.inventory import Inventory
-from orchestrator.sweep.planner import Plan, build_cases
+from orchestrator.sweep.planner import Plan, build_cases, one_size_each
 from orchestrator.sweep.spec import SweepSpec
 from workloads import registry
 from workloads.dtypes import ELEMENT_BYTES
@@ -110,6 +110,7 @@ DEFAULTS = {
 class Estimate:
     seconds: float
     basis: str
+    cases_s: dict = field(default_factory=dict)  # group id -> each case's seconds, in the order it runs them
 
     def line(self) -> str:
         return f"estimate: about {duration(self.seconds)} ({self.basis})"
@@ -134,7 +135,8 @@ def estimate(plan: Plan, spec: SweepSpec, inv: Inventory, rates: Rates, backend:
     passes = timed_passes(backend)
     firsts = inv.first_rank()
     cases: dict[int, list] = {}
-    group_s: dict[tuple[int, str], float] = {}
+    group_s: dict[tuple[int, str], tuple[float, ...]] = {}
+    cases_s: dict[str, tuple[float, ...]] = {}
     total = rates.start_s
     for rnd in plan.rounds:
         left = [g for g in rnd if g.group_id not in done]
@@ -147,11 +149,12 @@ def estimate(plan: Plan, spec: SweepSpec, inv: Inventory, rates: Rates, backend:
             where = "intra" if len(nodes) == 1 else "inter"
             key = (n, where)
             if key not in group_s:
-                mine = cases.setdefault(n, build_cases(spec, n))
-                group_s[key] = sum(_case_s(c, n, *rates.of(where, c.collective), passes) for c in mine)
-            slowest = max(slowest, group_s[key])
+                mine = cases.setdefault(n, one_size_each(build_cases(spec, n)))  # as the runner runs them
+                group_s[key] = tuple(_case_s(c, n, *rates.of(where, c.collective), passes) for c in mine)
+            cases_s[g.group_id] = group_s[key]
+            slowest = max(slowest, sum(group_s[key]))
         total += slowest + rates.round_s
-    return Estimate(total, rates.basis)
+    return Estimate(total, rates.basis, cases_s)
 
 
 def _case_s(case, n: int, latency_us: float, busbw_gbps: float, passes: int) -> float:

@@ -27,12 +27,53 @@ def _collbench(args: list[str], cwd, env: dict, timeout: float = 300) -> subproc
                           text=True, timeout=timeout)
 
 
+def _collbench_on_a_terminal(args: list[str], cwd, env: dict, timeout: float = 300) -> subprocess.CompletedProcess:
+    """As a person at a terminal runs it: stdout and stderr on one pseudo-terminal, read as it came
+    (the screen as text: carriage returns and erase-line codes kept), in `stdout`."""
+    import pty
+    import select
+    import time
+
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator", *args], cwd=cwd, env={**env, "TERM": "xterm"},
+                            stdin=follower, stdout=follower, stderr=follower, close_fds=True)
+    os.close(follower)
+    screen, deadline = bytearray(), time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([leader], [], [], 1.0)
+            if ready:
+                try:
+                    chunk = os.read(leader, 65536)
+                except OSError:  # the terminal closed: the process has ended
+                    break
+                if not chunk:
+                    break
+                screen += chunk
+            elif proc.poll() is not None:
+                break
+        proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(leader)
+    text = screen.decode(errors="replace").replace("\r\n", "\n")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, text, "")
+
+
 def test_the_readmes_first_hour(ray_head, tmp_path):
     env = {**ray_head.env(), "PYTHONPATH": os.pathsep.join(sys.path)}
     runs, said = [], []
-    for _ in range(2):
-        proc = _collbench(["run"], tmp_path, env)
-        assert proc.returncode == 0, proc.stderr[-3000:]
+    for first in (True, False):  # the first at a terminal (its live line), the second piped, as in a job log
+        proc = (_collbench_on_a_terminal if first else _collbench)(["run"], tmp_path, env)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        if first:
+            screen = proc.stdout  # the live line: redrawn in place with the time left, from the estimate on
+            frames = [f for f in screen.split("\r") if f.startswith("[#") or f.startswith("[.")]
+            assert frames and " left" in frames[0] and "0/1 groups" in frames[0], screen[-3000:]
+            assert screen.index("0/1 groups") < screen.index("[progress] 1/1 groups done"), screen[-3000:]
+        else:
+            assert "\r" not in proc.stderr and "\x1b" not in proc.stderr  # piped: plain lines only
         runs.append((proc.stdout + proc.stderr).rsplit("written to ", 1)[1].split()[0].rsplit("/", 1)[1])
         said.append([line for line in (proc.stdout + proc.stderr).splitlines() if "estimate: about" in line])
     # each run says how long it will take before it starts: the first at the stated defaults, the

@@ -1,0 +1,94 @@
+"""A run's live progress (issue 59, execution.live and the console): the planned work weighted by
+each case's estimated time, the time left moving from the estimate to the measured pace, a line
+redrawn in place on a terminal with the rows printed cleanly beside it, plain lines in a pipe."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from orchestrator.execution import live
+from orchestrator.execution.console import Console
+from orchestrator.execution.events import GroupEnded, GroupStarted, RowsMeasured
+from orchestrator.sweep.estimate import Estimate
+from workloads.messages import Status
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _work() -> live.Work:
+    # two groups: g0 of three cases (1 s, 1 s, 8 s), g1 of one case (10 s); the estimate says 25 s
+    return live.Work.of(Estimate(25.0, "default rates", {"g0": (1.0, 1.0, 8.0), "g1": (10.0,)}), ["g0", "g1"])
+
+
+def test_the_done_fraction_weighs_each_case_by_its_estimated_time():
+    w = _work()
+    assert w.fraction() == 0 and w.cases() == (0, 4)
+    w.done_cases["g0"] = 2
+    assert w.fraction() == pytest.approx(2 / 20) and w.cases() == (2, 4)
+    w.ended.add("g0")
+    assert w.fraction() == pytest.approx(10 / 20) and w.cases() == (3, 4)
+    w.ended.add("g1")
+    assert w.fraction() == 1 and w.left_s(40.0) == 0
+
+
+def test_the_time_left_starts_as_the_estimate_and_moves_to_the_measured_pace():
+    w = _work()
+    assert w.left_s(0.0) == 25.0 and w.left_s(10.0) == 15.0 and w.left_s(30.0) == 0.0
+    w.ended.add("g0")  # half the work done
+    # the run is twice as slow as estimated: 50 s for the first half; the pace says 50 s more, the
+    # estimate 12.5: weighted by what each has seen, (1 - f)(elapsed + (1 - f) estimate) = 0.5 (50 + 12.5)
+    assert w.left_s(50.0) == pytest.approx(31.25)
+    w.done_cases["g1"] = 0
+    assert w.left_s(50.0) > live.Work.of(Estimate(25.0, "x", {"g0": (1.0,)}), ["g0"]).left_s(50.0)
+
+
+def test_on_a_terminal_the_line_is_redrawn_in_place_and_rows_print_cleanly_beside_it():
+    clock, err, out = Clock(), io.StringIO(), io.StringIO()
+    console = Console(2, out=out, progress=err, work=_work(), terminal=True)
+    console.live.clock = clock
+    console.live.t0 = clock.now
+    group = type("G", (), {"group_id": "g0", "pattern": "intra", "round": 0})()
+    base = {"hosts": ["h1"], "node_ips": ["10.0.0.1"], "topology": "intra", "world_size": 2, "n_nodes": 1,
+            "groups_in_round": 2}
+    console.group_started(GroupStarted(group, base))
+    clock.now += 4
+    console.rows_measured(RowsMeasured(group, ()))
+    console.live.draw()
+    console.close()
+    text = err.getvalue()
+    frames = [f for f in text.split("\r") if f]
+    assert frames[0].startswith("[") and "0/2 groups, 0/4 cases, 0 s elapsed, ~25 s left" in frames[0]
+    assert any("5%" in f and "1/4 cases, 4 s elapsed" in f for f in frames), frames
+    assert text.endswith("\r\x1b[K")  # closed: the line is gone, nothing left half-drawn
+    assert out.getvalue().startswith("# group g0 (intra, intra)")  # the group's line in stdout, whole
+
+
+def test_in_a_pipe_the_progress_is_plain_lines_now_and_then():
+    clock, err = Clock(), io.StringIO()
+    line = live.LiveLine(_work(), err.write, terminal=False, clock=clock)
+    line.draw()
+    assert err.getvalue() == ""  # not yet: at most one line each PLAIN_EVERY_S
+    clock.now += live.PLAIN_EVERY_S
+    line.work.done_cases["g0"] = 3
+    line.draw()
+    # half the work (g0's 10 of 20 estimated seconds) in 30 s: 0.5 x (30 + 0.5 x 25) = 21.25 s left
+    assert err.getvalue() == "[progress] 0/2 groups, 3/4 cases, 30 s elapsed, ~22 s left\n"
+    assert "\r" not in err.getvalue() and "\x1b" not in err.getvalue()
+
+
+def test_a_group_end_line_says_the_time_left_from_the_work():
+    err = io.StringIO()
+    console = Console(2, out=io.StringIO(), progress=err, work=_work(), terminal=False)
+    group = type("G", (), {"group_id": "g0", "pattern": "intra", "round": 0})()
+    console.group_ended(GroupEnded(group, Status.OK, (), None))
+    console.close()
+    # g0 ended (half the estimated work) at once: 0.5 x (0 + 0.5 x 25) = 6.25 s left, not 0 x ...
+    assert err.getvalue().startswith("[progress] 1/2 groups done, 0s elapsed, ~6s left")
