@@ -42,10 +42,20 @@ def describe(planned: Planned, list_groups: bool) -> str:
     domains = inv.domains()
     lines = [f"inventory: {len(inv.nodes)} node(s), {inv.world_size} rank(s) ({'GPU' if inv.use_gpus else 'CPU'})"
              + (f", {len(domains)} NVLink domain(s)" if domains else "")]
+    runs: list[list] = []  # consecutive rounds alike (pattern, groups and their sizes) said once
     for rnd in plan.rounds:
         sizes = Counter(len(g.ranks) for g in rnd)
         shape = ", ".join(f"{count} x {size} ranks" for size, count in sorted(sizes.items()))
-        lines.append(f"round {rnd[0].round:>5}  {rnd[0].pattern:<9} {len(rnd):>6} group(s): {shape}")
+        said = f"{rnd[0].pattern:<9} {len(rnd):>6} group(s): {shape}"
+        if runs and runs[-1][2] == said and not list_groups:
+            runs[-1][1] = rnd[0].round
+        else:
+            runs.append([rnd[0].round, rnd[0].round, said])
         if list_groups:
-            lines += [f"    {g.group_id}: ranks {','.join(map(str, g.ranks))}" for g in rnd]
+            lines += [f"round {rnd[0].round:>5}  {said}",
+                      *(f"    {g.group_id}: ranks {','.join(map(str, g.ranks))}" for g in rnd)]
+    if not list_groups:
+        labels = [f"round {first}" if first == last else f"rounds {first}-{last}" for first, last, _ in runs]
+        width = max(map(len, labels), default=0) + 2
+        lines += [f"{label:<{width}}{said}" for label, (_, _, said) in zip(labels, runs)]
     return "\n".join(lines)

@@ -50,6 +50,20 @@ def test_plan_refuses_an_empty_inventory():
     assert proc.stdout == ""
 
 
+def test_plan_says_rounds_alike_once():
+    """Issue 59: 63 pairwise rounds of one shape are one line, not 63; --groups lists each round."""
+    proc = run_main(["plan", "--inventory", "64x8", "-e", "1G", "--patterns", "pairwise,intra"])
+    assert proc.returncode == 0, proc.stderr
+    rounds = [line for line in proc.stdout.splitlines() if line.startswith("round")]
+    assert rounds[0].split() == ["rounds", "0-62", "pairwise", "32", "group(s):", "32", "x", "16", "ranks"]
+    assert [r.split()[:3] for r in rounds[1:]] == [["round", "63", "intra"], ["round", "64", "intra"],
+                                                  ["round", "65", "intra"]]
+    assert len({line.index("pairwise" if "pairwise" in line else "intra") for line in rounds}) == 1  # aligned
+    listed = run_main(["plan", "--inventory", "4x2", "-e", "1K", "--patterns", "pairwise", "--groups"])
+    assert [line.split()[:2] for line in listed.stdout.splitlines() if line.startswith("round")] == [
+        ["round", "0"], ["round", "1"], ["round", "2"]]
+
+
 def test_a_config_key_is_refused_where_the_command_refuses_its_flag(tmp_path):
     config = tmp_path / "q.yaml"
     config.write_text("iters: 3\npatterns: inter\n")
