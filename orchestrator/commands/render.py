@@ -33,8 +33,32 @@ def _cell(value, sep: str = ", ") -> str:
     return str(value)
 
 
-def render_tables(tables: list[tuple[str, list[dict]]], fmt: str) -> str:
-    """`table` (aligned text) or `markdown`; an empty table prints "(none)"."""
+# verdict words by colour, in the columns that hold a verdict (on a terminal only: colour_enabled)
+_PAINTED = ("status", "verdict", "result")
+_COLOURS = {"31": {"fail", "failed", "slow", "hang", "lost", "dropped", "timeout", "error", "regressed", "below"},
+            "33": {"warn", "intermittent", "inconclusive", "skip", "skipped", "unsettled", "suspect"},
+            "32": {"ok", "pass", "unchanged", "finished"}}
+
+
+def colour_enabled(stream) -> bool:
+    """Colour for a terminal only: a TTY, TERM not `dumb`, and NO_COLOR unset or empty (no-color.org)."""
+    import os
+
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+    return tty and not os.environ.get("NO_COLOR") and os.environ.get("TERM", "") != "dumb"
+
+
+def _paint(text: str, padded: str) -> str:
+    code = next((c for c, words in _COLOURS.items() if text.strip().lower() in words), None)
+    return f"\033[{code}m{padded}\033[0m" if code else padded
+
+
+def render_tables(tables: list[tuple[str, list[dict]]], fmt: str, colour: bool = False) -> str:
+    """`table` (aligned text) or `markdown`; an empty table prints "(none)". `colour`: verdict words
+    (ok, warn, fail, slow, ...) in the status and verdict columns coloured, for a terminal."""
     parts = []
     for title, rows in tables:
         columns = list(dict.fromkeys(k for r in rows for k in r))
@@ -51,7 +75,9 @@ def render_tables(tables: list[tuple[str, list[dict]]], fmt: str) -> str:
             lines = [f"== {title}"]
             if rows:
                 lines.append("  ".join(c.rjust(w) for c, w in zip(columns, widths)))
-                lines += ["  ".join(v.rjust(w) for v, w in zip(row, widths)) for row in cells]
+                painted = [colour and c in _PAINTED for c in columns]
+                lines += ["  ".join(_paint(v, v.rjust(w)) if p else v.rjust(w) for v, w, p in zip(row, widths, painted))
+                          for row in cells]
             else:
                 lines.append("(none)")
         parts.append("\n".join(lines) + "\n")

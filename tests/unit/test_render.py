@@ -16,3 +16,33 @@ def test_numbers_read_without_e_notation():
 def test_a_table_of_small_rates_prints_them_in_full():
     text = render_tables([("busbw", [{"msg_bytes": 16, "busbw_gbps": np.float64(7.184e-06)}])], "table")
     assert text.splitlines() == ["== busbw", "msg_bytes   busbw_gbps", "       16  0.000007184"]
+
+
+def test_verdict_words_are_coloured_on_a_terminal_only_and_the_columns_stay_aligned(monkeypatch):
+    """Issue 59: fail red, warn yellow, ok green, in the status and verdict columns, where the output
+    is a terminal and NO_COLOR is unset; the padding is the plain text's, so columns line up."""
+    import io
+    import re
+
+    from orchestrator.commands.render import colour_enabled, render_tables
+
+    rows = [{"node": "10.0.0.1", "verdict": "pass", "detail": "fail"}, {"node": "10.0.0.22", "verdict": "slow",
+                                                                        "detail": ""}]
+    plain = render_tables([("verdicts", rows)], "table")
+    painted = render_tables([("verdicts", rows)], "table", colour=True)
+    assert "\033" not in plain and re.sub(r"\033\[\d+m", "", painted) == plain
+    assert "\033[32m   pass\033[0m" in painted and "\033[31m   slow\033[0m" in painted
+    assert "\033[31m" not in painted.splitlines()[2].split("pass")[1]  # the detail column's "fail": not a verdict
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm")
+    assert colour_enabled(Tty()) and not colour_enabled(io.StringIO())
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert not colour_enabled(Tty())
+    monkeypatch.setenv("NO_COLOR", "")
+    monkeypatch.setenv("TERM", "dumb")
+    assert not colour_enabled(Tty())
