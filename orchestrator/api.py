@@ -36,6 +36,7 @@ from typing import Any
 
 from orchestrator.errors import UsageError
 from orchestrator.operations import COMMAND_LINE, QUIET
+from orchestrator.operations import attach as attaching
 from orchestrator.operations import compare as comparing
 from orchestrator.operations import doctor as doctoring
 from orchestrator.operations import import_ as importing
@@ -191,6 +192,14 @@ class Watched:
     cycles: list
     lines: list[str]
     exit_code: int
+
+
+def attach(dumps: str | Sequence[str], /, *, hang_after: str | float = "30s", min_late_ms: float = 5.0,
+           hosts: Sequence[str] = ()) -> attaching.Look:
+    """A job's Flight Recorder dumps (a folder, or files) judged once for a hang and for chronic
+    stragglers: `.attached.hang`, `.attached.stragglers`, `.where(rank)` (`collbench attach`)."""
+    paths = (dumps,) if isinstance(dumps, str) else tuple(dumps)
+    return next(attaching.looks(attaching.AttachOptions(paths, hang_after, min_late_ms, tuple(hosts))))
 
 
 def watch(sweep: SweepSpec | None = None, /, *, cycles: int = 1, every: str | float = "5m", baseline_cycles: int = 5,

@@ -9,7 +9,20 @@ import sys
 import warnings
 
 from orchestrator import __version__
-from orchestrator.commands import compare, doctor, import_, lab, plan, predict, qualify, replay, report, run, watch
+from orchestrator.commands import (
+    attach,
+    compare,
+    doctor,
+    import_,
+    lab,
+    plan,
+    predict,
+    qualify,
+    replay,
+    report,
+    run,
+    watch,
+)
 from orchestrator.errors import CollbenchWarning, ConnectTimeout, RenamedOption, UsageError
 from orchestrator.operations import take_stop_signal
 
@@ -34,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"collbench {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for module in (run, qualify, watch, doctor, replay, plan, report, compare, predict, import_, lab):
+    for module in (run, qualify, watch, doctor, replay, plan, report, compare, predict, import_, attach, lab):
         module.add_parser(sub)
     return parser
 

@@ -58,9 +58,7 @@ class ImportOptions:
             raise UsageError("import: name at least one nccl-tests output file")
         if self.topology is not None and self.topology not in TOPOLOGIES:
             raise UsageError(f"--topology {self.topology[:40]!r}: intra, inter or mixed")
-        for host in self.hosts:
-            if not host or not host.isprintable() or " " in host:
-                raise UsageError(f"--hosts: {host[:40]!r} is not a host name")
+        check_hosts(self.hosts)
         if self.run_id is not None and (not self.run_id or not all(c.isalnum() or c in "-_." for c in self.run_id)
                                         or self.run_id[0] in "._"):
             raise UsageError(f"--run-id {self.run_id[:40]!r}: letters, digits, '-', '_' and '.', not first '.' or '_'")
@@ -178,6 +176,21 @@ def section_rows(path: str, s: nccl_tests.Section, options: ImportOptions, run_i
     return rows
 
 
+def hosts_per_rank(given: list[str], n: int, what: str) -> list[str]:
+    """--hosts as each of `n` ranks' host: one per rank, or one per node for equal consecutive
+    blocks of ranks (as mpirun -N and torchrun place them)."""
+    if len(given) != n and (len(given) > n or n % len(given)):
+        raise UsageError(f"--hosts: {len(given)} host(s) for {what}: name one per rank, or one per node for equal "
+                         "blocks of ranks")
+    return given if len(given) == n else [given[r * len(given) // n] for r in range(n)]
+
+
+def check_hosts(hosts: tuple[str, ...]) -> None:
+    for host in hosts:
+        if not host or not host.isprintable() or " " in host:
+            raise UsageError(f"--hosts: {host[:40]!r} is not a host name")
+
+
 def _placement(path: str, s: nccl_tests.Section, options: ImportOptions) -> tuple[list[str], str]:
     """Each rank's host (the file's, or --hosts) and the group's topology (checked against --topology)."""
     from_file = [r.host for r in s.ranks]
@@ -186,10 +199,7 @@ def _placement(path: str, s: nccl_tests.Section, options: ImportOptions) -> tupl
     n = len(from_file)
     given = list(options.hosts)
     if given:
-        if n and len(given) != n and (len(given) > n or n % len(given)):
-            raise UsageError(f"--hosts: {len(given)} host(s) for the {n} ranks of {path}: name one per rank, or one "
-                             "per node for equal blocks of ranks")
-        hosts = given if not n or len(given) == n else [given[r * len(given) // n] for r in range(n)]
+        hosts = hosts_per_rank(given, n, f"the {n} ranks of {path}") if n else given
     elif n:
         hosts = from_file
     else:

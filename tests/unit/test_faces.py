@@ -42,6 +42,7 @@ OPERATIONS = {
     "report": ("orchestrator.operations.report.report",),
     "compare": ("orchestrator.commands.compare.compare", "orchestrator.operations.compare.compare"),
     "import": ("orchestrator.commands.import_.import_run", "orchestrator.operations.import_.import_run"),
+    "attach": ("orchestrator.commands.attach.looks", "orchestrator.operations.attach.looks"),
 }
 
 
@@ -104,6 +105,8 @@ def _cases(tmp: str) -> list[tuple[str, list[str], object]]:
          lambda: api.compare(tmp, tmp, threshold=0.1, by="shape")),
         ("import", ["import", str(NCCL_LOG), "--output", out, "--run-id", "imp"],
          lambda: api.import_nccl_tests([str(NCCL_LOG)], out, run_id="imp")),
+        ("attach", ["attach", "dumps/", "--hang-after", "1m", "--hosts", "a,b"],
+         lambda: api.attach("dumps/", hang_after="1m", hosts=["a", "b"])),
         # bad values: refused by both faces in the same line
         ("run", ["run", "--iters", "0"], lambda: api.run(iters=0)),
         ("run", ["run", "--retry-failed"], lambda: api.run(retry_failed=True)),
@@ -117,13 +120,14 @@ def _cases(tmp: str) -> list[tuple[str, list[str], object]]:
         # (a value outside a flag's choices is argparse's usage error on the command line: --by, --topology)
         ("compare", ["compare", tmp, "--threshold", "5"], lambda: api.compare(tmp, threshold=5.0)),
         ("import", ["import", f"{tmp}/no.log", "--output", out], lambda: api.import_nccl_tests([f"{tmp}/no.log"], out)),
+        ("attach", ["attach", "d/", "--min-late", "0"], lambda: api.attach("d/", min_late_ms=0)),
     ]
 
 
 CASE_IDS = ["run", "run-pairwise", "replay", "qualify", "watch", "doctor", "plan", "predict", "report", "compare",
-            "import", "bad-run-iters", "bad-run-retry", "bad-replay-repeat", "bad-qualify-threshold",
+            "import", "attach", "bad-run-iters", "bad-run-retry", "bad-replay-repeat", "bad-qualify-threshold",
             "bad-qualify-collectives", "bad-watch-every", "bad-plan-inventory", "bad-predict-pp", "bad-report-fraction",
-            "bad-compare-threshold", "bad-import-missing"]
+            "bad-compare-threshold", "bad-import-missing", "bad-attach-min-late"]
 
 
 @pytest.mark.parametrize("index", range(len(CASE_IDS)), ids=CASE_IDS)
