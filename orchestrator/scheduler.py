@@ -82,6 +82,14 @@ def slurm_nodes(environ: Mapping[str, str], run=subprocess.run) -> dict[str, set
     return {name: known.get(name, set()) for name in expand_hostlist(nodelist)}
 
 
+def slurm_name(host: str, ip: str, environ: Mapping[str, str], run=subprocess.run) -> str | None:
+    """The Slurm name of the job's node that is `host` (or its short name) or holds `ip`, from the
+    job's node list and `scontrol show node` (a node whose worker died has no SLURMD_NODENAME to
+    give, and Slurm refuses its host name where NodeName differs); None where none is."""
+    names = {host, host.split(".")[0], ip} - {""}
+    return next((name for name, other in slurm_nodes(environ, run).items() if ({name} | other) & names), None)
+
+
 def slurm_not_joined(environ: Mapping[str, str], hosts: set[str], ips: set[str], run=subprocess.run) -> list[str]:
     """The Slurm names of the job's nodes that no joined Ray node is: none of its names (slurm_nodes)
     among the joined nodes' host names (short too) and IP addresses."""
@@ -221,7 +229,12 @@ class Done:
         if self.ok:
             return f"collbench: drained {self.action.node} ({self.action.scheduler.value}): " + \
                 "; ".join(self.action.shown())
-        return f"collbench: could not drain {self.action.node} ({self.action.scheduler.value}): {self.said}"
+        return (f"collbench: could not drain {self.action.node} ({self.action.scheduler.value}): {self.said}; "
+                f"{_WHO[self.action.scheduler]} can run: " + "; ".join(self.action.shown()))
+
+
+_WHO = {Scheduler.SLURM: "an administrator (SlurmUser or root)",
+        Scheduler.KUBERNETES: "a user allowed to patch nodes", Scheduler.NONE: "an operator"}
 
 
 def run(act: Action, timeout_s: float = RUN_TIMEOUT_S) -> Done:

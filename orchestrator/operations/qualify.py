@@ -120,7 +120,8 @@ def out_of_service(result: Qualification, sched: Scheduler, drain: bool) -> Qual
     for v in result.failing:
         if sched is Scheduler.KUBERNETES and not v.name:
             continue  # its host name is the pod's, not a node's: nothing to cordon by (set COLLBENCH_NODE_NAME)
-        act = scheduler.action(sched, v.name or v.host, v.verdict.value, v.detail, result.run_id)
+        name = v.name or (scheduler.slurm_name(v.host, v.node, os.environ) if sched is Scheduler.SLURM else None)
+        act = scheduler.action(sched, name or v.host, v.verdict.value, v.detail, result.run_id)
         if act is not None:
             result.actions[v.node] = act
             if drain:

@@ -6,6 +6,7 @@ arguments and answer as told (a real Slurm cluster is the lab test's, not built 
 from __future__ import annotations
 
 import os
+import subprocess
 
 import pytest
 
@@ -76,7 +77,9 @@ def test_a_drain_the_scheduler_refuses_is_said_with_its_answer(tmp_path, monkeyp
     result = out_of_service(_verdicts(), Scheduler.KUBERNETES, drain=True)
     done = result.drained["10.0.0.2"]
     assert not done.ok and done.line() == ('collbench: could not drain slm2 (kubernetes): kubectl cordon slm2: exit 1: '
-                                           'Error from server (Forbidden): nodes "slm2" is forbidden')
+                                           'Error from server (Forbidden): nodes "slm2" is forbidden; a user allowed '
+                                           'to patch nodes can run: kubectl cordon slm2; kubectl label node slm2 '
+                                           'collbench.io/verdict=slow --overwrite')
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     assert scheduler.run(result.actions["10.0.0.2"]).said == "kubectl: not found on this machine's PATH"
     (tmp_path / "bin").mkdir()
@@ -111,3 +114,22 @@ def test_the_heads_address_is_the_source_of_the_route_to_another_node():
     assert head_address(None)  # the default route's source, or loopback where there is none
     with pytest.raises(UsageError, match=r"^head address: no route from this node to nosuchhost\.invalid \("):
         head_address("nosuchhost.invalid")
+
+
+def test_a_node_whose_worker_gave_no_slurm_name_is_found_by_its_host_or_address():
+    """Issue 58: Slurm refuses a host name where NodeName differs; the job's node list and
+    `scontrol show node` say which NodeName a host or an address is (none where none is)."""
+    from orchestrator.scheduler import slurm_name
+
+    said = ("NodeName=gpu001 NodeAddr=10.1.0.5 NodeHostName=dgx-a01 State=MIXED\n"
+            "NodeName=gpu002 NodeAddr=10.1.0.6 NodeHostName=dgx-a02 State=MIXED\n")
+
+    def scontrol(argv, **kwargs):
+        assert argv == ["scontrol", "show", "node", "-o", "gpu[001-002]"]
+        return subprocess.CompletedProcess(argv, 0, said, "")
+
+    env = {"SLURM_JOB_NODELIST": "gpu[001-002]"}
+    assert slurm_name("dgx-a02.cluster.local", "", env, scontrol) == "gpu002"  # its short host name
+    assert slurm_name("elsewhere", "10.1.0.5", env, scontrol) == "gpu001"  # its address
+    assert slurm_name("elsewhere", "10.9.9.9", env, scontrol) is None
+    assert slurm_name("dgx-a01", "", {}, scontrol) is None  # outside a Slurm job: nothing to look up
