@@ -42,6 +42,11 @@ class Tally(RunObserver):
     _round_t0: dict[int, tuple[float, int]] = field(default_factory=dict)
     _last_result_at: dict[str, float] = field(default_factory=dict)
 
+    def __repr__(self) -> str:  # what a Python caller sees of `result.outcome`: the counts, not the internals
+        return (f"Tally(groups_ok={self.groups_ok}, groups_failed={self.groups_failed}, "
+                f"groups_skipped={self.groups_skipped}, rows={self.rows}, n_wrong={self.n_wrong}, "
+                f"failures={len(self.failures)})")
+
     @property
     def measured_s(self) -> float:
         """Wall time inside timed iterations: the groups of a round measure at the same time,

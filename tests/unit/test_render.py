@@ -46,3 +46,11 @@ def test_verdict_words_are_coloured_on_a_terminal_only_and_the_columns_stay_alig
     monkeypatch.setenv("NO_COLOR", "")
     monkeypatch.setenv("TERM", "dumb")
     assert not colour_enabled(Tty())
+
+
+def test_a_runs_outcome_reads_as_its_counts():
+    """Issue 59: `result.outcome` in the API printed the observer's internals; its repr is the counts."""
+    from orchestrator.execution.outcome import Tally
+
+    t = Tally(groups_ok=3, groups_failed=1, rows=40, n_wrong=2)
+    assert repr(t) == "Tally(groups_ok=3, groups_failed=1, groups_skipped=0, rows=40, n_wrong=2, failures=0)"
