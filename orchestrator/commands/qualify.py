@@ -19,7 +19,7 @@ from orchestrator.commands.options import (
     add_spec_options,
     spec_from_args,
 )
-from orchestrator.commands.render import colour_enabled, render_tables
+from orchestrator.commands.render import colour_enabled, render_junit, render_tables
 from orchestrator.operations import COMMAND_LINE, Voice
 from orchestrator.operations.checks import PEER_THRESHOLD
 from orchestrator.operations.qualify import (
@@ -56,8 +56,10 @@ def add_parser(sub) -> None:
                    help="without an expected value, a probe this fraction below what the fastest agreeing probes "
                    f"delivered, and below the noise they show, is slow (gates: twice it) (default: {PEER_THRESHOLD:g})")
     add_expected_options(p, "with an expected value, a probe is slow")
-    p.add_argument("--format", choices=("table", "json"), default="table",
-                   help="verdicts as a table, or as JSON with fields node, verdict, evidence (default: table)")
+    p.add_argument("--format", choices=("table", "json", "junit"), default="table",
+                   help="verdicts as a table; as JSON with fields node, verdict, evidence; or as JUnit XML for CI "
+                   "systems: a test case per node (a verdict other than pass a <failure>, a node not settled "
+                   "<skipped>) and per slow uplink (default: table)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random pairing (default: 0)")
     add_scheduler_options(p, "did not pass")
     p.add_argument("--topology", metavar="FILE",
@@ -86,7 +88,7 @@ def main(args: argparse.Namespace) -> int:
     options = QualifyOptions(sweep=spec_from_args(args), threshold=args.threshold, min_fraction=args.min_fraction,
                              seed=args.seed, expected=args.expected, doctor=not args.no_doctor,
                              scheduler=args.scheduler, drain=args.drain, topology=args.topology, run_id=args.run_id)
-    log = sys.stderr if args.format == "json" else sys.stdout  # stdout: the JSON alone
+    log = sys.stderr if args.format in ("json", "junit") else sys.stdout  # stdout: the JSON or XML alone
     result = qualify(options, voice=Voice(lambda line: print(line, file=log, flush=True), COMMAND_LINE.problem),
                      log=log)
     if not result.judged:
@@ -97,6 +99,8 @@ def main(args: argparse.Namespace) -> int:
                           "unjudged": result.unjudged, "agreement": result.agreement,
                           "nodes": [_json(v, result) for v in result.nodes], "unsettled": result.unsettled,
                           "switches": result.uplinks}, indent=1))
+    elif args.format == "junit":
+        print(render_junit("collbench qualify", junit_cases(result)))
     else:
         switches = [{"switch": ",".join(u["switches"]), "verdict": u["verdict"], "nodes": ",".join(u["nodes"]),
                      "detail": u["detail"]} for u in result.uplinks]
@@ -117,6 +121,22 @@ def main(args: argparse.Namespace) -> int:
     print(f"collbench: {said}; {result.rounds} round(s), {result.probes} probe(s), wall {result.wall_s:.1f}s, "
           f"{result.startup}; rows in {result.rows_at}", file=log, flush=True)
     return result.exit_code
+
+
+def junit_cases(result) -> list[dict]:
+    """A test case per node (its verdict: pass ok, any other a failure with its evidence; a node a
+    stopped qualification left unsettled skipped) and per slow uplink, as render_junit takes them."""
+    cases = []
+    for v in result.nodes:
+        row = _table_row(v)
+        cases.append({"classname": f"{row['host']} ({v.node})", "name": "qualify",
+                      "status": "ok" if v.verdict.value == "pass" else "fail",
+                      "message": f"{v.verdict.value}: {row['detail']}" if row["detail"] else v.verdict.value})
+    cases += [{"classname": ip, "name": "qualify", "status": "skip", "message": "not settled: the qualification "
+               "stopped before this node's verdict"} for ip in result.unsettled or ()]
+    cases += [{"classname": ",".join(u["switches"]), "name": "uplink", "status": "fail",
+               "message": f"{u['verdict']}: {u['detail']}"} for u in result.uplinks]
+    return cases
 
 
 def _json(v: NodeVerdict, result) -> dict:

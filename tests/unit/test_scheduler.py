@@ -133,3 +133,21 @@ def test_a_node_whose_worker_gave_no_slurm_name_is_found_by_its_host_or_address(
     assert slurm_name("elsewhere", "10.1.0.5", env, scontrol) == "gpu001"  # its address
     assert slurm_name("elsewhere", "10.9.9.9", env, scontrol) is None
     assert slurm_name("dgx-a01", "", {}, scontrol) is None  # outside a Slurm job: nothing to look up
+
+
+def test_qualify_as_junit_has_a_case_per_node_failures_for_the_named():
+    """Issue 57: qualify's verdicts in the form CI systems read: a case per node, a failure for each
+    node that did not pass (with its evidence), a skip for a node a stopped qualification left open."""
+    from xml.etree import ElementTree as ET
+
+    from orchestrator.commands.qualify import junit_cases
+    from orchestrator.commands.render import render_junit
+
+    result = _verdicts()
+    result.unsettled = ["10.0.0.4"]
+    suite = ET.fromstring(render_junit("collbench qualify", junit_cases(result)).split("\n", 1)[1]).find("testsuite")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("4", "2", "1")
+    cases = {c.get("classname"): c for c in suite.iter("testcase")}
+    assert sorted(cases) == ["10.0.0.4", "h-slm1 (slm1) (10.0.0.1)", "h-slm2 (slm2) (10.0.0.2)", "h-slm3 (10.0.0.3)"]
+    assert cases["h-slm2 (slm2) (10.0.0.2)"].find("failure").get("message").startswith("slow: slow in 2 of 2 probes")
+    assert cases["h-slm1 (slm1) (10.0.0.1)"].find("failure") is None and cases["10.0.0.4"].find("skipped") is not None
