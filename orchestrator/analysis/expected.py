@@ -4,129 +4,27 @@ Entries come from three places, the first that applies winning: the user's `--ex
 what the cluster declared when the run started (a collbench lab: its shaped link rate; in the
 manifest), and the table shipped with collbench (expected.yaml, each entry with its source).
 An entry applies to a row by platform tag, collective, topology, minimum size and world size and,
-where given, the transport NCCL used (docs/guides/expected.md); the most specific one wins.
-Pure; no Ray, no I/O but reading the YAML files.
+where given, the transport NCCL used and its class (analysis.expected_entries, transport_class;
+docs/guides/expected.md); the most specific one wins. Pure; no Ray, no I/O but reading the YAML files.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
-from orchestrator import yamlfile
-from orchestrator.analysis import grouping
+from orchestrator.analysis import grouping, transport_class
 from orchestrator.analysis.diagnosis import Flag, FlagKind
+from orchestrator.analysis.expected_entries import TOPOLOGIES, Entry, find, load, parse, shipped
 from orchestrator.analysis.explain import COLUMNS as EXPLAINED
 from orchestrator.analysis.explain import Reason, explain
 from orchestrator.analysis.frame import Frame
 from orchestrator.analysis.scores import ok_rows, where
-from orchestrator.errors import UsageError
-from orchestrator.sweep.sizes import format_bytes, parse_bytes
-from orchestrator.sweep.spec import MAX_RANKS, brief_repr
-from workloads.registry import WORKLOADS
+from orchestrator.sweep.sizes import format_bytes
 
-SHIPPED = os.path.join(os.path.dirname(__file__), "expected.yaml")
-TOPOLOGIES = ("intra", "inter", "mixed", "intra-domain")  # intra-domain: nodes of one NVLink domain (NVL72)
-ORIGINS = ("user", "declared", "shipped")  # precedence
-
-
-@dataclass(frozen=True)
-class Entry:
-    topology: str
-    busbw_gbps: float
-    min_bytes: int = 0
-    collective: str = "*"
-    platform: str = "*"
-    min_world: int = 1
-    transport: str | None = None
-    meaning: str = "typical"
-    source: str = ""
-    origin: str = "shipped"
-
-    def applies(self, tags: set[str], collective: str, topology: str, msg_bytes: int, world: int,
-                transports: str) -> bool:
-        return ((self.platform == "*" or self.platform in tags) and self.collective in ("*", collective)
-                and self.topology == topology and msg_bytes >= self.min_bytes and world >= self.min_world
-                and (self.transport is None or self.transport in transports))
-
-    def rank(self) -> tuple:
-        """Precedence: origin, then platform, collective and transport named, then larger sizes."""
-        return (-ORIGINS.index(self.origin), self.platform != "*", self.collective != "*",
-                self.transport is not None, self.min_world, self.min_bytes)
-
-
-_FIELDS = {f for f in Entry.__dataclass_fields__ if f != "origin"}
-_TEXT_FIELDS = ("collective", "platform", "meaning", "source", "transport")
-
-
-def _scalar(value: object) -> str:
-    """A YAML number or text as text (2.5 for min_world stays '2.5', refused by int())."""
-    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise TypeError
-    return str(value)
-
-
-def parse(items: object, where: str, origin: str) -> list[Entry]:
-    """Entries from YAML data: a list of mappings, or {entries: [...]}; UsageError naming the
-    entry and field that is wrong."""
-    if isinstance(items, dict):
-        items = items.get("entries")
-    if not isinstance(items, list):
-        raise UsageError(f"{where}: expected a list of entries (collective, topology, min_bytes, busbw_gbps, ...)")
-    out = []
-    for i, item in enumerate(items, 1):
-        at = f"{where}: entry {i}"
-        if not isinstance(item, dict):
-            raise UsageError(f"{at}: expected a mapping")
-        unknown = sorted(set(item) - _FIELDS, key=str)  # YAML keys may be numbers or lists too
-        if unknown:
-            raise UsageError(f"{at}: unknown field {str(unknown[0])[:40]!r} (known: {', '.join(sorted(_FIELDS))})")
-        for need in ("topology", "busbw_gbps"):
-            if need not in item:
-                raise UsageError(f"{at}: missing {need}")
-        for name in _TEXT_FIELDS:
-            if name in item and not isinstance(item[name], str) and not (name == "transport" and item[name] is None):
-                raise UsageError(f"{at}: {name} {brief_repr(item[name])}: expected text")
-        if item["topology"] not in TOPOLOGIES:
-            raise UsageError(f"{at}: topology {brief_repr(item['topology'])}: one of {', '.join(TOPOLOGIES)}")
-        if item.get("collective", "*") not in ("*", *WORKLOADS):  # a misspelt one would never apply
-            raise UsageError(f"{at}: collective {brief_repr(item['collective'])}: one of *, {', '.join(WORKLOADS)}")
-        values = dict(item)
-        for name, default, read, what in (("busbw_gbps", None, float, "a number"),
-                                          ("min_bytes", 0, parse_bytes, "a byte size such as 1M"),
-                                          ("min_world", 1, int, "an integer")):
-            raw = item.get(name, default)
-            try:
-                values[name] = read(_scalar(raw))
-            except (TypeError, ValueError, OverflowError):
-                raise UsageError(f"{at}: {name} {brief_repr(raw)}: expected {what}") from None
-        if not 0 < values["busbw_gbps"] < 1e6:  # not nan, not inf: a number the report can divide by
-            raise UsageError(f"{at}: busbw_gbps {brief_repr(item['busbw_gbps'])}: must be positive and below 1e6 GB/s")
-        if not 1 <= values["min_world"] <= MAX_RANKS:
-            raise UsageError(f"{at}: min_world {values['min_world']}: must be between 1 and {MAX_RANKS}")
-        out.append(Entry(**{k: (str(v) if k in ("collective", "platform", "meaning", "source", "transport")
-                                and v is not None else v) for k, v in values.items()}, origin=origin))
-    return out
-
-
-def load(path: str, origin: str) -> list[Entry]:
-    data = yamlfile.read(path, "--expected")
-    return parse(data, f"--expected {path}" if origin == "user" else path, origin)
-
-
-def shipped() -> list[Entry]:
-    return load(SHIPPED, "shipped")
-
-
-def find(entries: list[Entry], tags: set[str], collective: str, topology: str, msg_bytes: int, world: int,
-         transports: str = "") -> Entry | None:
-    """The most specific entry that applies, or None."""
-    fits = [e for e in entries if e.applies(tags, collective, topology, msg_bytes, world, transports)]
-    return max(fits, key=Entry.rank) if fits else None
-
+__all__ = ["TOPOLOGIES", "Entry", "Evaluation", "evaluate", "find", "intra_vs_inter", "load", "parse", "shipped"]
 
 TOP_BELOW = 20  # below_expected groups of one shape flagged one by one, the worst first
 
@@ -157,10 +55,14 @@ def evaluate(frame: Frame, entries: list[Entry], min_fraction: float, facts: dic
     used = {*keys, *links, *EXPLAINED, "busbw_gbps", "group", "node_first", "node_last", "pattern"}
     d = df[[c for c in df.columns if c in used]].assign(platform=platform.fillna(""))  # what the groupings copy
 
+    fabric = transport_class.fabric_of(facts)  # RoCE or IB behind NCCL's "IB"
+
     def lookup_for(key, size: int) -> Entry | None:
         transports = " ".join(v if isinstance(v, str) else "" for v in (key[c] for c in links))
+        row_class = transport_class.of(key.topology, *(key[c] if isinstance(key[c], str) else None for c in links),
+                                       fabric) if links else None
         return find(entries, set(key.platform.split("+")) if key.platform else set(), key.collective, key.topology,
-                    size, int(key.world_size), transports)
+                    size, int(key.world_size), transports, row_class)
 
     # one lookup per distinct key, spread to its rows by group number (no Python object per row)
     key_of_row, _ = grouping.codes(d, keys + links, dropna=False)
@@ -254,11 +156,19 @@ def _expected_row(frame: Frame, g: pd.DataFrame, entry: Entry, min_fraction: flo
                *[r for r in why if r.kind not in ("unexplained", "latency_bound")]]
     elif not gap:  # no gap: only what makes the number read differently (NVLS) is worth saying
         why = [r for r in why if r.kind.startswith("nvls")]
-
     return {"platform": g.platform.iloc[0], "collective": g.collective.iloc[0], "topology": g.topology.iloc[0],
             "world_size": int(g.world_size.iloc[0]), "msg_bytes": size, "size": format_bytes(size), "busbw": busbw,
-            "expected": entry.busbw_gbps, "pct_of_expected": 100 * busbw / entry.busbw_gbps, "meaning": entry.meaning,
+            "expected": entry.busbw_gbps, "pct_of_expected": 100 * busbw / entry.busbw_gbps,
+            "transport_class": _class_said(g, entry), "meaning": entry.meaning,
             "origin": entry.origin, "source": entry.source, "reasons": [r.to_json() for r in why]}
+
+
+def _class_said(g: pd.DataFrame, entry: Entry) -> str | None:
+    """The class of the entry that judged `g`, said assumed where the rows name no transport."""
+    named = any(c in g and g[c].notna().any() and (g[c].astype(str) != "").any()
+                for c in ("intra_transport", "net_transport"))
+    return entry.transport_class if entry.transport_class is None or named else \
+        f"{entry.transport_class} (assumed: the rows name no transport)"
 
 
 def intra_vs_inter(table: list[dict]) -> list[dict]:
@@ -287,7 +197,8 @@ def _intra_vs(coll: str, intra, net) -> dict:
     """One row of intra_vs_inter: intra beside `net` (inter, mixed or intra-domain), either None."""
     return {
         "collective": coll,
-        "intra_busbw": None if intra is None else intra.busbw, "intra_expected": None if intra is None else intra.expected,
+        "intra_busbw": None if intra is None else intra.busbw,
+        "intra_expected": None if intra is None else intra.expected,
         "net_topology": None if net is None else net.topology,
         "net_busbw": None if net is None else net.busbw, "net_expected": None if net is None else net.expected,
         "measured_ratio": intra.busbw / net.busbw if intra is not None and net is not None else None,

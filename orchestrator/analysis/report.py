@@ -56,7 +56,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
              "max_rel_err", "quality"),
     "failures": ("group_id", "status", "nodes", "failed_ranks", "rows", "error"),
     "expected": ("platform", "collective", "topology", "world_size", "msg_bytes", "size", "busbw", "expected",
-                 "pct_of_expected", "meaning", "origin", "source", "reasons"),
+                 "pct_of_expected", "transport_class", "meaning", "origin", "source", "reasons"),
     "intra_vs_inter": ("collective", "intra_busbw", "intra_expected", "net_topology", "net_busbw", "net_expected",
                        "measured_ratio", "expected_ratio", "reasons"),
     "replay_steps": replay.STEP_COLUMNS,

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 
 _IB_NAMES = {400: "ndr", 200: "hdr", 100: "edr", 56: "fdr", 800: "xdr"}
-_GPU_FAMILIES = ("GB200", "B200", "B100", "H200", "H100", "H800", "H20", "A100", "A800", "L40S", "L4", "V100")
+_GPU_FAMILIES = ("GB300", "GB200", "B300", "B200", "B100", "H200", "H100", "H800", "H20", "A100", "A800", "L40S", "L4", "V100")
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ def test_a_cpu_only_node_and_a_lab_node(tmp_path):
 @pytest.mark.parametrize("name, tag", [
     ("NVIDIA H100 80GB HBM3", "h100-sxm"), ("NVIDIA H100 PCIe", "h100-pcie"), ("NVIDIA H200", "h200-sxm"),
     ("NVIDIA A100-SXM4-80GB", "a100-sxm"), ("NVIDIA A100-PCIE-40GB", "a100-pcie"), ("NVIDIA B200", "b200"),
-    ("NVIDIA H100 NVL", "h100-nvl"), ("Tesla T4", None),
+    ("NVIDIA H100 NVL", "h100-nvl"), ("Tesla T4", None), ("NVIDIA GB300", "gb300"), ("NVIDIA GB200", "gb200"),
 ])
 def test_gpu_tags(name, tag):
     assert gpu_tag(name) == tag
@@ -147,3 +147,39 @@ def test_a_cluster_below_expected_everywhere_names_the_worst_groups_and_counts_t
     assert sum("10.0.0.13" in f["nodes"] for f in one_by_one) == 7  # every pair of the slow node is named
     assert max(f["fraction"] for f in one_by_one) <= rest["fraction"]  # the named are the worst
     assert len({tuple(f["nodes"]) for f in one_by_one}) == 20
+
+
+@pytest.mark.parametrize("topology, intra, net, fabric, cls", [
+    ("intra", "NVLS+P2P/NVL", None, None, "NVLS"),
+    ("intra", "P2P/NVL", None, None, "NVLink"),
+    ("intra", "P2P/PIX+SHM", None, None, "PCIe"),
+    ("intra", "SHM", None, None, "SHM"),
+    ("intra", None, None, None, None),  # an import: the rows do not say
+    ("intra", None, "gloo/tcp/lo", None, "TCP"),
+    ("intra-domain", "P2P/NVL", None, None, "MNNVL"),
+    ("mixed", "P2P/NVL", "IB/GDRDMA", None, "IB"),
+    ("mixed", "P2P/NVL", "IB/GDRDMA", "RoCE", "RoCE"),  # NCCL's IB transport over Ethernet: doctor's facts say
+    ("inter", None, "AWS Libfabric/GDRDMA", None, "EFA"),
+    ("inter", None, "Socket/eth0", "IB", "TCP"),  # a fallback to sockets is TCP, whatever NICs the node has
+])
+def test_a_rows_transport_class(topology, intra, net, fabric, cls):
+    from orchestrator.analysis import transport_class
+
+    assert transport_class.of(topology, intra, net, fabric) == cls
+
+
+def test_an_entry_keyed_by_transport_class_applies_to_that_class_only():
+    """Issue 57: a RoCE floor never judges an NVLink or InfiniBand row; an intra row whose transport
+    is unknown (an import) is compared as NVLink (assumed), never as a network."""
+    roce = expected.Entry("mixed", 456.0, min_bytes=1 << 30, platform="h100-sxm", transport_class="RoCE")
+    nvlink = expected.Entry("intra", 370.0, platform="h100-sxm", transport_class="NVLink")
+    args = ({"h100-sxm"}, "all_reduce", "mixed", 1 << 30, 16, "P2P/NVL IB/GDRDMA")
+    assert roce.applies(*args, row_class="RoCE") and not roce.applies(*args, row_class="IB")
+    assert not roce.applies(*args, row_class=None)  # a network's class is never assumed
+    intra = ({"h100-sxm"}, "all_reduce", "intra", 1 << 30, 8, "")
+    assert nvlink.applies(*intra, row_class=None) and not nvlink.applies(*intra, row_class="PCIe")
+    assert not roce.applies(*intra, row_class=None)
+    from orchestrator.analysis import transport_class
+
+    facts = {"10.0.0.1": {"rdma": [{"kind": "RoCE"}, {"kind": "RoCE"}]}, "10.0.0.2": {"rdma": []}}
+    assert transport_class.fabric_of(facts) == "RoCE" and transport_class.fabric_of(None) is None

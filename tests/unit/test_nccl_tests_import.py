@@ -412,3 +412,18 @@ def test_a_collbench_run_in_nccl_tests_layout(tmp_path):
         "  %7.2f  %6.2f  %6.2f  %6g" % (t, busbw, busbw, 0)
     assert row in lines
     assert run_main(["report", out, "--format", "nccl-tests", "--table", "busbw"]).returncode == 2
+
+
+def test_the_imported_8xh100_sample_is_compared_with_an_nvlink_entry_never_a_networks(tmp_path):
+    """Issue 57: an import says no transport; its intra rows on an H100 are judged against the
+    NVLink entry (the class assumed inside a node, said in the table), never a RoCE or IB floor."""
+    import json
+
+    from tests.helpers import run_main
+
+    assert run_main(["import", str(AR_8), "--output", str(tmp_path / "r")]).returncode == 0
+    rep = json.loads(run_main(["report", str(tmp_path / "r"), "--table", "expected", "--format", "json"]).stdout)
+    rows = rep["tables"]["expected"]
+    assert rows and {(r["transport_class"], r["expected"], r["topology"]) for r in rows} == {
+        ("NVLink (assumed: the rows name no transport)", 370.0, "intra")}
+    assert all("nccl-tests#212" in r["source"] for r in rows)
