@@ -81,10 +81,15 @@ class Attached:
 
 def judge(trace: Trace, hang_after_s: float = 30.0, min_late_ms: float = 5.0) -> Attached:
     limits = []
+    trace = _collectives(trace)
     missing_dumps = sorted(set(range(trace.world_size)) - set(trace.ops))
     if missing_dumps:
         limits.append(f"rank(s) {_ranks(missing_dumps)}: no dump (a rank that died, or whose dump was not written): "
-                      "judged from the others' records")
+                      "the collectives of its groups cannot be judged, for a hang nor for stragglers (the highest "
+                      "rank's absence cannot be seen: ranks are counted from the dumps' names)")
+    if trace.dumped_ns:
+        limits.append("waits are measured to each dump's file time: a dump copied without its time reads older "
+                      "waits than it had")
     hang = find_hang(trace, hang_after_s)
     arrivals, clocks = _arrivals(trace)
     stragglers, judged = find_stragglers(trace, arrivals, min_late_ms)
@@ -95,6 +100,13 @@ def judge(trace: Trace, hang_after_s: float = 30.0, min_late_ms: float = 5.0) ->
         limits.append("no issue times in the records: stragglers cannot be judged")
     return Attached(trace.world_size, len({(o.group, o.seq) for ops in trace.ops.values() for o in ops}), hang,
                     tuple(stragglers), clocks, tuple(limits))
+
+
+def _collectives(trace: Trace) -> Trace:
+    """The records of collectives only: a send or recv carries the last collective's sequence number."""
+    import dataclasses
+
+    return dataclasses.replace(trace, ops={r: tuple(o for o in ops if not o.p2p) for r, ops in trace.ops.items()})
 
 
 def _last_seq(trace: Trace, rank: int, group: str) -> int:
@@ -179,8 +191,9 @@ def find_stragglers(trace: Trace, arrivals: dict[tuple[str, int], dict[int, floa
         n_judged += 1
         order = sorted(by, key=by.get)
         last.setdefault((order[-1], kinds[key]), []).append(by[order[-1]] - by[order[-2]])
-        for r in members:
-            behind.setdefault((r, kinds[key]), []).append(by[r] - statistics.median(by[o] for o in members if o != r))
+        times_sorted = [by[r] for r in order]
+        for i, r in enumerate(order):
+            behind.setdefault((r, kinds[key]), []).append(by[r] - _median_without(times_sorted, i))
             expected[r, kinds[key]] = expected.get((r, kinds[key]), 0.0) + 1 / len(members)
     span_ms = (max(times) - min(times)) if times else 0.0
     found: dict[int, Straggler] = {}
@@ -194,6 +207,16 @@ def find_stragglers(trace: Trace, arrivals: dict[tuple[str, int], dict[int, floa
             if r not in found or s.late_ms > found[r].late_ms:  # a rank once, at the collective it is latest to
                 found[r] = s
     return sorted(found.values(), key=lambda s: -s.late_ms), n_judged
+
+
+def _median_without(values: list[float], i: int) -> float:
+    """The median of sorted `values` without the one at index i (no copy: O(1))."""
+    n = len(values) - 1
+
+    def at(k: int) -> float:  # the k-th of the n values left
+        return values[k + (k >= i)]
+
+    return at(n // 2) if n % 2 else (at(n // 2 - 1) + at(n // 2)) / 2
 
 
 def _ranks(ranks) -> str:

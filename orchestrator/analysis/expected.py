@@ -164,10 +164,11 @@ def _expected_row(frame: Frame, g: pd.DataFrame, entry: Entry, min_fraction: flo
 
 
 def _class_said(g: pd.DataFrame, entry: Entry) -> str | None:
-    """The class of the entry that judged `g`, said assumed where the rows name no transport."""
-    named = any(c in g and g[c].notna().any() and (g[c].astype(str) != "").any()
-                for c in ("intra_transport", "net_transport"))
-    return entry.transport_class if entry.transport_class is None or named else \
+    """The class of the entry that judged `g`, said assumed where the rows' own class is unknown."""
+    first = g.iloc[0]
+    own = transport_class.of(first.topology, *(first[c] if c in g and isinstance(first[c], str) else None
+                                                for c in ("intra_transport", "net_transport")))
+    return entry.transport_class if entry.transport_class is None or own is not None else \
         f"{entry.transport_class} (assumed: the rows name no transport)"
 
 

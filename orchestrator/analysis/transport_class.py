@@ -45,7 +45,7 @@ def of(topology: str, intra: str | None, net: str | None, fabric: str | None = N
     if topology == "intra" and intra:
         if "NVLS" in intra:
             return "NVLS"
-        if "P2P/NVL" in intra:
+        if "P2P/NVL" in intra or "P2P/NVB" in intra:  # NVB: NVLink through another GPU
             return "NVLink"
         if "P2P" in intra:
             return "PCIe"
@@ -58,6 +58,6 @@ def of(topology: str, intra: str | None, net: str | None, fabric: str | None = N
         return "TCP"
     if "libfabric" in low or "efa" in low:
         return "EFA"
-    if low.startswith("ib"):
-        return "RoCE" if fabric == "RoCE" else "IB"
+    if low.startswith("ib"):  # NCCL's log names RoCE devices (execution.transport: "IB/RoCE"); else doctor's facts
+        return "RoCE" if "/roce" in low or fabric == "RoCE" else "IB"
     return None

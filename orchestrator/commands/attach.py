@@ -55,6 +55,9 @@ def main(args: argparse.Namespace) -> int:
 
 def show(look: Look, fmt: str) -> None:
     a = look.attached
+    if look.waiting is not None:
+        print(f"collbench: attach: nothing to read yet ({look.waiting}); looking again", file=sys.stderr, flush=True)
+        return
     if fmt == "json":
         print(json.dumps({"ranks": a.ranks, "collectives": a.collectives, "clocks": a.clocks, "limits": list(a.limits),
                           "hosts": list(look.hosts), "read_s": round(look.read_s, 4),

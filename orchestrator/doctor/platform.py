@@ -104,7 +104,8 @@ def _iommu(root: str, devices: list[str]) -> tuple[str | None, str]:
     types = {t for t in (_read(root, f"sys/bus/pci/devices/{d}/iommu_group/type") for d in devices) if t}
     if types:
         mode = "translated" if types & set(_TRANSLATED) else "passthrough" if types == {"identity"} else None
-        return mode, f"IOMMU group type {', '.join(sorted(types))} of the GPUs and NICs"
+        return mode, f"IOMMU group type {', '.join(sorted(types))} of the GPUs and NICs" + (
+            "" if mode else ": not a type doctor knows (identity, DMA, DMA-FQ)")
     cmdline = _read(root, "proc/cmdline")
     if cmdline is None:
         return None, ""

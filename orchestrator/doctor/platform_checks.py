@@ -51,7 +51,8 @@ def _acs(p: Platform) -> Check:
 
 def _iommu_check(p: Platform) -> Check:
     if p.iommu is None:
-        return Check("IOMMU", SKIP, "not read: no IOMMU group type and nothing about it on the kernel's command line")
+        return Check("IOMMU", SKIP, f"not judged: {p.iommu_how}" if p.iommu_how else
+                     "not read: no IOMMU group type and nothing about it on the kernel's command line")
     if p.iommu != "translated":
         return Check("IOMMU", OK, f"{p.iommu} ({p.iommu_how})")
     return Check("IOMMU", WARN, f"the IOMMU translates the DMA of the GPUs and NICs ({p.iommu_how}): P2P and "

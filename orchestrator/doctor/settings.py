@@ -1,7 +1,7 @@
 """NCCL settings known to cost bandwidth, hang or corrupt results: one table, each entry with when
 it applies, what it does, the fix and its source. doctor judges every node's variables (those its
 Ray processes have, with a run's `--env` on top) against it; a finding on every node is said once
-for the cluster, one on some nodes names them.
+for the cluster; one on some nodes is said on each of them, and the cluster's line names them.
 
 To add a setting, add a row to SETTINGS: `harmful(value, node)` says whether this value hurts on
 this node (a RoCE-only harm asks the node's NICs). docs/reference/nccl-settings.md is this table
@@ -85,7 +85,8 @@ SETTINGS: tuple[Setting, ...] = (
             lambda v, n: v.strip().upper() in ("LOC", "0") and bool(n.rdma), WARN,
             "GPUDirect RDMA is off: every network transfer is staged through host memory",
             "unset it (NCCL enables GPUDirect RDMA where the GPU and the NIC are close)", ENV_DOCS),
-    Setting("NCCL_IB_DISABLE", "1, on a node with RDMA NICs", lambda v, n: _on(v) and bool(n.rdma), WARN,
+    Setting("NCCL_IB_DISABLE", "1, on a node with InfiniBand or RoCE NICs (EFA goes through its own plugin)",
+            lambda v, n: _on(v) and any(d.kind != "EFA" for d in n.rdma), WARN,
             "NCCL leaves the RDMA NICs unused and goes over TCP sockets: a fraction of the fabric's bandwidth",
             "unset it", ENV_DOCS),
 )

@@ -94,5 +94,13 @@ def _beta_inc(a: float, b: float, x: float) -> float:
 
 def binomial_tail(k: int, m: int, q: float) -> float:
     """P(at least k of m) where each is with chance q: how often noise alone makes k of a member's
-    m pairs or probes read slow (the intermittent and uplink rules)."""
-    return float(sum(math.comb(m, j) * q**j * (1 - q) ** (m - j) for j in range(k, m + 1)))
+    m pairs or probes read slow (the intermittent and uplink rules). Past a thousand trials (attach's
+    records) the terms are summed in logarithms: math.comb's integers no longer fit a float."""
+    if m <= 1000:
+        return float(sum(math.comb(m, j) * q**j * (1 - q) ** (m - j) for j in range(k, m + 1)))
+    if q <= 0 or q >= 1:
+        return float(k <= 0) if q <= 0 else 1.0
+    logs = [math.lgamma(m + 1) - math.lgamma(j + 1) - math.lgamma(m - j + 1) + j * math.log(q)
+            + (m - j) * math.log1p(-q) for j in range(max(k, 0), m + 1)]
+    top = max(logs, default=-math.inf)
+    return 0.0 if top == -math.inf else min(1.0, math.exp(top) * sum(math.exp(v - top) for v in logs))

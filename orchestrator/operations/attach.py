@@ -35,8 +35,8 @@ class AttachOptions:
             raise UsageError("attach: name the folder (or files) where the job's Flight Recorder dumps land")
         if isinstance(self.min_late_ms, bool) or not isinstance(self.min_late_ms, (int, float)) \
                 or not self.min_late_ms > 0:
-            raise UsageError(f"--min-late {self.min_late_ms if isinstance(self.min_late_ms, str) else self.min_late_ms:g}"
-                             ": a time above zero, in ms")
+            shown = f"{self.min_late_ms:g}" if isinstance(self.min_late_ms, (int, float)) else repr(self.min_late_ms)
+            raise UsageError(f"--min-late {shown}: a time above zero, in ms")
         check_hosts(self.hosts)
         for value, option in ((self.hang_after, "--hang-after"), (self.every, "--every"), (self.for_, "--for")):
             if value is not None:
@@ -55,6 +55,7 @@ class Look:
     hosts: tuple[str, ...]  # by rank; () where not given
     read_s: float
     dumps: int
+    waiting: str | None = None  # with --every: why nothing could be read yet (no dump, one half-written)
 
     def where(self, rank: int) -> str:
         return f"rank {rank}" + (f" on {self.hosts[rank]}" if rank < len(self.hosts) else "")
@@ -65,7 +66,12 @@ def looks(options: AttachOptions) -> Iterator[Look]:
     until = time.monotonic() + parse_duration(options.for_, "--for")
     every = parse_duration(options.every, "--every") if options.every is not None else None
     while True:
-        look = attach(options)
+        try:
+            look = attach(options)
+        except UsageError as e:  # looking again: the job may not have written (all of) its dumps yet
+            if every is None or time.monotonic() + every > until:
+                raise
+            look = Look(Attached(0, 0, None, (), "", ()), (), 0.0, 0, str(e))
         yield look
         if look.attached.named or every is None or time.monotonic() + every > until:
             return

@@ -66,6 +66,7 @@ class TraceOp:
     created_ns: int
     duration_us: float | None  # the job's own time of it (NCCL with timing), else None
     completed_ns: int | None = None  # when the rank saw it finish (NCCL with timing), else None
+    p2p: bool = False  # a send or recv: numbered by p2p_seq_id, its collective_seq_id the last collective's
 
     @property
     def msg_bytes(self) -> int:
@@ -191,7 +192,7 @@ def _op(rank: int, index: int, e: dict) -> TraceOp:
                    created_ns=int(e.get("time_created_ns") or 0),
                    duration_us=float(duration) * 1e3 if duration is not None else None,
                    completed_ns=int(e["time_discovered_completed_ns"]) if e.get("time_discovered_completed_ns")
-                   else None)
+                   else None, p2p=bool(e.get("is_p2p")))
 
 
 def _numel(shapes) -> int:

