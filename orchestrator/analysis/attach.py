@@ -23,6 +23,7 @@ must exceed, and the result says so.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from dataclasses import dataclass
 
@@ -104,8 +105,6 @@ def judge(trace: Trace, hang_after_s: float = 30.0, min_late_ms: float = 5.0) ->
 
 def _collectives(trace: Trace) -> Trace:
     """The records of collectives only: a send or recv carries the last collective's sequence number."""
-    import dataclasses
-
     return dataclasses.replace(trace, ops={r: tuple(o for o in ops if not o.p2p) for r, ops in trace.ops.items()})
 
 

@@ -105,12 +105,7 @@ def _run(cmd: list[str]) -> str:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=20, check=True).stdout
 
 
-def _read(root: str, path: str) -> str | None:
-    try:
-        with open(os.path.join(root, path.lstrip("/"))) as f:
-            return f.read().strip()
-    except OSError:
-        return None
+_read = pf.read_text  # one reader of a node's files (doctor.platform)
 
 
 def _int(text: str | None) -> int | None:

@@ -56,7 +56,8 @@ def read(root: str, run: Callable[[list[str]], str], devices: list[str], gpus: b
     upstream = _upstream(root, devices)
     if acs is not None and upstream is not None:
         on_path = tuple(d for d in acs if _short(d) in upstream)
-    return Platform(_read(root, "proc/sys/kernel/osrelease"), iommu, how, acs, on_path, acs_read, imex, tuple(unread))
+    kernel = read_text(root, "proc/sys/kernel/osrelease")
+    return Platform(kernel, iommu, how, acs, on_path, acs_read, imex, tuple(unread))
 
 
 def _short(bdf: str) -> str:
@@ -101,12 +102,12 @@ def _iommu(root: str, devices: list[str]) -> tuple[str | None, str]:
     groups = os.path.join(root, "sys/kernel/iommu_groups")
     if os.path.isdir(groups) and not os.listdir(groups):
         return "off", "no IOMMU group in /sys/kernel/iommu_groups"
-    types = {t for t in (_read(root, f"sys/bus/pci/devices/{d}/iommu_group/type") for d in devices) if t}
+    types = {t for t in (read_text(root, f"sys/bus/pci/devices/{d}/iommu_group/type") for d in devices) if t}
     if types:
         mode = "translated" if types & set(_TRANSLATED) else "passthrough" if types == {"identity"} else None
         return mode, f"IOMMU group type {', '.join(sorted(types))} of the GPUs and NICs" + (
             "" if mode else ": not a type doctor knows (identity, DMA, DMA-FQ)")
-    cmdline = _read(root, "proc/cmdline")
+    cmdline = read_text(root, "proc/cmdline")
     if cmdline is None:
         return None, ""
     words = set(cmdline.split())
@@ -117,9 +118,10 @@ def _iommu(root: str, devices: list[str]) -> tuple[str | None, str]:
     return None, ""
 
 
-def _read(root: str, path: str) -> str | None:
+def read_text(root: str, path: str) -> str | None:
+    """A file of the tree at `root` (a node's "/", a recorded tree), stripped; None where unreadable."""
     try:
-        with open(os.path.join(root, path)) as f:
+        with open(os.path.join(root, path.lstrip("/"))) as f:
             return f.read().strip()
     except OSError:
         return None
@@ -133,7 +135,7 @@ def read_gids(port_dir: str) -> tuple[str, ...] | None:
         return None
     out = []
     for name in sorted(os.listdir(gids), key=lambda x: int(x) if x.isdigit() else 0):
-        value = _read(gids, name) if name.isdigit() else None
+        value = read_text(gids, name) if name.isdigit() else None
         if value and set(value.replace(":", "")) != {"0"}:
             out.append(value)
     return tuple(out)
