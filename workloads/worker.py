@@ -66,7 +66,7 @@ class BenchWorker:
             pid=os.getpid(),
             gpu_ids=tuple(str(g) for g in ray.get_gpu_ids()),
             cpu_model=_cpu_model(),
-            torch_version=torch.__version__,
+            torch_version=str(torch.__version__),  # a TorchVersion would make the driver import torch to read it
             nccl_version=nccl,
             comm_env={k: v for k, v in os.environ.items() if k.startswith(COMM_ENV_PREFIXES)},
             device_index=self._gpu.index if self._gpu is not None else None,

@@ -72,7 +72,7 @@ def _quick_facts_in(holder, ip: str, gpus: bool) -> fx.NodeFacts:
         except Exception:  # noqa: BLE001 - a torch that cannot load NCCL: said by the driver check
             nccl = None
     return fx.NodeFacts(**{**facts.__dict__, "collbench": orchestrator.__version__, "ray": ray.__version__,
-                           "torch": torch.__version__ if torch else None,
+                           "torch": str(torch.__version__) if torch else None,  # a plain str: no torch import to read it
                            "torch_cuda": torch.version.cuda if torch else None, "nccl": nccl,
                            "problems": tuple(p for p in facts.problems if not p.startswith("software"))})
 

@@ -144,6 +144,7 @@ class ActorPool:
     def shutdown(self) -> None:
         for r in range(len(self.workers)):
             self._kill(r)
+        self.rendezvous.close()  # its thread and port: watch starts a pool every cycle
 
     def _kill(self, rank: int) -> None:
         worker = self.workers[rank]

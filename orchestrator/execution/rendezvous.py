@@ -12,7 +12,8 @@ driver reaches the Ray head, which every worker can reach.
 from __future__ import annotations
 
 import socket
-from datetime import timedelta
+
+from orchestrator.execution.store_server import StoreServer
 
 
 def reachable_ip(gcs_address: str) -> str:
@@ -24,11 +25,12 @@ def reachable_ip(gcs_address: str) -> str:
 
 
 class RunStore:
-    """A TCPStore served by this process; `address` is what workers connect to."""
+    """The run's store, served by this process (execution.store_server: torch's wire protocol,
+    without importing torch here); `address` is what workers connect to with torch's client."""
 
-    def __init__(self, ip: str, timeout_s: float = 600.0) -> None:
-        import torch.distributed as dist
+    def __init__(self, ip: str) -> None:
+        self._server = StoreServer(ip)
+        self.address = (ip, self._server.port)
 
-        self._store = dist.TCPStore(ip, 0, is_master=True, wait_for_workers=False,
-                                    timeout=timedelta(seconds=timeout_s), use_libuv=True)
-        self.address = (ip, self._store.port)
+    def close(self) -> None:
+        self._server.close()

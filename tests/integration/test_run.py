@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pandas as pd
 import pytest
@@ -67,11 +68,16 @@ def test_full_sweep_every_collective_dtype_and_op(ray_head, tmp_path):
 
 
 def test_one_rank_group_runs_end_to_end(ray_head, tmp_path):
-    """What a one-GPU machine runs: a group of one rank, every collective that needs no peer."""
+    """What a one-GPU machine runs: a group of one rank, every collective that needs no peer. The
+    driver never imports torch (it measures nothing; execution.store_server serves the rendezvous):
+    Python's own import log of the driver's process names no torch module."""
     out = tmp_path / "results"
     proc = run_cli(["run", "--output", str(out), "--ranks-per-node", "1", "-b", "1K", "-e", "4K", "-n", "2"],
-                   env=ray_head.env())
+                   env={**ray_head.env(), "PYTHONPROFILEIMPORTTIME": "1"})
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    imported = re.findall(r"^import time:.*\|\s+(\S+)$", proc.stderr, re.M)
+    assert "ray" in imported and "pandas" in imported  # the log is read
+    assert not [m for m in imported if m == "torch" or m.startswith("torch.")], "the driver imported torch"
     df = pd.read_parquet(out)
     assert set(df.world_size) == {1} and (df.status == "ok").all() and (df.n_wrong == 0).all()
     assert set(df.collective) == set(DEFAULT_COLLECTIVES) - {"send_recv"}  # send_recv needs a peer
