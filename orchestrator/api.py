@@ -244,10 +244,10 @@ def watch(sweep: SweepSpec | None = None, /, *, cycles: int = 1, every: str | fl
 
 
 def predict(path: str, /, **options: Any) -> Predicted:
-    """The per-step communication time of a training layout priced from a run's fits, as
-    `collbench predict`: `.tables` (summary, terms; what_if and what_if_terms beside them),
-    `.incomplete` (terms not measured). Options as the command's with underscores: run, params (a
-    number), dp, tp, pp, layers, hidden, seq, micro_batch, micro_batches, ranks_per_node, fsdp,
+    """The per-step communication time of a training layout priced from a run's fits, as `collbench predict`:
+    `.tables` (summary, terms; what_if and what_if_terms beside them), `.incomplete` (terms no accepted
+    fit prices, why, and a run whose fits would). Options as the command's with underscores: run, params
+    (a number), dp, tp, pp, layers, hidden, seq, micro_batch, micro_batches, ranks_per_node, fsdp,
     dtype, bucket_bytes, what_if (["dp=32", ...]), what_if_results ([PATH, RUN_ID]), trace (dumps),
     ops_per_step, replay_run."""
     from orchestrator.operations import predict as predicting

@@ -15,10 +15,12 @@ SIZES = [1 << k for k in range(10, 27, 2)]  # 1K .. 64M
 
 def write_run(out: str, run_id: str, *, nodes: int = 6, alpha_us: float = 20.0, bw_gbps: float = 10.0,
               intra_bw_gbps: float = 40.0, slow_pair: tuple[int, int] | None = None, slow_factor: float = 0.6,
-              straggler: int | None = None, drop: dict | None = None, minute: int = 0) -> None:
+              straggler: int | None = None, drop: dict | None = None, minute: int = 0, zigzag: float = 0.0) -> None:
     """Pairwise all_reduce over `nodes` nodes (one rank each) plus intra groups of 2 ranks.
 
     drop: {"msg_bytes": S, "pattern": P, "factor": f} multiplies that row's busbw by f.
+    zigzag: the pairwise rows' times 1 + zigzag and 1 - zigzag times the line's, size by size (a shape
+    no alpha-beta line fits).
     """
     started = dt.datetime(2026, 11, 29, 12, minute, tzinfo=dt.timezone.utc)
     store = ResultStore(out, run_id)
@@ -29,7 +31,7 @@ def write_run(out: str, run_id: str, *, nodes: int = 6, alpha_us: float = 20.0, 
         for a, b in pairs:
             bw = bw_gbps * (slow_factor if slow_pair and {a, b} == set(slow_pair) else 1.0)
             rows = [_row(run_id, started, "pairwise", "inter", [a, b], [ips[a], ips[b]], s, alpha_us, bw,
-                         f"r{rnd}-g{gid}", rnd, straggler, drop) for s in SIZES]
+                         f"r{rnd}-g{gid}", rnd, straggler, drop, zigzag * (-1) ** i) for i, s in enumerate(SIZES)]
             store.write_group(f"r{rnd}-g{gid}", rows)
             gid += 1
     for i in range(nodes):
@@ -38,8 +40,9 @@ def write_run(out: str, run_id: str, *, nodes: int = 6, alpha_us: float = 20.0, 
         store.write_group(f"intra-{i}", rows)
 
 
-def _row(run_id, started, pattern, topology, ranks, ips, size, alpha_us, bw_gbps, group_id, rnd, straggler, drop):
-    time_us = alpha_us + size / (bw_gbps * 1e3)
+def _row(run_id, started, pattern, topology, ranks, ips, size, alpha_us, bw_gbps, group_id, rnd, straggler, drop,
+         off: float = 0.0):
+    time_us = (alpha_us + size / (bw_gbps * 1e3)) * (1 + off)
     busbw = size / time_us / 1e3  # all_reduce on 2 ranks: factor 1
     if drop and drop["msg_bytes"] == size and drop["pattern"] == pattern:
         busbw *= drop["factor"]

@@ -68,12 +68,31 @@ class FitRef:
 
 def fit_table(df: pd.DataFrame) -> dict[tuple[str, str, int], FitRef]:
     """The fits the report accepts (the same rule), by (collective, topology, world size)."""
-    return {
-        (coll, topo, n): FitRef(coll, topo, n, fit.alpha_us, fit.bandwidth_gbps,
-                                int(per_size.index.min()), int(per_size.index.max()))
-        for coll, topo, n, per_size, fit in fit_groups(df)
-        if not fit.poor
-    }
+    return fit_tables(df)[0]
+
+
+def fit_tables(df: pd.DataFrame) -> tuple[dict[tuple[str, str, int], FitRef], dict[tuple[str, str, int], str]]:
+    """The accepted fits (fit_table) and, by the same key, why each other shape's fit was rejected."""
+    accepted, rejected = {}, {}
+    for coll, topo, n, per_size, fit in fit_groups(df):
+        if fit.poor:
+            rejected[coll, topo, n] = fit.reason
+        else:
+            accepted[coll, topo, n] = FitRef(coll, topo, n, fit.alpha_us, fit.bandwidth_gbps,
+                                             int(per_size.index.min()), int(per_size.index.max()))
+    return accepted, rejected
+
+
+def _rejected(rejected: dict, collective: str, topology: str, world: int) -> str | None:
+    """Where no accepted fit prices a group: the rejected fit that would have (this world size
+    first, then the nearest), in words."""
+    order = {"mixed": ("mixed", "inter", "intra-domain"), "inter": ("inter", "intra-domain")}.get(topology, (topology,))
+    for topo in order:
+        same = [k for k in rejected if k[0] == collective and k[1] == topo]
+        if same:
+            k = min(same, key=lambda k: (abs(math.log2(k[2]) - math.log2(world)), k[2]))
+            return f"{collective} {topo} world {k[2]}: its fit rejected ({rejected[k]})"
+    return None
 
 
 def group_topology(size: int, stride: int, gpus_per_node: int) -> str:
@@ -112,8 +131,9 @@ def _sweep_for(collective: str, topology: str, size: int, msg_bytes: float) -> s
             + (f" --group-sizes {size}" if topology != "intra" or size > 1 else ""))
 
 
-def predict(layout: Layout, fits: dict) -> list[dict]:
-    """One dict per term: name, formula, fit used, bytes per operation, count, time."""
+def predict(layout: Layout, fits: dict, rejected: dict | None = None) -> list[dict]:
+    """One dict per term: name, formula, fit used, bytes per operation, count, time. A term no
+    accepted fit prices names the rejected fit that would have, and why, where `rejected` has one."""
     lay = layout
     terms = []
     shard = lay.params * lay.dtype_bytes / (lay.tp * lay.pp)
@@ -123,8 +143,10 @@ def predict(layout: Layout, fits: dict) -> list[dict]:
         topo = group_topology(size, stride, lay.gpus_per_node)
         ref = choose_fit(fits, coll, topo, size)
         if ref is None:
-            terms.append({"term": name, "formula": formula, "fit": f"no accepted {coll} fit ({topo})",
-                          "msg_bytes": msg, "count": count, "time_ms": None, "warning": "not measured",
+            why = _rejected(rejected or {}, coll, topo, size)
+            terms.append({"term": name, "formula": formula, "fit": why or f"no accepted {coll} fit ({topo})",
+                          "msg_bytes": msg, "count": count, "time_ms": None,
+                          "warning": "fit rejected" if why else "not measured",
                           "measure_with": _sweep_for(coll, topo, size, msg)})
             return
         warn = "EXTRAPOLATED beyond the measured sizes" if ref.outside(msg) else ""

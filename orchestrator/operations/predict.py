@@ -177,7 +177,7 @@ def predict(options: PredictOptions) -> Predicted:
 def _predict_layout(options: PredictOptions) -> Predicted:
     picked: list[str] = []
     fits_df = fit_rows(options.path, options.run, picked)
-    summary, terms = _priced(options, pricing.fit_table(fits_df), fits_df.run_id.iloc[0])
+    summary, terms = _priced(options, *pricing.fit_tables(fits_df), fits_df.run_id.iloc[0])
     tables = {"summary": [summary], "terms": terms}
     titled = [("per-step communication", [summary]), ("terms", terms)]
     said: list[tuple[str, str]] = []
@@ -185,7 +185,7 @@ def _predict_layout(options: PredictOptions) -> Predicted:
         what_if, said = options.changed()
         other = fit_rows(options.what_if_results[0], (list(options.what_if_results[1:]) or [None])[0], picked) \
             if options.what_if_results else fits_df
-        summary2, terms2 = _priced(what_if, pricing.fit_table(other), other.run_id.iloc[0])
+        summary2, terms2 = _priced(what_if, *pricing.fit_tables(other), other.run_id.iloc[0])
         summary2["what_if"] = " ".join(options.what_if) + (f" fits of {options.what_if_results[0]} run "
                                                            f"{summary2['run']}" if options.what_if_results else "")
         by_term = {t["term"]: t for t in terms}
@@ -200,9 +200,31 @@ def _predict_layout(options: PredictOptions) -> Predicted:
         titled += [("what if: per-step communication", [summary2]), ("what if: terms, now and then", compared)]
         terms = terms + terms2
     missing = [t for t in terms if t["time_ms"] is None]
-    incomplete = (f"incomplete: {len(missing)} term(s) not measured: " + ", ".join(t["term"] for t in missing)
-                  if missing else None)
+    incomplete = None
+    if missing:
+        run = summary["run"]
+        incomplete = (f"incomplete: {len(missing)} term(s) not priced by run {run}'s fits: "
+                      + ", ".join(t["term"] + (f" ({t['fit']})" if t["warning"] == "fit rejected" else "")
+                                  for t in missing))
+        other = _run_that_prices(options, run) if not options.what_if and not options.what_if_results else None
+        if other:
+            incomplete += f"; run {other}'s fits price every term: --run {other}"
     return Predicted(tables, titled, tables.get("what_if_terms", terms), incomplete, said, picked)
+
+
+def _run_that_prices(layout: PredictOptions, passed: str, most: int = 10) -> str | None:
+    """The latest other sweep of the dataset (of its `most` latest runs) whose accepted fits price
+    every term of the layout, or None."""
+    for run_id in list(reversed(dataset.runs(layout.path)))[:most]:
+        if run_id == passed or dataset.command_of(layout.path, run_id) in dataset.PROBE_COMMANDS:
+            continue
+        try:
+            df = fit_rows(layout.path, run_id)
+        except UsageError:
+            continue
+        if len(df) and all(t["time_ms"] is not None for t in pricing.predict(_layout(layout), pricing.fit_table(df))):
+            return run_id
+    return None
 
 
 def fit_rows(path: str, run: str | None, picked: list[str] | None = None):
@@ -221,15 +243,19 @@ def fit_rows(path: str, run: str | None, picked: list[str] | None = None):
     return df
 
 
-def _priced(layout: PredictOptions, fits: dict, run_id: str) -> tuple[dict, list[dict]]:
-    """The layout priced from `fits`: the summary and one row per term."""
-    priced = pricing.Layout(
+def _layout(layout: PredictOptions) -> pricing.Layout:
+    return pricing.Layout(
         params=layout.params, dp=layout.dp, tp=layout.tp, pp=layout.pp, fsdp=layout.fsdp,
         dtype_bytes=ELEMENT_BYTES[layout.dtype], bucket_mb=layout.bucket_bytes / 1e6,  # Layout counts MB of 1e6 bytes
         layers=layout.layers, hidden=layout.hidden, seq=layout.seq, micro_batch=layout.micro_batch,
         micro_batches=layout.micro_batches, gpus_per_node=layout.ranks_per_node,
     )
-    terms = pricing.predict(priced, fits)
+
+
+def _priced(layout: PredictOptions, fits: dict, rejected: dict, run_id: str) -> tuple[dict, list[dict]]:
+    """The layout priced from `fits` (`rejected`: the fits not accepted, and why): the summary and
+    one row per term."""
+    terms = pricing.predict(_layout(layout), fits, rejected)
     if not terms:
         raise UsageError("nothing to predict: set --dp, --tp or --pp above 1")
     missing = [t for t in terms if t["time_ms"] is None]
@@ -238,7 +264,7 @@ def _priced(layout: PredictOptions, fits: dict, run_id: str) -> tuple[dict, list
     return {"run": run_id, "world_size": world, "nodes": -(-world // layout.ranks_per_node),
             "comm_ms_per_step": None if missing else total, "measured_terms_ms": total,
             "complete": not missing,
-            "note": ("incomplete: not measured: " + "; ".join(f"{t['term']} ({t['measure_with']})" for t in missing))
+            "note": ("incomplete: not priced: " + "; ".join(f"{t['term']} ({t['measure_with']})" for t in missing))
             if missing else "upper bound: assumes no overlap with compute (T_step = T_comp + T_comm - T_overlap)"
             }, terms
 

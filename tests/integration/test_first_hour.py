@@ -104,6 +104,14 @@ def test_the_readmes_first_hour(ray_head, tmp_path):
     assert cmp.returncode == judged.exit_code == {"unchanged": 0, "dropped": 1, "inconclusive": 3}[summary["verdict"]], \
         cmp.stderr[-2000:]
     assert f"collbench: compare: {judged.conclusion.line}" in cmp.stderr
+    # the replay-and-predict guide's layout for the default run: priced, or the rejected fit said with
+    # its reason (a loaded host's sizes can fit no line) and the other run that prices it, if one does
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "guides" / "replay-predict.md").read_text()
+    layout = re.search(r"collbench predict results (--params 1B --tp 2 [^\n]*)", guide).group(1).split()
+    priced = _collbench(["predict", "results", *layout, "--format", "json"], tmp_path, env)
+    (term,) = json.loads(priced.stdout)["tables"]["terms"]
+    assert term["term"] == "tp activation all_reduce" and term["fit"].startswith("all_reduce intra world 2")
+    assert (priced.returncode, term["warning"] == "fit rejected") in ((0, False), (1, True)), priced.stderr
     page = _collbench(["report", "--format", "html"], tmp_path, env)
     assert page.returncode == 0 and page.stdout.startswith("<!doctype html>"), page.stderr
     if CHROMIUM is None:  # .ci/run installs it: everything else above was checked

@@ -67,9 +67,29 @@ def test_an_incomplete_total_is_said_and_exits_1(fits_dataset):
     assert missing["measure_with"].startswith("collbench run --collectives send_recv --patterns inter")
     (summary,) = rep["summary"]
     assert summary["comm_ms_per_step"] is None and not summary["complete"]
-    assert summary["note"].startswith("incomplete: not measured: pp activation send/recv (collbench run")
+    assert summary["note"].startswith("incomplete: not priced: pp activation send/recv (collbench run")
     assert summary["measured_terms_ms"] == pytest.approx(terms["dp gradient all_reduce"]["time_ms"])
-    assert "incomplete: 1 term(s) not measured: pp activation send/recv" in rep["stderr"]
+    assert rep["stderr"].splitlines()[-1] == "collbench: incomplete: 1 term(s) not priced by run run-p's fits: " \
+        "pp activation send/recv"  # the dataset holds no other run to name
+
+
+def test_a_rejected_fit_is_named_with_its_reason_and_an_earlier_run_that_prices_the_layout(tmp_path):
+    """The default run's fits can be rejected (a busy host's zig-zag of sizes): predict says which
+    fit and why, not just 'not measured', and names the latest other sweep whose fits price it all."""
+    out = str(tmp_path / "res")
+    write_run(out, "earlier", nodes=4, minute=0)
+    write_run(out, "later", nodes=4, minute=5, zigzag=0.6)  # no line fits its pairwise times
+    rep = _predict(out, "--params", "1e9", "--dp", "2", "--ranks-per-node", "1", code=1)
+    (term,) = rep["terms"]
+    assert term["time_ms"] is None and term["warning"] == "fit rejected"
+    assert term["fit"] == "all_reduce inter world 2: its fit rejected (the median size off by 70% > 30%)"
+    assert rep["stderr"].splitlines() == [
+        f"predict: run later: the latest of 2 in {out}",
+        "collbench: incomplete: 1 term(s) not priced by run later's fits: dp gradient all_reduce (all_reduce inter "
+        "world 2: its fit rejected (the median size off by 70% > 30%)); run earlier's fits price every term: "
+        "--run earlier"]
+    priced = _predict(out, "--params", "1e9", "--dp", "2", "--ranks-per-node", "1", "--run", "earlier")
+    assert priced["summary"][0]["complete"] and priced["terms"][0]["time_ms"] == pytest.approx(77 * 2641.44 / 1e3)
 
 
 def test_another_world_size_is_scaled_by_the_busbw_factor(fits_dataset):
