@@ -84,3 +84,27 @@ class Meter:
             load = None
         return HostLoad(cpu_busy_frac=busy, cpu_wait_frac=max(wait, 0.0) if wait is not None else None,
                         load_per_cpu=load, steal_frac=steal)
+
+
+def busy_cpus(window_s: float = 0.25) -> float | None:
+    """CPUs' worth of work this host did over the next `window_s` seconds (/proc/stat: every mode but
+    idle and iowait), less this process's own: how much of the host other work holds now (the
+    estimate before a run, orchestrator.sweep.estimate.busy_factor); None without /proc/stat."""
+    def sample() -> tuple[int, int] | None:
+        try:
+            with open(PROC_STAT) as f:
+                fields = f.readline().split()
+        except OSError:
+            return None
+        values = [int(v) for v in fields[1:9]]
+        return sum(values) - values[3] - values[4], sum(values)
+
+    first, mine, started = sample(), time.process_time(), time.perf_counter()
+    time.sleep(window_s)
+    last = sample()
+    if first is None or last is None or last[1] <= first[1]:
+        return None
+    cpus = os.cpu_count() or 1
+    busy = (last[0] - first[0]) / (last[1] - first[1]) * cpus
+    own = (time.process_time() - mine) / max(time.perf_counter() - started, 1e-9)
+    return max(0.0, busy - own)

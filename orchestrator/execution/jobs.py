@@ -10,6 +10,7 @@ passes, and its `Voice` receives the run's own lines (what it does; what went wr
 from __future__ import annotations
 
 import datetime as dt
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from orchestrator.results.history import earlier_rates
 from orchestrator.results.location import new_run_id
 from orchestrator.results.schema import RunState
 from orchestrator.sweep import resume
-from orchestrator.sweep.estimate import estimate
+from orchestrator.sweep.estimate import BUSY_SAID, Rates, busy_factor, estimate
 from orchestrator.sweep.planner import Group, Plan
 from orchestrator.sweep.spec import SweepSpec
 from workloads.messages import Case
@@ -118,7 +119,8 @@ def sweep(spec: SweepSpec, *, run_id: str | None = None, saved: resume.SavedRun 
                   f"round(s); results -> {store.location}")
         guess = None
         if planner is None:  # a replay's steps are priced by predict --trace, not here
-            rates = earlier_rates(session.spec.output, backend, [n.ip for n in inv.nodes])
+            rates = _at_this_hosts_load(earlier_rates(session.spec.output, backend, [n.ip for n in inv.nodes]),
+                                        inv, backend)
             guess = estimate(plan, session.spec, inv, rates, backend, frozenset(skip))
             voice.say(f"collbench: {guess.line()}")
         if resuming:
@@ -210,3 +212,23 @@ def closing_code(spec: SweepSpec, outcome: Tally, voice: Voice) -> int:
 
 def _median(values: list[float]) -> float:
     return sorted(values)[len(values) // 2] if values else 0.0
+
+
+def _at_this_hosts_load(rates: Rates, inv, backend: str) -> Rates:
+    """CPU ranks (gloo) on the driver's own node run at the share of its CPUs other work leaves
+    them: the rates as the host's load now makes them, against the load they were learned at
+    (estimate.busy_factor), where that moves them by BUSY_SAID or more either way."""
+    import ray
+
+    from workloads.contention import busy_cpus
+
+    here = ray.get_runtime_context().get_node_id()
+    node = next((n for n in inv.nodes if n.node_id == here), None)
+    if backend != "gloo" or node is None:
+        return rates
+    cpus, other = os.cpu_count() or 1, busy_cpus()
+    factor = busy_factor(rates.load_per_cpu, other, node.ranks, cpus)
+    if 1 / BUSY_SAID < factor < BUSY_SAID:
+        return rates
+    return rates.at_load(factor, f"x{factor:.2g} for this host's load now: {other:.1f} of its {cpus} CPUs busy "
+                                 f"beside {node.ranks} rank(s)")

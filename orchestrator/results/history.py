@@ -12,7 +12,7 @@ from orchestrator.sweep.estimate import DEFAULTS, Rates
 
 LOOK_BACK = 5  # runs read at most, newest first: a folder of thousands stays quick
 COLUMNS = ["run_id", "status", "backend", "collective", "topology", "msg_bytes", "time_us", "busbw_gbps", "round", "group_id", "iters",
-           "warmup", "check_iters"]
+           "warmup", "check_iters", "load_per_cpu"]
 
 
 def earlier_rates(output: str, backend: str, node_ips: list[str]) -> Rates:

@@ -16,6 +16,7 @@ an estimate, said with where its rates came from, never a promise.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -38,6 +39,8 @@ class Rates:
     round_s: float
     start_s: float
     basis: str
+    load_per_cpu: float | None = None  # the learning run's hosts while it measured (its ranks too), median
+
 
     def of(self, where: str, collective: str) -> tuple[float, float]:
         """(latency us, bus bandwidth GB/s) of `collective` inside a node or across: its own where
@@ -71,8 +74,33 @@ class Rates:
         calls = ok.assign(call_s=ok.time_us * _calls(ok) / 1e6).groupby(["round", "group_id"]).call_s.sum()
         rounds = ok["round"].nunique()
         round_s = max(0.0, (wall_s - start_s - float(calls.groupby(level=0).max().sum())) / max(rounds, 1))
+        load = ok.load_per_cpu.dropna() if "load_per_cpu" in ok else pd.Series(dtype=float)
         return cls(latency, busbw, round_s, start_s or fallback.start_s,
-                   f"rates of run {manifest.get('run_id')} on these hosts")
+                   f"rates of run {manifest.get('run_id')} on these hosts",
+                   float(load.median()) if len(load) else None)
+
+    def at_load(self, factor: float, said: str) -> Rates:
+        """These rates on a host `factor` times as contended for CPU as when they were learned (CPU
+        ranks: every call and round that much slower, or faster below 1), the basis saying so."""
+        return dataclasses.replace(
+            self, latency_us={k: v * factor for k, v in self.latency_us.items()},
+            busbw_gbps={k: v / factor for k, v in self.busbw_gbps.items()}, round_s=self.round_s * factor,
+            basis=f"{self.basis}; {said}")
+
+
+BUSY_SAID = 1.1  # a correction within this factor either way is the reading's noise: none is made
+
+
+def busy_factor(then_load_per_cpu: float | None, other_busy_cpus: float | None, ranks: int, cpus: int) -> float:
+    """How much slower CPU ranks will run than when their rates were learned: each rank wants a CPU,
+    so the host's demand per CPU is its ranks plus the work other processes hold now, against the
+    learning run's (its rows' load per CPU, its ranks included; a quiet host holding only its
+    ranks where the rates are defaults). Above one CPU's worth per CPU, a rank gets a share."""
+    if other_busy_cpus is None or cpus < 1:
+        return 1.0
+    now = (ranks + other_busy_cpus) / cpus
+    then = then_load_per_cpu if then_load_per_cpu is not None else ranks / cpus
+    return max(1.0, now) / max(1.0, then)
 
 
 def _where(topology: str) -> str:

@@ -6,17 +6,21 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import subprocess
+import sys
+import time
 
 import pytest
 
 from orchestrator.results import dataset
 from orchestrator.results.history import earlier_rates
 from orchestrator.results.store import ResultStore
-from orchestrator.sweep.estimate import DEFAULTS, Rates, duration, estimate
+from orchestrator.sweep.estimate import DEFAULTS, Rates, busy_factor, duration, estimate
 from orchestrator.sweep.inventory import from_description
 from orchestrator.sweep.planner import make_plan
 from orchestrator.sweep.spec import SweepSpec
 from tests.synthetic import SIZES, write_cluster_run
+from workloads.contention import busy_cpus
 
 STARTED = dt.datetime(2026, 11, 29, 12, 0, tzinfo=dt.timezone.utc)
 
@@ -99,3 +103,43 @@ def test_only_a_finished_run_of_the_same_backend_on_the_same_nodes_teaches_the_r
     assert earlier_rates(out, "nccl", ips).basis == "rates of run nccl on these hosts"
     _earlier_run(out, "good", start_s=1.0, round_s=1.0, minute=4)
     assert earlier_rates(out, "gloo", ips).basis == "rates of run good on these hosts"
+
+
+def test_cpu_ranks_on_a_busier_host_are_estimated_at_the_share_of_cpus_left_them():
+    """Each CPU rank wants a CPU: the host's demand per CPU is its ranks plus what other work holds
+    now, against the demand the rates were learned at; above one per CPU a rank gets a share."""
+    # 2 ranks on 2 CPUs, one CPU held by a busy loop: 3 wanted of 2, learned on a quiet host (1 per CPU)
+    assert busy_factor(1.0, 1.0, ranks=2, cpus=2) == pytest.approx(1.5)
+    assert busy_factor(None, 1.0, ranks=2, cpus=2) == pytest.approx(1.5)  # defaults: a quiet host assumed
+    assert busy_factor(1.0, 0.0, ranks=2, cpus=2) == 1.0
+    assert busy_factor(1.0, 0.5, ranks=1, cpus=4) == 1.0  # spare CPUs: nobody waits
+    assert busy_factor(2.0, 0.0, ranks=2, cpus=2) == pytest.approx(0.5)  # learned on a host twice as busy
+    assert busy_factor(1.0, None, ranks=2, cpus=2) == 1.0  # no /proc/stat: nothing known, nothing changed
+    spec = SweepSpec(collectives=("all_reduce",), min_bytes=1 << 20, max_bytes=1 << 20, iters=10, warmup=2,
+                     check_iters=1, patterns=("intra", "inter"))
+    inv = from_description("2x2cpu")
+    plan = make_plan(spec, inv)
+    rates = Rates({"intra": 100.0, "inter": 400.0}, {"intra": 1.0, "inter": 0.25}, 2.0, 5.0, "by hand")
+    busy = rates.at_load(1.5, "x1.5 for this host's load now")
+    assert busy.basis == "by hand; x1.5 for this host's load now"
+    quiet_s, busy_s = (estimate(plan, spec, inv, r, "gloo").seconds for r in (rates, busy))
+    assert busy_s - 5.0 == pytest.approx(1.5 * (quiet_s - 5.0), rel=1e-12)  # all but the start-up
+
+
+def test_the_rates_keep_the_load_their_run_measured_at_and_the_host_load_is_read(tmp_path):
+    out = str(tmp_path / "results")
+    _earlier_run(out, "r", start_s=6.0, round_s=1.25)
+    assert earlier_rates(out, "gloo", ["10.0.0.10", "10.0.0.11"]).load_per_cpu is None  # rows without it
+    rows = dataset.load(out, "r")
+    loads = [0.5, 1.0, 1.5, None] * (len(rows) // 4) + [1.0] * (len(rows) % 4)
+    manifest = dataset.manifest(out, "r") | {"run_id": "r"}
+    assert Rates.learned(rows.assign(load_per_cpu=loads), manifest, DEFAULTS["gloo"]).load_per_cpu == 1.0
+    # a busy loop of this test's own holds most of a CPU while the host is read (a wide bound: other
+    # tests share this host, so at least it, never less)
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)
+        assert busy_cpus(0.3) >= 0.5
+    finally:
+        spinner.kill()
+        spinner.wait()
