@@ -17,7 +17,7 @@ import json
 import sys
 
 from orchestrator.commands.options import add_analysis_options
-from orchestrator.commands.render import colour_enabled, render_csv, render_tables
+from orchestrator.commands.render import on_screen, render_csv, render_tables
 from orchestrator.errors import UsageError
 from orchestrator.operations.checks import DROP_THRESHOLD
 from orchestrator.operations.compare import CompareOptions, compare
@@ -84,8 +84,7 @@ def main(args: argparse.Namespace) -> int:
         titles = {"summary": "summary", "matched": f"matched rows (busbw in {args.unit}; DROP: below -{args.threshold:.0%} "
                   "and beyond the noise floor, read from noise_source)", "only_in_baseline": "rows only in the baseline",
                   "only_in_new": "rows only in the new run"}
-        print(render_tables([(titles[n], t) for n, t in tables.items()], args.format,
-                            args.format == "table" and colour_enabled(sys.stdout)))
+        print(render_tables([(titles[n], t) for n, t in tables.items()], args.format, **on_screen(sys.stdout)))
     if args.accept_inconclusive and found.inconclusive:
         return 0
     return found.exit_code

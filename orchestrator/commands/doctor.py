@@ -9,7 +9,7 @@ import json
 import sys
 
 from orchestrator.commands.options import add_spec_options, spec_from_args
-from orchestrator.commands.render import colour_enabled, render_junit, render_tables
+from orchestrator.commands.render import on_screen, render_junit, render_tables
 from orchestrator.operations.doctor import SWEEPS, CheckStatus, doctor
 
 
@@ -50,11 +50,11 @@ def main(args: argparse.Namespace) -> int:
         print(render_junit("collbench doctor", [{"classname": where, "name": c.name, "status": c.status.value,
                                                  "message": c.detail, "text": c.hint} for where, c in cases]))
     else:
-        print(render_tables([("cluster", [c.to_json() for c in found.cluster])], "table", colour_enabled(sys.stdout)))
+        print(render_tables([("cluster", [c.to_json() for c in found.cluster])], "table", **on_screen(sys.stdout)))
         rows = [{"node": n["node"], "host": n["host"], **c.to_json()} for n in found.nodes for c in n["checks"]
                 if args.all or c.status in (CheckStatus.WARN, CheckStatus.FAIL)]
         print(render_tables([("nodes" if args.all else "nodes: what did not pass", rows)], "table",
-                            colour_enabled(sys.stdout)))
+                            **on_screen(sys.stdout)))
     status = found.status
     print(f"collbench: doctor: {len(found.nodes)} node(s) in {found.wall_s:.1f}s: {status}", file=sys.stderr)
     return 1 if status is CheckStatus.FAIL else 0

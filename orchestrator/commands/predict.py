@@ -10,7 +10,7 @@ import json
 import sys
 
 from orchestrator.commands.options import add_format
-from orchestrator.commands.render import render_csv, render_tables
+from orchestrator.commands.render import on_screen, render_csv, render_tables
 from orchestrator.errors import UsageError, renamed
 from orchestrator.operations.predict import (
     BUCKET_BYTES,
@@ -129,7 +129,7 @@ def main(args: argparse.Namespace) -> int:
     elif args.format == "csv":
         print(render_csv(found.csv), end="")
     else:
-        print(render_tables(found.titled, args.format))
+        print(render_tables(found.titled, args.format, **on_screen(sys.stdout)))
     for note in found.picked:
         print(f"predict: {note}", file=sys.stderr)
     if found.incomplete:

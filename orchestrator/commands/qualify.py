@@ -19,7 +19,7 @@ from orchestrator.commands.options import (
     add_spec_options,
     spec_from_args,
 )
-from orchestrator.commands.render import colour_enabled, render_junit, render_tables
+from orchestrator.commands.render import on_screen, render_junit, render_tables
 from orchestrator.operations import COMMAND_LINE, Voice
 from orchestrator.operations.checks import PEER_THRESHOLD
 from orchestrator.operations.qualify import (
@@ -105,7 +105,7 @@ def main(args: argparse.Namespace) -> int:
         switches = [{"switch": ",".join(u["switches"]), "verdict": u["verdict"], "nodes": ",".join(u["nodes"]),
                      "detail": u["detail"]} for u in result.uplinks]
         print(render_tables([("verdicts", [_table_row(v) for v in result.nodes]),
-                             *([("switches", switches)] if switches else [])], "table", colour_enabled(sys.stdout)))
+                             *([("switches", switches)] if switches else [])], "table", **on_screen(sys.stdout)))
     for ip, act in result.actions.items():  # what takes each failing node out, and how running it went
         done = result.drained.get(ip)
         print(done.line() if done else f"collbench: to take {act.node} out of service: " + "; ".join(act.shown()),

@@ -56,9 +56,28 @@ def _paint(text: str, padded: str) -> str:
     return f"\033[{code}m{padded}\033[0m" if code else padded
 
 
-def render_tables(tables: list[tuple[str, list[dict]]], fmt: str, colour: bool = False) -> str:
+def terminal_width(stream) -> int | None:
+    """The terminal's columns where `stream` is one (tables wider than it print a record per row);
+    None for a file or a pipe, which take every table at its full width."""
+    import os
+
+    try:
+        return os.get_terminal_size(stream.fileno()).columns if stream.isatty() else None
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def on_screen(stream) -> dict:
+    """render_tables' `colour` and `width` for output to `stream`: a terminal's, or none."""
+    return {"colour": colour_enabled(stream), "width": terminal_width(stream)}
+
+
+def render_tables(tables: list[tuple[str, list[dict]]], fmt: str, colour: bool = False,
+                  width: int | None = None) -> str:
     """`table` (aligned text) or `markdown`; an empty table prints "(none)". `colour`: verdict words
-    (ok, warn, fail, slow, ...) in the status and verdict columns coloured, for a terminal."""
+    (ok, warn, fail, slow, ...) in the status and verdict columns coloured, for a terminal. `width`:
+    a table wider than this many columns prints each row as a record, a line per column (as psql's
+    expanded display), so that nothing wraps into the next row on a terminal."""
     parts = []
     for title, rows in tables:
         columns = list(dict.fromkeys(k for r in rows for k in r))
@@ -73,7 +92,13 @@ def render_tables(tables: list[tuple[str, list[dict]]], fmt: str, colour: bool =
         else:
             widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
             lines = [f"== {title}"]
-            if rows:
+            if rows and width is not None and sum(widths) + 2 * (len(widths) - 1) > width:
+                name_w = max(len(c) for c in columns)
+                for i, row in enumerate(cells, 1):
+                    lines.append(f"-- {i} of {len(cells)}")
+                    lines += [f"{c.ljust(name_w)}  {_paint(v, v) if colour and c in _PAINTED else v}"
+                              for c, v in zip(columns, row)]
+            elif rows:
                 lines.append("  ".join(c.rjust(w) for c, w in zip(columns, widths)))
                 painted = [colour and c in _PAINTED for c in columns]
                 lines += ["  ".join(_paint(v, v.rjust(w)) if p else v.rjust(w) for v, w, p in zip(row, widths, painted))

@@ -13,7 +13,7 @@ import re
 import sys
 
 from orchestrator.commands.options import add_analysis_options, add_expected_options
-from orchestrator.commands.render import colour_enabled, render_csv, render_nccl_tests, render_tables
+from orchestrator.commands.render import on_screen, render_csv, render_nccl_tests, render_tables
 from orchestrator.errors import UsageError
 from orchestrator.operations import report as reporting
 from orchestrator.operations.checks import PEER_THRESHOLD
@@ -121,8 +121,7 @@ def _print(rep: Report, args: argparse.Namespace) -> None:
             titles.append(("flags", [{"kind": f["kind"], "nodes": f["nodes"], "ranks": f["ranks"],
                                       "message": f["message"], "reasons": f.get("reasons")} for f in flags]))
         left_out = f"(nothing in this run for: {', '.join(empty)})\n" if empty else ""
-        print(_header(rep, args.format) + render_tables(titles, args.format, args.format == "table" and
-                                                        colour_enabled(sys.stdout)) + left_out)
+        print(_header(rep, args.format) + render_tables(titles, args.format, **on_screen(sys.stdout)) + left_out)
 
 
 def _write_csv_dir(folder: str, named: dict[str, list[dict]]) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 
 from orchestrator.commands.render import number, render_tables
@@ -54,3 +56,29 @@ def test_a_runs_outcome_reads_as_its_counts():
 
     t = Tally(groups_ok=3, groups_failed=1, rows=40, n_wrong=2)
     assert repr(t) == "Tally(groups_ok=3, groups_failed=1, groups_skipped=0, rows=40, n_wrong=2, failures=0)"
+
+
+def test_a_table_wider_than_the_terminal_prints_a_record_per_row_and_files_take_it_whole():
+    """Issue 59: compare's matched table ran to 216 characters a line and predict's to 495, each row
+    wrapping into the next on a terminal; wider than the screen, each row is a record (psql's
+    expanded display), a line per column; a file or a pipe (no width) keeps every table whole."""
+    from orchestrator.commands.render import render_tables, terminal_width
+
+    rows = [{"term": "dp gradient all_reduce", "formula": "ceil(shard/bucket) x (alpha + bucket/bw)",
+             "status": "slow", "time_ms": 203.39088},
+            {"term": "tp activation all_reduce", "formula": "layers/pp x micro_batches x 4 x (alpha + S_act/bw)",
+             "status": "ok", "time_ms": None}]
+    whole = render_tables([("terms", rows)], "table")
+    assert max(len(line) for line in whole.splitlines()) > 80
+    assert render_tables([("terms", rows)], "table", width=200) == whole  # it fits: unchanged
+    narrow = render_tables([("terms", rows)], "table", width=80)
+    assert narrow.splitlines() == [
+        "== terms", "-- 1 of 2",
+        "term     dp gradient all_reduce", "formula  ceil(shard/bucket) x (alpha + bucket/bw)", "status   slow",
+        "time_ms  203.4",
+        "-- 2 of 2",
+        "term     tp activation all_reduce", "formula  layers/pp x micro_batches x 4 x (alpha + S_act/bw)",
+        "status   ok", "time_ms  -"]
+    assert "\033[31mslow\033[0m" in render_tables([("terms", rows)], "table", colour=True, width=80)
+    assert render_tables([("terms", rows)], "markdown", width=80).startswith("### terms\n\n| term |")
+    assert terminal_width(io.StringIO()) is None
