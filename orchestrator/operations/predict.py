@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from orchestrator.analysis import predict as pricing
 from orchestrator.errors import UsageError
+from orchestrator.operations.predict_fits import Predicted, fit_rows
 from orchestrator.results import dataset
 from orchestrator.sweep.sizes import format_bytes, parse_bytes
 from orchestrator.sweep.spec import MAX_MSG_BYTES
@@ -153,25 +154,12 @@ def _what_if_value(key: str, value: str):
     return int(value)
 
 
-@dataclass
-class Predicted:
-    """The priced tables (summary and terms; the what-if's beside them), their titles for a table,
-    the one table CSV prints, the line an incomplete prediction says, and old what-if keys used."""
-
-    tables: dict[str, list[dict]]
-    titled: list[tuple[str, list[dict]]]
-    csv: list[dict]
-    incomplete: str | None = None
-    renamed: list[tuple[str, str]] = field(default_factory=list)
-    picked: list[str] = field(default_factory=list)  # which run was taken where none was named, in words
-
-    @property
-    def exit_code(self) -> int:
-        return 1 if self.incomplete else 0
-
-
 def predict(options: PredictOptions) -> Predicted:
-    return _predict_trace(options) if options.trace else _predict_layout(options)
+    if options.trace:
+        from orchestrator.operations.predict_trace import predict_trace
+
+        return predict_trace(options)
+    return _predict_layout(options)
 
 
 def _predict_layout(options: PredictOptions) -> Predicted:
@@ -227,22 +215,6 @@ def _run_that_prices(layout: PredictOptions, passed: str, most: int = 10) -> str
     return None
 
 
-def fit_rows(path: str, run: str | None, picked: list[str] | None = None):
-    """The rows a run's fits are made from: a sweep's (a replay's ops are not fitted); without `run`
-    the latest sweep (dataset.latest_sweep), said in `picked` where the dataset holds more than one."""
-    if run is None:
-        pick = dataset.latest_sweep(path)
-        run, note = pick.run_id, pick.note(path)
-        if note and picked is not None:
-            picked.append(note)
-    df = dataset.load(path, run, columns=["run_id", "status", "collective", "topology", "world_size", "msg_bytes",
-                                          "time_us", "time_us_p50", "time_us_p99", "time_us_min", "pattern"])
-    if (df.pattern == "replay").all():
-        raise UsageError(f"{path}: run {run or '(the latest)'} holds no sweep, only replayed ops: give "
-                         "--run RUN_ID of a `collbench run` sweep to take the fits from")
-    return df
-
-
 def _layout(layout: PredictOptions) -> pricing.Layout:
     return pricing.Layout(
         params=layout.params, dp=layout.dp, tp=layout.tp, pp=layout.pp, fsdp=layout.fsdp,
@@ -267,39 +239,6 @@ def _priced(layout: PredictOptions, fits: dict, rejected: dict, run_id: str) -> 
             "note": ("incomplete: not priced: " + "; ".join(f"{t['term']} ({t['measure_with']})" for t in missing))
             if missing else "upper bound: assumes no overlap with compute (T_step = T_comp + T_comm - T_overlap)"
             }, terms
-
-
-def _predict_trace(options: PredictOptions) -> Predicted:
-    """A traced job's steps priced from a run's fits, beside a replay of them and the job's own times."""
-    from orchestrator.analysis import replay
-    from orchestrator.sweep import trace
-
-    loaded = trace.load(list(options.trace))
-    program, notes = trace.program(loaded, trace.find_steps(loaded.ops[0], options.ops_per_step), gaps=False)
-    picked: list[str] = []
-    df = fit_rows(options.path, options.run, picked)
-    steps, terms = pricing.trace_steps(program, pricing.fit_table(df), options.ranks_per_node)
-    missing = [t for t in terms if t["time_ms"] is None]
-    predicted = sorted(s["comm_ms"] for s in steps)[len(steps) // 2] if steps and not missing else None
-    summary = {"run": df.run_id.iloc[0] if len(df) else None, "world_size": loaded.world_size,
-               "steps": program.steps, "predicted_ms_per_step": predicted, "complete": not missing}
-    if options.replay_run:
-        rows = dataset.load(options.path, options.replay_run)
-        measured = replay.step_times(rows[rows.pattern == replay.PATTERN])
-        if not measured:
-            raise UsageError(f"--replay-run {options.replay_run}: no replayed step in it")
-        comm = sorted(v["comm_us"] for v in measured.values())
-        summary["replayed_ms_per_step"] = comm[len(comm) // 2] / 1e3
-        summary["predicted/replayed"] = predicted / summary["replayed_ms_per_step"] if predicted else None
-    traced = [op.duration_us for ops in loaded.ops.values() for op in ops if op.duration_us is not None]
-    if traced:
-        summary["traced_ms_per_step"] = sum(op.traced_us or 0 for op in program.ops[0]) / max(program.steps, 1) / 1e3
-    summary["note"] = "; ".join(notes) or "-"
-    incomplete = (f"incomplete: {len(missing)} traced op shape(s) without an accepted fit: "
-                  + ", ".join(t["term"] for t in missing)) if missing else None
-    return Predicted({"summary": [summary], "terms": terms},
-                     [("per-step communication of the traced job (median step)", [summary]),
-                      ("terms (per step)", terms)], terms, incomplete, picked=picked)
 
 
 def bucket_bytes(text: str) -> int:
