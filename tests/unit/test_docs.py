@@ -127,3 +127,31 @@ def test_every_api_call_the_docs_give_binds():
             bad += [f"api.{call.func.attr}: {k.arg} is not a sweep option" for k in call.keywords
                     if k.arg not in named and k.arg not in keys]
     assert bad == []
+
+
+# the Python blocks of the docs that tests run as written, by page and block number (from 0)
+RUN_BY = {("README.md", 0): "tests/integration/test_first_hour.py",
+          ("docs/guides/results.md", 0): "tests/unit/test_readme_snippets.py",
+          ("docs/guides/results.md", 1): "tests/unit/test_readme_snippets.py",
+          ("docs/guides/results.md", 2): "tests/unit/test_readme_snippets.py"}
+
+
+def test_every_python_block_of_the_docs_runs_in_a_test_or_says_what_it_needs():
+    """Issue 59: a snippet that fails as written costs a new user their trust. Each Python block of
+    README and docs/ is run as written by a test that reads its page (RUN_BY), or the line before it
+    says what it needs that a test machine lacks (`<!-- needs: ... -->`); none is both."""
+    bad, seen = [], set()
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        name = str(page.relative_to(ROOT))
+        text = page.read_text()
+        for i, block in enumerate(re.finditer(r"^```(?:py|python)\n", text, flags=re.M)):
+            before = text[:block.start()].rstrip("\n").rsplit("\n", 1)[-1]
+            needs = re.fullmatch(r"<!-- needs: .+ -->", before)
+            seen.add((name, i))
+            runner = RUN_BY.get((name, i))
+            if runner and (needs or name.rsplit("/", 1)[-1] not in (ROOT / runner).read_text()):
+                bad.append(f"{name} block {i}: {runner} " + ("runs it, yet it says what it needs" if needs
+                                                           else "does not read the page"))
+            elif not runner and not needs:
+                bad.append(f"{name} block {i}: run by no test, and says nothing of what it needs")
+    assert bad == [] and set(RUN_BY) <= seen, (bad, set(RUN_BY) - seen)
