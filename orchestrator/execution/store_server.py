@@ -170,6 +170,10 @@ class StoreServer:
             log.warning("rendezvous store: dropped a client: %s", e)
             self._drop(client)
             return
+        except Exception:  # noqa: BLE001 - one client's query must never stop the store for every other
+            log.exception("rendezvous store: dropped a client after an error in its query")
+            self._drop(client)
+            return
         del client.inbox[:reader.at]
         self._flush(client)
 

@@ -41,7 +41,6 @@ class Rates:
     basis: str
     load_per_cpu: float | None = None  # the learning run's hosts while it measured (its ranks too), median
 
-
     def of(self, where: str, collective: str) -> tuple[float, float]:
         """(latency us, bus bandwidth GB/s) of `collective` inside a node or across: its own where
         measured, else its kind's."""
