@@ -38,26 +38,35 @@ def run_delay_ns() -> int | None:
     return total if seen else None
 
 
-def steal_and_total(text: str) -> tuple[int, int] | None:
-    """(Steal jiffies, all jiffies) from /proc/stat's aggregate `cpu` line; None where it has no
-    steal field (kernels before 2.6.11, or no /proc)."""
+def _cpu_line(text: str) -> list[int] | None:
+    """/proc/stat's aggregate `cpu` line, its first 8 counters: user nice system idle iowait irq
+    softirq steal (guests are in user already); None where it has fewer (kernels before 2.6.11)."""
     for line in text.splitlines():
         fields = line.split()
         if fields and fields[0] == "cpu":
             values = [int(v) for v in fields[1:]]
-            if len(values) < 8:
-                return None
-            # user nice system idle iowait irq softirq steal [guest guest_nice]: guests are in user already
-            return values[7], sum(values[:8])
+            return values[:8] if len(values) >= 8 else None
     return None
 
 
-def _stat() -> tuple[int, int] | None:
+def steal_and_total(text: str) -> tuple[int, int] | None:
+    """(Steal jiffies, all jiffies) from /proc/stat's aggregate `cpu` line; None where it has no
+    steal field (kernels before 2.6.11, or no /proc)."""
+    values = _cpu_line(text)
+    return None if values is None else (values[7], sum(values))
+
+
+def _read_stat() -> list[int] | None:
     try:
         with open(PROC_STAT) as f:
-            return steal_and_total(f.read())
+            return _cpu_line(f.read())
     except OSError:
         return None
+
+
+def _stat() -> tuple[int, int] | None:
+    values = _read_stat()
+    return None if values is None else (values[7], sum(values))
 
 
 class Meter:
@@ -90,21 +99,13 @@ def busy_cpus(window_s: float = 0.25) -> float | None:
     """CPUs' worth of work this host did over the next `window_s` seconds (/proc/stat: every mode but
     idle and iowait), less this process's own: how much of the host other work holds now (the
     estimate before a run, orchestrator.sweep.estimate.busy_factor); None without /proc/stat."""
-    def sample() -> tuple[int, int] | None:
-        try:
-            with open(PROC_STAT) as f:
-                fields = f.readline().split()
-        except OSError:
-            return None
-        values = [int(v) for v in fields[1:9]]
-        return sum(values) - values[3] - values[4], sum(values)
-
-    first, mine, started = sample(), time.process_time(), time.perf_counter()
+    first, mine, started = _read_stat(), time.process_time(), time.perf_counter()
     time.sleep(window_s)
-    last = sample()
-    if first is None or last is None or last[1] <= first[1]:
+    last = _read_stat()
+    if first is None or last is None or sum(last) <= sum(first):
         return None
+    idle = lambda v: v[3] + v[4]  # noqa: E731 - idle and iowait
     cpus = os.cpu_count() or 1
-    busy = (last[0] - first[0]) / (last[1] - first[1]) * cpus
+    busy = (1 - (idle(last) - idle(first)) / (sum(last) - sum(first))) * cpus
     own = (time.process_time() - mine) / max(time.perf_counter() - started, 1e-9)
     return max(0.0, busy - own)

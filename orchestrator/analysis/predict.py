@@ -84,20 +84,30 @@ def fit_tables(df: pd.DataFrame) -> tuple[dict[tuple[str, str, int], FitRef], di
 
 
 def _rejected(rejected: dict, collective: str, topology: str, world: int) -> str | None:
-    """Where no accepted fit prices a group: the rejected fit that would have (this world size
-    first, then the nearest), in words."""
-    order = {"mixed": ("mixed", "inter", "intra-domain"), "inter": ("inter", "intra-domain")}.get(topology, (topology,))
-    for topo in order:
-        same = [k for k in rejected if k[0] == collective and k[1] == topo]
-        if same:
-            k = min(same, key=lambda k: (abs(math.log2(k[2]) - math.log2(world)), k[2]))
-            return f"{collective} {topo} world {k[2]}: its fit rejected ({rejected[k]})"
-    return None
+    """Where no accepted fit prices a group: the rejected fit that would have (as choose_fit picks
+    one), in words."""
+    key = _nearest(rejected, collective, topology, world)
+    return None if key is None else f"{collective} {key[1]} world {key[2]}: its fit rejected ({rejected[key]})"
 
 
 def group_topology(size: int, stride: int, gpus_per_node: int) -> str:
     """Topology of a group of `size` ranks spaced `stride` apart, from rank 0."""
     return topology_of([i * stride // gpus_per_node for i in range(size)]).value
+
+
+# where a group's own topology was not measured: a mixed group is priced as inter, and either from the
+# cluster's intra-domain fits where its nodes share one NVLink domain
+_FALLBACK = {"mixed": ("mixed", "inter", "intra-domain"), "inter": ("inter", "intra-domain")}
+
+
+def _nearest(keys, collective: str, topology: str, world: int) -> tuple[str, str, int] | None:
+    """The (collective, topology, world size) of `keys` that prices a group: its own topology first
+    (then _FALLBACK's), this world size, else the nearest measured; None where none is."""
+    for topo in _FALLBACK.get(topology, (topology,)):
+        same = [k for k in keys if k[0] == collective and k[1] == topo]
+        if same:
+            return min(same, key=lambda k: (abs(math.log2(k[2]) - math.log2(world)), k[2]))
+    return None
 
 
 def choose_fit(fits: dict, collective: str, topology: str, world: int) -> FitRef | None:
@@ -106,21 +116,17 @@ def choose_fit(fits: dict, collective: str, topology: str, world: int) -> FitRef
     carries over: algbw(n) = busbw / factor(n)) and said in `note`; `mixed` falls back to `inter`,
     and a group across nodes to the cluster's `intra-domain` fits where its nodes share one NVLink
     domain (an NVL72 rack measures no `inter` group inside it)."""
+    key = _nearest(fits, collective, topology, world)
+    if key is None:
+        return None
+    ref, (_, topo, n) = fits[key], key
+    if n == world:
+        return ref if topo == topology else FitRef(**{**ref.__dict__, "note": f"from {topo} world {world}"})
     factor = registry.get(collective).busbw_factor
-    order = {"mixed": ("mixed", "inter", "intra-domain"), "inter": ("inter", "intra-domain")}.get(topology, (topology,))
-    for topo in order:
-        if (collective, topo, world) in fits:
-            ref = fits[(collective, topo, world)]
-            return ref if topo == topology else FitRef(**{**ref.__dict__, "note": f"from {topo} world {world}"})
-        same = [k for k in fits if k[0] == collective and k[1] == topo]
-        if same:
-            k = min(same, key=lambda k: (abs(math.log2(k[2]) - math.log2(world)), k[2]))
-            ref = fits[k]
-            scale = factor(k[2]) / factor(world) if factor(world) > 0 and factor(k[2]) > 0 else 1.0
-            return FitRef(**{**ref.__dict__, "bandwidth_gbps": ref.bandwidth_gbps * scale,
-                             "note": f"from {topo} world {k[2]}, bandwidth scaled x{scale:.3g} by the busbw factor "
-                                     f"for world {world}"})
-    return None
+    scale = factor(n) / factor(world) if factor(world) > 0 and factor(n) > 0 else 1.0
+    return FitRef(**{**ref.__dict__, "bandwidth_gbps": ref.bandwidth_gbps * scale,
+                     "note": f"from {topo} world {n}, bandwidth scaled x{scale:.3g} by the busbw factor "
+                             f"for world {world}"})
 
 
 def _sweep_for(collective: str, topology: str, size: int, msg_bytes: float) -> str:

@@ -222,9 +222,11 @@ def _at_this_hosts_load(rates: Rates, inv, backend: str) -> Rates:
 
     from workloads.contention import busy_cpus
 
+    if backend != "gloo":
+        return rates
     here = ray.get_runtime_context().get_node_id()
     node = next((n for n in inv.nodes if n.node_id == here), None)
-    if backend != "gloo" or node is None:
+    if node is None:
         return rates
     cpus, other = os.cpu_count() or 1, busy_cpus()
     factor = busy_factor(rates.load_per_cpu, other, node.ranks, cpus)
