@@ -70,7 +70,7 @@ def main(args: argparse.Namespace) -> int:
                            min_fraction=args.min_fraction, doctor=not args.no_doctor,
                            fit_ranks=args.ranks_per_node is None, scheduler=args.scheduler, drain=args.drain,
                            topology=args.topology)
-    return watch(options, emit=_jsonl if args.format == "jsonl" else _line, say=_stderr)
+    return watch(options, emit=_jsonl if args.format == "jsonl" else _line, say=_stderr, live_line=True)
 
 
 def _jsonl(cycle: Cycle) -> None:

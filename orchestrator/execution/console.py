@@ -111,24 +111,35 @@ class Console(RunObserver):
     line now and then in a pipe or a job log. `close()` ends it."""
 
     def __init__(self, total_groups: int | None, out: TextIO | None = None, progress: TextIO | None = None,
-                 rows: bool = True, work: Work | None = None, terminal: bool | None = None) -> None:
+                 rows: bool = True, work: Work | None = None, terminal: bool | None = None,
+                 ends: bool = True) -> None:
+        """`ends`: a progress line at each group's end (False: the live line alone says it)."""
         self.total = total_groups
         self.done = 0
         self.t0 = time.monotonic()
         # Resolved now, not at import: the CLI replaces sys.stdout (a reader that leaves early).
         self.out = out or sys.stdout
         self.progress = progress or sys.stderr
-        self.rows = rows
+        self.rows, self.ends = rows, ends
         self.live = None
         if work is not None:
             if terminal is None:
-                terminal = _is_terminal(self.progress)
+                terminal = is_terminal(self.progress)
             self.live = LiveLine(work, self._write_progress, terminal)  # drawn from the first group on
 
     def close(self) -> None:
         if self.live is not None:
             self.live.stop()
             self.live = None
+
+    def begin(self, work: Work, label: str = "", unit: str = "groups", terminal: bool | None = None) -> None:
+        """A live line for one piece of work from now on (qualify: each round, whose probes are known
+        only when it starts), drawn at once; `close()` ends it before the next piece's lines."""
+        self.close()
+        if terminal is None:
+            terminal = is_terminal(self.progress)
+        self.live = LiveLine(work, self._write_progress, terminal, label=label, unit=unit)
+        self.live.start()
 
     def group_started(self, event: GroupStarted) -> None:
         if self.live is not None and not self.live.started:  # after the start-up's own lines
@@ -159,6 +170,10 @@ class Console(RunObserver):
         if self.live is not None:
             with self.live.lock:
                 self.live.work.ended.add(event.group.group_id)
+        if not self.ends:
+            if self.live is not None:
+                self.live.draw()  # the group's end shown now, not at the next tick
+            return
         if self.total is None:
             line = f"[progress] {self.done} groups done, {elapsed:.0f}s elapsed"
         else:
@@ -185,7 +200,7 @@ class Console(RunObserver):
         self.progress.flush()
 
 
-def _is_terminal(stream: TextIO) -> bool:
+def is_terminal(stream: TextIO) -> bool:
     """A terminal that redraws a line in place: a TTY whose TERM is not `dumb`."""
     import os
 

@@ -81,12 +81,14 @@ class Planner(Protocol):
 
 def sweep(spec: SweepSpec, *, run_id: str | None = None, saved: resume.SavedRun | None = None,
           retry_failed: bool = False, observers: Sequence[RunObserver] = (), voice: Voice = COMMAND_LINE,
-          progress: bool = False, placement_group=None,
+          progress: bool = False, live_line: bool = False, placement_group=None,
           partition: str | None = None, cpus_per_rank: float = 0.0, command: str = "run",
           doctor: bool = True, planner: Planner | None = None) -> RunResult:
     """Measure `spec`'s plan on the cluster; a resumed run (`saved`, its manifest's run) measures
     the groups it lacks. `progress`: the console (a table of rows, progress and an estimate, on
-    stdout) watches the run, told how many groups it measures once that is known. `planner`: a plan of its own and its groups' cases (a replay), instead of the sweep's.
+    stdout) watches the run, told how many groups it measures once that is known; `live_line`: on
+    a terminal, the live line alone (watch's cycles: a log gets their one line each). `planner`: a
+    plan of its own and its groups' cases (a replay), instead of the sweep's.
     Raises UsageError for what makes the sweep impossible (before anything is measured)."""
     from orchestrator.execution.lifecycle import live
     from orchestrator.execution.session import Session
@@ -119,20 +121,24 @@ def sweep(spec: SweepSpec, *, run_id: str | None = None, saved: resume.SavedRun 
                   f"round(s); results -> {store.location}")
         guess = None
         if planner is None:  # a replay's steps are priced by predict --trace, not here
-            rates = _at_this_hosts_load(earlier_rates(session.spec.output, backend, [n.ip for n in inv.nodes]),
-                                        inv, backend)
+            rates = rates_here(session.spec, inv, backend)
             guess = estimate(plan, session.spec, inv, rates, backend, frozenset(skip))
             voice.say(f"collbench: {guess.line()}")
         if resuming:
             again = " (failed, timed-out and skipped ones are measured again)" if retry_failed else ""
             voice.say(f"collbench: resuming: {len(skip)} group(s) already on disk are skipped{again}")
         console = None
-        if progress:
-            from orchestrator.execution.console import Console
+        if progress or live_line:
+            import sys
+
+            from orchestrator.execution.console import Console, is_terminal
             from orchestrator.execution.live import Work
 
             work = Work.of(guess, [g.group_id for g in plan.groups if g.group_id not in skip]) if guess else None
-            console = Console(len(plan) - len(skip), work=work)
+            if progress:
+                console = Console(len(plan) - len(skip), work=work)
+            elif work is not None and is_terminal(sys.stderr):
+                console = Console(len(plan) - len(skip), rows=False, work=work, terminal=True, ends=False)
         try:
             runner, outcome = session.start(len(plan), [*([console] if console else []), *observers],
                                             command=command, skipped=len(skip),
@@ -212,6 +218,12 @@ def closing_code(spec: SweepSpec, outcome: Tally, voice: Voice) -> int:
 
 def _median(values: list[float]) -> float:
     return sorted(values)[len(values) // 2] if values else 0.0
+
+
+def rates_here(spec: SweepSpec, inv, backend: str) -> Rates:
+    """The rates an estimate prices a plan at on these nodes: an earlier run's on them (or the
+    backend's defaults), at this host's load now."""
+    return _at_this_hosts_load(earlier_rates(spec.output, backend, [n.ip for n in inv.nodes]), inv, backend)
 
 
 def _at_this_hosts_load(rates: Rates, inv, backend: str) -> Rates:

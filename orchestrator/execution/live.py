@@ -65,8 +65,11 @@ class LiveLine:
     """The line itself: drawn by a ticker thread and around each printed line, under `lock`."""
 
     def __init__(self, work: Work, write: Callable[[str], None], terminal: bool,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, label: str = "", unit: str = "groups") -> None:
+        """`label`: what the line's work is, before its counts (qualify: `round 3: `); `unit`: what
+        its groups are called (qualify's are probes)."""
         self.work, self.write, self.terminal, self.clock = work, write, terminal, clock
+        self.label, self.unit = label, unit
         self.t0 = clock()
         self.lock = threading.RLock()
         self.shown = False
@@ -83,7 +86,7 @@ class LiveLine:
         f = self.work.fraction()
         done, total = self.work.cases()
         groups = len(self.work.ended), len(self.work.cases_s)
-        said = (f"{groups[0]}/{groups[1]} groups, {done}/{total} cases, {duration(elapsed)} elapsed, "
+        said = (f"{self.label}{groups[0]}/{groups[1]} {self.unit}, {done}/{total} cases, {duration(elapsed)} elapsed, "
                 f"~{duration(self.work.left_s(elapsed))} left")
         if not self.terminal:
             return f"[progress] {said}"

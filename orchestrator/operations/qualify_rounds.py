@@ -8,22 +8,41 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
+from dataclasses import dataclass
 
 from orchestrator.execution import signals
+from orchestrator.execution.console import Console
 from orchestrator.execution.events import GroupEnded, GroupFailure, GroupStarted, RunObserver
+from orchestrator.execution.live import Work
 from orchestrator.execution.voice import Voice
+from orchestrator.sweep.estimate import Rates, estimate
 from orchestrator.sweep.inventory import Inventory
 from orchestrator.sweep.planner import Group, Plan
 from orchestrator.sweep.qualify import Deadlines, Outcome, Probe, Qualifier, Result
 from workloads.messages import Status
 
 
+@dataclass
+class RoundProgress:
+    """Each round's live line (execution.live): its probes' cases priced at `rates` on `backend`
+    (sweep.estimate; the start-up is behind it), drawn by `console` while the round runs."""
+
+    console: Console
+    rates: Rates
+    backend: str
+
+    def begin(self, rnd: int, plan: Plan, spec, inv: Inventory) -> None:
+        guess = estimate(plan, spec, inv, self.rates, self.backend)
+        work = Work(guess.cases_s, max(0.0, guess.seconds - self.rates.start_s))
+        self.console.begin(work, label=f"round {rnd + 1}: ", unit="probes")
+
+
 def run_rounds(q: Qualifier, inv: Inventory, runner, collector: Collector, voice: Voice,
-               done: dict) -> list[int] | None:
+               done: dict, progress: RoundProgress | None = None) -> list[int] | None:
     """The qualifier's rounds on Ray until it has every verdict (None; `done["groups"]` counts the
     probes run); where SIGUSR1 came (Slurm's warning ahead of a time limit), none more after the round
     in flight: the qualifier stops with what the rounds so far settled, and the nodes without a
-    verdict are returned."""
+    verdict are returned. `progress`: a live line while each round runs, gone before its line."""
     while probes := q.next_round():
         if signals.stop_requested():
             break
@@ -32,10 +51,15 @@ def run_rounds(q: Qualifier, inv: Inventory, runner, collector: Collector, voice
                            for i, p in enumerate(probes)),))
         collector.expect(plan, probes)
         runner.spec = dataclasses.replace(runner.spec, group_timeout_s=collector.limit_s(probes))
+        if progress is not None:
+            progress.begin(rnd, plan, runner.spec, inv)
         try:
             runner.run(plan)
         except signals.StopRequested:  # the runner saw SIGUSR1 first: nothing of this round ran
             break
+        finally:
+            if progress is not None:
+                progress.console.close()
         judged = q.record(collector.results())
         done["groups"] += len(probes)
         voice.say(round_line(rnd, probes, judged, runner.spec.group_timeout_s, q))

@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 
 from orchestrator import scheduler
 from orchestrator.errors import UsageError
-from orchestrator.execution.jobs import new_run_id, say_warnings
+from orchestrator.execution.jobs import new_run_id, rates_here, say_warnings
 from orchestrator.execution.voice import COMMAND_LINE, Voice
 from orchestrator.judging.defaults import MIN_FRACTION, PEER_THRESHOLD
 from orchestrator.judging.judge import prior_for
-from orchestrator.operations.qualify_rounds import Collector, run_rounds
+from orchestrator.operations.qualify_rounds import Collector, RoundProgress, run_rounds
 from orchestrator.results.schema import RunState
 from orchestrator.scheduler import Action, Done
 from orchestrator.sweep import topology
@@ -120,7 +120,8 @@ def qualification(spec: SweepSpec, *, threshold: float = PEER_THRESHOLD, min_fra
                   f"rank(s), backend {backend}, {spec.collectives[0]} {spec.dtypes[0]} up to "
                   f"{format_bytes(spec.max_bytes)}; reference {_describe(q.reference, len(inv.nodes))}; "
                   f"results -> {session.store.location}")
-        unsettled = run_rounds(q, inv, runner, collector, voice, done)
+        progress = RoundProgress(shown[0], rates_here(runner.spec, inv, backend), backend) if shown else None
+        unsettled = run_rounds(q, inv, runner, collector, voice, done, progress)
         done["names"] = {i.node_ip: i.scheduler_node for i in session.pool.infos() if i.scheduler_node}
         session.manifest["groups_total"] = done["groups"]  # a qualification's groups are known as they run
         if unsettled is not None:  # stopped ahead of a time limit: the run ends interrupted, with these verdicts

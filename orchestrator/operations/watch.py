@@ -117,9 +117,11 @@ class WatchOptions:
         return days
 
 
-def watch(options: WatchOptions, *, emit: Callable[[Cycle], None], say: Callable[[str], None]) -> int:
-    """Run the watch: each cycle to `emit`, its own lines to `say`; 0 when it ended by --cycles or a
-    signal, 1 when the cluster was lost for longer than the reconnect timeout."""
+def watch(options: WatchOptions, *, emit: Callable[[Cycle], None], say: Callable[[str], None],
+          live_line: bool = False) -> int:
+    """Run the watch: each cycle to `emit`, its own lines to `say`, and on a terminal (`live_line`)
+    each cycle's progress while it measures; 0 when it ended by --cycles or a signal, 1 when the
+    cluster was lost for longer than the reconnect timeout."""
     user = user_expected(options.expected)
     voice = Voice(say, say)
     tree = switch_tree(options.topology, os.environ, voice)  # a bad file refused before the output
@@ -131,4 +133,4 @@ def watch(options: WatchOptions, *, emit: Callable[[Cycle], None], say: Callable
                  retention_days=options.retention_days, reconnect_s=options.reconnect_s, emit=emit, say=say,
                  doctor=options.doctor, fit_ranks=options.fit_ranks, switches=tree, sched=sched,
                  drain=options.drain, reread=(lambda: switch_tree(options.topology, os.environ, voice)) if (
-                     options.topology or "").startswith(KUBERNETES_TOPOLOGY) else None).run()
+                     options.topology or "").startswith(KUBERNETES_TOPOLOGY) else None, live_line=live_line).run()

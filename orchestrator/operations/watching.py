@@ -42,17 +42,19 @@ RELEASE_SETTLE_S = 0.5
 
 
 class Watch:
-    """Cycles until `cycles` have run (0: forever), SIGTERM or Ctrl-C. `emit(cycle)` says each one."""
+    """Cycles until `cycles` have run (0: forever), SIGTERM or Ctrl-C. `emit(cycle)` says each one;
+    `live_line`: each cycle's progress redrawn in place while it measures, where stderr is a terminal."""
 
     def __init__(self, spec: SweepSpec, *, every_s: float, cycles: int, threshold: float, min_fraction: float,
                  user_entries: list, baseline_cycles: int, retention_days: int | None, reconnect_s: float,
                  emit: Callable[[Cycle], None], say: Callable[[str], None], doctor: bool = True,
                  fit_ranks: bool = False, switches: Topology | None = None, sched: Scheduler = Scheduler.NONE,
-                 drain: bool = False, reread: Callable[[], Topology | None] | None = None) -> None:
+                 drain: bool = False, reread: Callable[[], Topology | None] | None = None,
+                 live_line: bool = False) -> None:
         self.spec, self.every_s, self.cycles = spec, every_s, cycles
         self.threshold, self.min_fraction, self.user_entries = threshold, min_fraction, user_entries
         self.baseline_cycles, self.retention_days, self.reconnect_s = baseline_cycles, retention_days, reconnect_s
-        self.emit, self.say, self.doctor = emit, say, doctor
+        self.emit, self.say, self.doctor, self.live_line = emit, say, doctor, live_line
         self.fit_ranks = fit_ranks  # CPU ranks fitted to the nodes (no --ranks-per-node given)
         self.recent: list[Cycle] = []  # the last cycles, for the blind alert
         self.said_small: set[str] = set()  # nodes already said to be too small (said once)
@@ -178,7 +180,7 @@ class Watch:
         partition = PARTITION.format(started)
         try:
             result = jobs.sweep(spec, voice=QUIET, partition=partition, cpus_per_rank=CPUS_PER_RANK,
-                                command="watch", doctor=self.doctor)
+                                command="watch", doctor=self.doctor, live_line=self.live_line)
         except DoctorRefusal as e:  # a node that would hang or fail the canary: an alert, not a silence
             cycle.alerts = [Alert(node, AlertKind.DOCTOR, None, None, f"{node} ({host}): {c.name}: {c.detail}; {c.hint}")
                             for node, host, c in e.diagnosis.failures(QUICK)]

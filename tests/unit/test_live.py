@@ -1,5 +1,5 @@
-"""A run's live progress (issue 59, execution.live and the console): the planned work weighted by
-each case's estimated time, the time left moving from the estimate to the measured pace, a line
+"""A run's live progress (issue 59, execution.live and the console; qualify's, a line per round): the
+planned work weighted by each case's estimated time, the time left moving from the estimate to the measured pace, a line
 redrawn in place on a terminal with the rows printed cleanly beside it, plain lines in a pipe."""
 
 from __future__ import annotations
@@ -11,7 +11,12 @@ import pytest
 from orchestrator.execution import live
 from orchestrator.execution.console import Console
 from orchestrator.execution.events import GroupEnded, GroupStarted, RowsMeasured
-from orchestrator.sweep.estimate import Estimate
+from orchestrator.execution.voice import Voice
+from orchestrator.operations.qualify_rounds import Collector, RoundProgress, run_rounds
+from orchestrator.sweep.estimate import DEFAULTS, Estimate, estimate
+from orchestrator.sweep.inventory import Inventory, Node
+from orchestrator.sweep.qualify import Deadlines, Qualifier
+from orchestrator.sweep.spec import SweepSpec
 from workloads.messages import Status
 
 
@@ -92,3 +97,69 @@ def test_a_group_end_line_says_the_time_left_from_the_work():
     console.close()
     # g0 ended (half the estimated work) at once: 0.5 x (0 + 0.5 x 25) = 6.25 s left, not 0 x ...
     assert err.getvalue().startswith("[progress] 1/2 groups done, 0s elapsed, ~6s left")
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+class _Runner:
+    """A runner whose probes all reach 2 GB/s at once, telling its observers as Ray's would, each
+    group's live line read as it starts (the screen at that moment)."""
+
+    def __init__(self, spec, observers, screen: io.StringIO) -> None:
+        self.spec, self.observers, self.screen, self.seen, self.plans = spec, observers, screen, [], []
+
+    def run(self, plan) -> None:
+        self.plans.append(plan)
+        for g in plan.groups:
+            for o in self.observers:
+                o.group_started(GroupStarted(g, {}))
+            self.seen.append(self.screen.getvalue().rsplit("\r", 1)[-1])
+            rows = ({"msg_bytes": 1 << 20, "n_wrong": 0, "busbw_gbps": 2.0},)
+            for o in self.observers:
+                o.group_ended(GroupEnded(g, Status.OK, rows, None))
+
+
+def test_each_qualify_round_has_a_live_line_priced_by_its_probes_and_gone_before_its_round_line(monkeypatch):
+    monkeypatch.setenv("TERM", "xterm")
+    inv = Inventory(tuple(Node(f"n{i}", f"10.0.0.{i}", f"h{i}", 0, 2) for i in range(4)))
+    spec = SweepSpec(collectives=("all_reduce",), min_bytes=1 << 16, max_bytes=1 << 20, iters=2, warmup=1)
+    screen = _Terminal()
+    console = Console(None, out=io.StringIO(), progress=screen, rows=False)
+    collector = Collector(inv, Deadlines(60.0))
+    runner = _Runner(spec, [console, collector], screen)
+    said = []
+    voice = Voice(lambda line: said.append((line, screen.getvalue())))
+    q = Qualifier(4, 2)
+    rates = DEFAULTS["gloo"]
+    assert run_rounds(q, inv, runner, collector, voice, {"groups": 0}, RoundProgress(console, rates, "gloo")) is None
+    assert q.rounds >= 2 and len(said) == q.rounds
+    # the first round's probes priced as the estimate prices their plan, its start-up left out (behind it)
+    guess = estimate(runner.plans[0], spec, inv, rates, "gloo")
+    probes = len(list(runner.plans[0].groups))
+    first = runner.seen[0]
+    cases = sum(map(len, guess.cases_s.values()))
+    assert first.startswith("[") and f"round 1: 0/{probes} probes, 0/{cases} cases, " in first, runner.seen
+    assert first.endswith(f" elapsed, ~{live.duration(guess.seconds - rates.start_s)} left\x1b[K"), runner.seen
+    for k, (line, shown) in enumerate(said):  # each round's line: the live line erased just before it
+        assert line.startswith(f"collbench: round {k + 1} ") and shown.endswith("\r\x1b[K"), (line, shown[-200:])
+        assert f"round {k + 1}: " in shown and f"round {k + 2}: " not in shown
+    assert console.live is None
+
+
+def test_a_watch_cycles_console_is_its_live_line_alone():
+    """watch's cycles on a terminal: the live line while a cycle measures, no group line, row or
+    group-end line (each cycle says its one line when it ends), and nothing left when it closes."""
+    screen, out = _Terminal(), io.StringIO()
+    console = Console(2, out=out, progress=screen, rows=False, work=_work(), terminal=True, ends=False)
+    group = type("G", (), {"group_id": "g0", "pattern": "intra", "round": 0})()
+    console.group_started(GroupStarted(group, {}))
+    console.rows_measured(RowsMeasured(group, ({"status": "ok"},)))
+    console.group_ended(GroupEnded(group, Status.OK, (), None))
+    console.close()
+    frames = [f for f in screen.getvalue().split("\r") if f.startswith("[")]
+    assert frames and "0/2 groups" in frames[0] and any("1/2 groups" in f for f in frames), frames
+    assert "[progress]" not in screen.getvalue() and "\n" not in screen.getvalue() and out.getvalue() == ""
+    assert screen.getvalue().endswith("\r\x1b[K")
