@@ -22,7 +22,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from orchestrator.analysis import diagnosis, scores, tables  # noqa: E402
-from orchestrator.analysis.fits import fit_groups  # noqa: E402
+from orchestrator.analysis.fits import MIN_TOLERANCE, fit_groups, off_by  # noqa: E402
 from orchestrator.analysis.frame import Frame  # noqa: E402
 from orchestrator.sweep.sizes import format_bytes  # noqa: E402
 
@@ -35,16 +35,19 @@ HALF_WIDTH_INCHES = 7.5  # a wider figure (small multiples of 3 or 4 collectives
 def figures(frame: Frame, scale: float, unit: str) -> Iterator[tuple[str, str, object]]:
     """(file name, caption, matplotlib figure) of every plot the run's rows allow."""
     df, run_id = frame.df, frame.df.run_id.iloc[0]
-    # a line needs two sizes: a run of one size (a pairwise probe at 8M) has its heatmap instead
-    collectives = [c for c in dict.fromkeys(df.collective.dropna()) if len(tables.by_size(df, c, "busbw_gbps")) > 1]
-    if collectives:
-        fits = {(c, t, n): fit for c, t, n, _, fit in fit_groups(df) if not fit.poor}
-        for value, name in (("busbw_gbps", "busbw"), ("time_us", "latency")):
+    # a line needs two sizes: a run of one size (a pairwise probe at 8M) has its heatmap instead; a
+    # run of one-rank groups has times and no busbw (tables.by_size)
+    fits = None
+    for value, name in (("busbw_gbps", "busbw"), ("time_us", "latency")):
+        collectives = [c for c in dict.fromkeys(df.collective.dropna()) if len(tables.by_size(df, c, value)) > 1]
+        if collectives:
+            fits = fits if fits is not None else {(c, t, n): fit for c, t, n, _, fit in fit_groups(df) if not fit.poor}
             fig = _by_size(df, collectives, value, fits, scale, unit)
             drawn = [ax for ax in fig.axes if ax.get_visible()]
             shown = ["the median of the widest group of each topology"] + (
                 ["its iterations' range shaded"] if any(ax.collections for ax in drawn) else []) + (
-                ["the accepted fit dashed"] if any(ln.get_linestyle() == "--" for ax in drawn for ln in ax.lines)
+                [f"the accepted fit dashed where within {MIN_TOLERANCE:.0%} of the median"]
+                if any(ln.get_linestyle() == "--" for ax in drawn for ln in ax.lines)
                 else [])
             yield (f"{name}.png", f"{name} by message size, {len(collectives)} collective(s), run {run_id}: "
                    + ", ".join(shown), fig)
@@ -55,7 +58,9 @@ def figures(frame: Frame, scale: float, unit: str) -> Iterator[tuple[str, str, o
 
 def _by_size(df, collectives: list[str], value: str, fits: dict, scale: float, unit: str):
     """Small multiples, one panel per collective sharing both axes: per topology the median line,
-    the band from the fastest to the slowest iteration, and the accepted fit; every point carries
+    the band from the fastest to the slowest iteration, and the accepted fit between the sizes
+    where it is within MIN_TOLERANCE of the median drawn, either way (a fit is made to each size's
+    median iteration, the points are rows' means: on a noisy host they part); every point carries
     its value as a tooltip (an SVG <title>: no script)."""
     cols = min(PANELS_A_ROW, len(collectives))
     rows = -(-len(collectives) // cols)
@@ -64,6 +69,7 @@ def _by_size(df, collectives: list[str], value: str, fits: dict, scale: float, u
     busbw = value == "busbw_gbps"
     tips: dict[str, list[str]] = {}
     ok = scores.ok_rows(df)
+    ok = ok[ok.world_size > 1] if busbw else ok  # as tables.by_size: a one-rank group's busbw is no link's
     for ax, coll in zip(axes.flat, collectives):
         d = ok[ok.collective == coll]
         d = d[d.world_size == d.groupby("topology", observed=True).world_size.transform("max")]
@@ -92,12 +98,16 @@ def _by_size(df, collectives: list[str], value: str, fits: dict, scale: float, u
                                 linewidth=0)
             fit = fits.get((coll, topo, n))
             if fit is not None:
-                fx = np.geomspace(x.min(), x.max(), 60)
-                ft = fit.alpha_us + fx / (fit.bandwidth_gbps * 1e3)
                 moved = per[per.alg > 0]  # busbw over algbw: the collective's factor (nccl-tests' PERFORMANCE.md)
                 ratio = float(np.median(moved.factor / moved.alg)) if busbw and len(moved) else 1.0
-                fy = fx / ft / 1e3 * ratio * scale if busbw else ft
-                ax.plot(fx, fy, linestyle="--", linewidth=1, color=line.get_color())
+
+                def fitted(sizes):
+                    t = fit.alpha_us + sizes / (fit.bandwidth_gbps * 1e3)
+                    return sizes / t / 1e3 * ratio * scale if busbw else t
+
+                for lo, hi in _spans(off_by(fitted(x), y) <= MIN_TOLERANCE):
+                    fx = np.geomspace(x[lo], x[hi], 60)
+                    ax.plot(fx, fitted(fx), linestyle="--", linewidth=1, color=line.get_color())
         _size_axis(ax, sorted(set(d.msg_bytes.astype(int))))
         if not busbw:
             ax.set_yscale("log")
@@ -113,6 +123,19 @@ def _by_size(df, collectives: list[str], value: str, fits: dict, scale: float, u
     fig.tight_layout()
     fig.collbench_tips = tips
     return fig
+
+
+def _spans(holds) -> list[tuple[int, int]]:
+    """(first, last) index of each run of two or more consecutive True values."""
+    out, start = [], None
+    for i, ok in enumerate([*holds, False]):
+        if ok and start is None:
+            start = i
+        elif not ok and start is not None:
+            if i - 1 > start:
+                out.append((start, i - 1))
+            start = None
+    return out
 
 
 def _size_axis(ax, sizes: list[int]) -> None:

@@ -13,9 +13,11 @@ from orchestrator.sweep.sizes import format_bytes
 
 
 def by_size(df: pd.DataFrame, collective: str, value: str) -> list[dict]:
-    """`value` (busbw_gbps or time_us) by msg_bytes per topology, the widest group of each."""
+    """`value` (busbw_gbps or time_us) by msg_bytes per topology, the widest group of each; busbw of
+    groups of two ranks or more (a one-rank group crosses no link: its busbw is a copy inside one
+    device, 4 TB/s on an H200, and would stand as `intra`; its times stay in the latency table)."""
     d = ok_rows(df)
-    d = where(d, d.collective == collective)
+    d = where(d, (d.collective == collective) & ((d.world_size > 1) if value == "busbw_gbps" else True))
     d = where(d, d.world_size == d.groupby("topology", observed=True).world_size.transform("max"))
     table = d.groupby(["msg_bytes", "topology"], observed=True)[value].median().unstack("topology")
     rows = []

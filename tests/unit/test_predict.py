@@ -82,11 +82,11 @@ def test_a_rejected_fit_is_named_with_its_reason_and_an_earlier_run_that_prices_
     rep = _predict(out, "--params", "1e9", "--dp", "2", "--ranks-per-node", "1", code=1)
     (term,) = rep["terms"]
     assert term["time_ms"] is None and term["warning"] == "fit rejected"
-    assert term["fit"] == "all_reduce inter world 2: its fit rejected (the median size off by 70% > 30%)"
+    assert term["fit"] == "all_reduce inter world 2: its fit rejected (the median size off by 228% > 30%)"
     assert rep["stderr"].splitlines() == [
         f"predict: run later: the latest of 2 in {out}",
         "collbench: incomplete: 1 term(s) not priced by run later's fits: dp gradient all_reduce (all_reduce inter "
-        "world 2: its fit rejected (the median size off by 70% > 30%)); run earlier's fits price every term: "
+        "world 2: its fit rejected (the median size off by 228% > 30%)); run earlier's fits price every term: "
         "--run earlier"]
     priced = _predict(out, "--params", "1e9", "--dp", "2", "--ranks-per-node", "1", "--run", "earlier")
     assert priced["summary"][0]["complete"] and priced["terms"][0]["time_ms"] == pytest.approx(77 * 2641.44 / 1e3)

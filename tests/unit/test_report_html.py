@@ -152,3 +152,62 @@ def test_size_plots_share_axes_and_show_spread_fit_and_values(tmp_path):
     assert f"<title>all_gather intra (2 ranks), {top['size']}: {tables.plain(top['intra'])} GBps</title>" in svg
     assert svg.count("<title>") == 2 * 2 * len(tables.by_size(df, "all_reduce", "busbw_gbps"))
     assert "e-0" not in "".join(re.findall(r"<title>([^<]*)</title>", svg))
+
+
+def test_a_fit_is_drawn_only_between_sizes_whose_points_it_is_near(tmp_path):
+    """A fit is made to each size's median iteration; a size whose mean a slow iteration doubled
+    sits far below the fit's busbw (issue 59: a dashed fit at ~1.5 GB/s over a point at 0.8,
+    captioned as accepted): the line stops at the last size it is within 50% of, either way, and
+    the caption says so."""
+    import pyarrow as pa
+
+    from orchestrator.analysis import plots
+    from orchestrator.analysis.fits import fits
+    from orchestrator.analysis.frame import COLUMNS, DICTIONARY, Frame
+    from orchestrator.results import dataset
+
+    out, run = str(tmp_path / "results"), "20261201T120000Z-cccccc"
+    write_cluster_run(out, run, nodes=1, ranks_per_node=2, patterns=("intra",), noise=0.0)
+    df = dataset.load_table(out, run, columns=COLUMNS, dictionary=DICTIONARY).to_pandas()
+    top = df.msg_bytes == df.msg_bytes.max()
+    # the largest size's mean 2.2x its median: its busbw point at 1/2.2 of the fit's, a fit 120% off
+    df.loc[top, "busbw_gbps"] /= 2.2
+    df.loc[top, "algbw_gbps"] /= 2.2
+    df.loc[top, "time_us"] *= 2.2
+
+    def frame() -> Frame:
+        return Frame(pa.Table.from_pandas(df, preserve_index=False))
+
+    (fit,) = fits(frame().df)
+    assert fit["quality"] == "good"  # the medians lie on the line: the fit stands
+    made = {name: (caption, fig) for name, caption, fig in plots.figures(frame(), 1.0, "GBps")}
+    caption, fig = made["busbw.png"]
+    assert caption.endswith("the accepted fit dashed where within 50% of the median"), caption
+    (ax,) = [ax for ax in fig.axes if ax.get_visible()]
+    (dashed,) = [ln for ln in ax.get_lines() if ln.get_linestyle() == "--"]
+    sizes = sorted(set(df.msg_bytes))
+    assert dashed.get_xdata()[0] == pytest.approx(sizes[0]) and dashed.get_xdata()[-1] == pytest.approx(sizes[-2])
+    # a point more than 50% off the other way (faster than the fit) ends the line too
+    df.loc[top, ["busbw_gbps", "algbw_gbps"]] *= 2.2 * 1.6
+    df.loc[top, "time_us"] /= 2.2 * 1.6
+    _, fig = next((c, f) for n, c, f in plots.figures(frame(), 1.0, "GBps") if n == "busbw.png")
+    (dashed,) = [ln for ln in fig.axes[0].get_lines() if ln.get_linestyle() == "--"]
+    assert dashed.get_xdata()[-1] == pytest.approx(sizes[-2])
+
+
+def test_a_one_rank_groups_copy_is_no_links_busbw():
+    """A one-rank broadcast's busbw is a copy inside one device (4.11 TB/s for 256 MiB on the H200:
+    docs/GPU.md): it stays out of the busbw table, so `intra` is the widest group of two or more
+    ranks, or absent; its times stay in the latency table (issue 56)."""
+    import pandas as pd
+
+    from orchestrator.analysis import tables
+
+    rows = [{"collective": "broadcast", "status": "ok", "topology": "intra", "world_size": n, "msg_bytes": s,
+             "busbw_gbps": bw, "time_us": t}
+            for n, bw in ((1, 4110.0), (2, 40.0)) for s, t in ((1 << 20, 5.0), (1 << 24, 60.0))]
+    df = pd.DataFrame(rows)
+    assert [r["intra"] for r in tables.by_size(df, "broadcast", "busbw_gbps")] == [40.0, 40.0]
+    one = df[df.world_size == 1]
+    assert tables.by_size(one, "broadcast", "busbw_gbps") == []
+    assert [r["intra"] for r in tables.by_size(one, "broadcast", "time_us")] == [5.0, 60.0]
