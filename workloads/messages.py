@@ -174,6 +174,15 @@ class Joined:
     device: str  # "cuda:0", "cpu"
     device_name: str  # GPU model, or the CPU model
     transport: Transport | None = None  # as far as known right after forming the group
+    init_s: float | None = None  # this rank's init_process_group, in seconds
+
+
+@dataclass(frozen=True)
+class Left:
+    """What a rank used, from everything logged since its group formed, once it left the group."""
+
+    transport: Transport
+    destroy_s: float  # this rank's destroy_process_group, in seconds
 
 
 @dataclass(frozen=True)
@@ -195,6 +204,7 @@ class WorkerInfo:
     gpu_batch_floor_us: float | None = None
     niceness: int | None = None  # the process's nice value (Ray starts workers at 15 unless told otherwise)
     scheduler_node: str | None = None  # the node's name in its scheduler (comm_env.scheduler_node_name)
+    gpu_bus: str | None = None  # the PCI bus of its GPU where Ray gave a GPU UUID (workloads.gpus), for its order
 
 
 @dataclass(frozen=True)

@@ -14,16 +14,22 @@ from __future__ import annotations
 import os
 import platform
 import socket
+import time
 from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from workloads import inspector, nccl_log
+from workloads import gpus, inspector, nccl_log
 from workloads.comm_env import COMM_ENV_PREFIXES, pin_interfaces, scheduler_node_name
-from workloads.messages import Case, Joined, JoinRequest, NcclLog, ReplayTiming, Sample, Transport, WorkerInfo
+from workloads.messages import Case, Joined, JoinRequest, Left, NcclLog, ReplayTiming, Sample, Transport, WorkerInfo
 
 if TYPE_CHECKING:
     import torch.distributed as dist
+
+
+# torch's TORCH_NCCL_ASYNC_ERROR_HANDLING values (ProcessGroupNCCL.hpp): 0 nothing, 1 abort and tear
+# the process down, 2 abort the communicators only (CleanUpOnly), 3 tear down without aborting (the default)
+ABORT_AND_RAISE = "2"
 
 
 class BenchWorker:
@@ -57,14 +63,15 @@ class BenchWorker:
         import torch
 
         nccl = None
-        if torch.version.cuda and ray.get_gpu_ids():
+        gpu_ids = tuple(str(g) for g in ray.get_gpu_ids())
+        if torch.version.cuda and gpu_ids:
             nccl = ".".join(map(str, torch.cuda.nccl.version()))
         return WorkerInfo(
             node_id=ray.get_runtime_context().get_node_id(),
             node_ip=self._ip,
             hostname=socket.gethostname(),
             pid=os.getpid(),
-            gpu_ids=tuple(str(g) for g in ray.get_gpu_ids()),
+            gpu_ids=gpu_ids,
             cpu_model=_cpu_model(),
             torch_version=str(torch.__version__),  # a TorchVersion would make the driver import torch to read it
             nccl_version=nccl,
@@ -74,6 +81,7 @@ class BenchWorker:
             gpu_batch_floor_us=self._gpu_floor_us,
             niceness=os.nice(0),
             scheduler_node=scheduler_node_name(os.environ),
+            gpu_bus=gpus.bus_of_uuids().get(gpu_ids[0]) if gpu_ids and gpu_ids[0].startswith("GPU-") else None,
         )
 
     def use_gpu(self, visible_devices: str, local_index: int) -> WorkerInfo:
@@ -88,6 +96,11 @@ class BenchWorker:
             raise RuntimeError(f"CUDA was initialised in this worker (pid {os.getpid()}) before its mask "
                                f"CUDA_VISIBLE_DEVICES={visible_devices} was set: a defect of collbench, report it")
         os.environ["CUDA_VISIBLE_DEVICES"] = visible_devices
+        # a failed collective aborts this rank's communicators and raises here, as gloo's peers
+        # raise, instead of torch's default (3: the process torn down): the driver blames the ranks
+        # whose process died, and a healthy peer of a killed rank must not die with it. --env keeps
+        # a user's own value.
+        os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", ABORT_AND_RAISE)
         self._gpu = torch.device("cuda", local_index)
         self._nccl_log = nccl_log.DebugFile(nccl_log.configure(os.environ))
         self._inspector = inspector.DumpFile.for_process(os.environ, socket.gethostname(), os.getpid())
@@ -128,6 +141,7 @@ class BenchWorker:
         if req.backend == "nccl":
             torch.cuda.set_device(self._device)
             kwargs["device_id"] = self._device  # set up the communicator now, not in a timed call
+        t0 = time.perf_counter()
         dist.init_process_group(
             req.backend,
             store=dist.PrefixStore(req.group_id, self._store),
@@ -136,8 +150,9 @@ class BenchWorker:
             timeout=timeout,
             **kwargs,
         )
+        init_s = time.perf_counter() - t0
         name = torch.cuda.get_device_name(self._device) if self._device.type == "cuda" else _cpu_model()
-        return Joined(device=str(self._device), device_name=name, transport=self._transport())
+        return Joined(device=str(self._device), device_name=name, transport=self._transport(), init_s=init_s)
 
     def run(self, case: Case) -> list[Sample] | list[ReplayTiming]:
         """Measure one case; this rank's raw samples per message size (a replay: per op and step)."""
@@ -145,17 +160,19 @@ class BenchWorker:
 
         return run_case(case, self._rank, self._world_size, self._device)
 
-    def leave(self) -> Transport:
-        """Destroy the group; what it used, from everything NCCL logged since it was formed, and
-        the NCCL Inspector's records of it where the plugin is loaded."""
+    def leave(self) -> Left:
+        """Destroy the group, timed; what it used, from everything NCCL logged since it was formed,
+        and the NCCL Inspector's records of it where the plugin is loaded."""
         import torch.distributed as dist
 
         transport = self._transport()
+        t0 = time.perf_counter()
         if dist.is_initialized():
             dist.destroy_process_group()
+        destroy_s = time.perf_counter() - t0
         if self._inspector is not None and self._backend == "nccl":
             transport = replace(transport, inspector=self._inspector.group_ops())
-        return transport
+        return Left(transport, destroy_s)
 
     def _transport(self) -> Transport:
         if self._backend != "nccl":

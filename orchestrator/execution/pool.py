@@ -51,19 +51,23 @@ def _bundle_per_slot(inv: Inventory, slots: list[tuple[int, int]], pg) -> list[i
     return [by_node[inv.nodes[i].node_id][j] for i, j in slots]
 
 
-def _gpu_key(gpu_id: str) -> tuple[int, str]:
-    return (len(gpu_id), gpu_id)  # numeric order for decimal ids
+def _gpu_key(gpu_id: str, bus: str | None = None) -> tuple[str, int, str]:
+    """Decimal ids in numeric order; GPU UUIDs by their PCI bus where the worker read it (the
+    order nvidia-smi numbers them in), else as strings."""
+    return (bus or "", len(gpu_id), gpu_id)
 
 
-def gpu_assignment(gpu_ids: list[str]) -> tuple[str, list[int]]:
+def gpu_assignment(gpu_ids: list[str], buses: list[str | None] | None = None) -> tuple[str, list[int]]:
     """The actors of one node share visibility of all their GPUs and each uses its own.
 
-    gpu_ids: the GPU id Ray gave each actor of the node. Returns the CUDA_VISIBLE_DEVICES value
-    (the union, sorted numerically) and each actor's index into it. ValueError for two MIG
-    devices or more: CUDA shows a process only the first MIG device of such a list, so every actor
-    but one would have no device (and NCCL joins no MIG instances).
+    gpu_ids: the GPU id Ray gave each actor of the node; buses: each one's PCI bus where known
+    (GPU UUIDs: WorkerInfo.gpu_bus). Returns the CUDA_VISIBLE_DEVICES value (the union, in
+    numeric or bus order: cuda:i is then nvidia-smi's GPU order) and each actor's index into it.
+    ValueError for two MIG devices or more: CUDA shows a process only the first MIG device of
+    such a list, so every actor but one would have no device (and NCCL joins no MIG instances).
     """
-    union = sorted(set(gpu_ids), key=_gpu_key)
+    bus_of = dict(zip(gpu_ids, buses or [None] * len(gpu_ids)))
+    union = sorted(set(gpu_ids), key=lambda g: _gpu_key(g, bus_of[g]))
     mig = [g for g in union if g.startswith("MIG-")]
     if mig and len(union) > 1:
         raise ValueError(f"{len(union)} workers were given MIG devices ({mig[0]}, ...): CUDA shows a process "
@@ -210,11 +214,13 @@ class ActorPool:
             for r in ranks:
                 by_node.setdefault(self.slots[r][0], []).append(r)
             for members in by_node.values():
-                ordered = sorted((self.workers[r] for r in members), key=lambda w: _gpu_key(w.info.gpu_ids[0]))
+                ordered = sorted((self.workers[r] for r in members),
+                                 key=lambda w: _gpu_key(w.info.gpu_ids[0], w.info.gpu_bus))
                 for r, worker in zip(members, ordered):
                     self.workers[r] = worker
                 try:
-                    visible, index = gpu_assignment([self.workers[r].info.gpu_ids[0] for r in members])
+                    visible, index = gpu_assignment([self.workers[r].info.gpu_ids[0] for r in members],
+                                                    [self.workers[r].info.gpu_bus for r in members])
                 except ValueError as e:
                     node = self.inv.nodes[self.slots[members[0]][0]]
                     raise PlacementError(f"node {node.hostname} ({node.ip}): {e}") from None

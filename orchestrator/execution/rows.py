@@ -18,7 +18,7 @@ from orchestrator.execution import stats
 from orchestrator.results.schema import check_columns
 from workloads import traffic
 from workloads.dtypes import ELEMENT_BYTES
-from workloads.messages import Case, HostLoad, ReplayOp, ReplayTiming, Sample, Status, WorkerInfo, topology_of
+from workloads.messages import Case, HostLoad, Joined, ReplayOp, ReplayTiming, Sample, Status, WorkerInfo, topology_of
 from workloads.registry import collective_of
 
 
@@ -76,6 +76,17 @@ def group_base(run: RunRef, backend: str, group, groups_in_round: int, workers: 
         "pair_nodes": pair_nodes,
         "platform": "+".join(sorted(shared)) or None,
     })
+
+
+def joined_fields(joined: Sequence[Joined]) -> dict:
+    """A formed group's columns: each rank's device, the GPU model, and how long its slowest rank
+    took to form the communicator (its peers wait for it)."""
+    return {"devices": [x.device for x in joined],
+            "gpu_model": joined[0].device_name if joined[0].device.startswith("cuda") else None,
+            "comm_init_s": max((x.init_s for x in joined if x.init_s is not None), default=None)}
+
+
+LIFECYCLE = ("comm_init_s", "comm_destroy_s")  # the group's communicator, timed by its ranks (schema.py)
 
 
 def _device(w: WorkerInfo) -> str:

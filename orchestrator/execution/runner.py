@@ -214,7 +214,8 @@ class Runner:
                 self._checkpoint(r)
                 self._next_case(r)
             else:
-                r.transports = results
+                r.transports = [x.transport for x in results]
+                r.base["comm_destroy_s"] = max(x.destroy_s for x in results)  # the group is gone when all are
                 self._end(r, Status.OK)
 
     def _fail(self, r: _GroupRun, refs: list) -> None:
@@ -229,8 +230,7 @@ class Runner:
                   culprits=bool(died))
 
     def _joined(self, r: _GroupRun, joined: list[Joined]) -> None:
-        r.base["devices"] = [x.device for x in joined]
-        r.base["gpu_model"] = joined[0].device_name if joined[0].device.startswith("cuda") else None
+        r.base.update(rows.joined_fields(joined))
         r.transports = [x.transport for x in joined]
         self.observers.group_joined(ev.GroupJoined(r.group, time.monotonic() - r.t0, tuple(joined)))
         wrong = transport.unexpected_network(self.spec.expect_net, self.backend, r.base, r.transports)
@@ -253,7 +253,7 @@ class Runner:
         failure = None
         r.base.update(transport.columns(self.backend, r.base["node_ids"], r.transports))
         for row in r.rows:
-            row.update((k, r.base[k]) for k in transport.COLUMNS if k in r.base)
+            row.update((k, r.base[k]) for k in (*transport.COLUMNS, *rows.LIFECYCLE) if k in r.base)
             row.update(transport.inspector_fields(row, r.transports))
         if status is not Status.OK:
             r.rows += rows.unmeasured_rows(r.base, r.cases[r.next_case:], status, error,

@@ -58,6 +58,11 @@ ROW_SCHEMA = pa.schema(
         ("iters", pa.int32()),
         ("warmup", pa.int32()),
         ("check_iters", pa.int32()),
+        # the group's communicator, as nccl-tests' comm_ops_perf times it: seconds its slowest rank
+        # spent forming it (init_process_group: NCCL's communicator, eagerly; gloo's connections) and
+        # destroying it after its last size (null where it never formed, or failed before leaving)
+        ("comm_init_s", pa.float64()),
+        ("comm_destroy_s", pa.float64()),
         # results
         ("time_us", pa.float64()),  # mean over iterations of the slowest rank's time
         ("time_us_p50", pa.float64()),

@@ -56,6 +56,12 @@ def test_full_sweep_every_collective_dtype_and_op(ray_head, tmp_path):
     )
     assert (df["time_us"] >= df["time_us_min"]).all() and (df["time_us_max"] >= df["time_us"]).all()
     assert set(df["topology"]) == {"intra"} and set(df["backend"]) == {"gloo"}
+    # each group's communicator timed (comm_ops_perf's figures): one value per group, in every row of
+    # it; forming and destroying a gloo group of 2-3 local ranks takes well under its group timeout
+    per_group = df.groupby("group_id")[["comm_init_s", "comm_destroy_s"]].nunique()
+    assert (per_group == 1).all(axis=None), per_group
+    assert df.comm_init_s.between(0, 300).all() and df.comm_destroy_s.between(0, 300).all()
+    assert (df.comm_init_s > 0).all() and (df.comm_destroy_s > 0).all()
     # the table printed while it ran
     assert "all_reduce" in proc.stdout and "reduce_scatter" in proc.stdout and "#wrong" not in proc.stderr
     manifest = dataset.manifest(str(out), df["run_id"].iloc[0])

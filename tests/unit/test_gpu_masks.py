@@ -32,3 +32,39 @@ def test_two_mig_devices_are_refused_and_one_is_used():
         gpu_assignment(mig)
     assert gpu_assignment(mig[:1]) == (mig[0], [0])  # one MIG device per node: CUDA shows it
     assert gpu_assignment(["3", "1", "10", "2"]) == ("1,2,3,10", [2, 0, 3, 1])  # whole GPUs, as before
+
+
+def test_gpu_uuids_are_ordered_by_pci_bus_as_nvidia_smi_numbers_them():
+    """Ray gives GPU UUIDs where the raylet's CUDA_VISIBLE_DEVICES lists them; CUDA numbers a mask
+    in its own order, so the union is ordered by the bus each worker read from the driver's /proc
+    (two real information files: tests/fixtures/proc_nvidia_gpus/SOURCE.md), not as strings."""
+    from workloads.gpus import bus_of_uuids
+
+    root = os.path.join(os.path.dirname(__file__), "..", "fixtures", "proc_nvidia_gpus")
+    h100, gtx = "GPU-9221d5d1-b60b-a624-bf14-0a1819cfda3b", "GPU-e3f822b9-8c5f-95a5-b379-8dfdeefd7758"
+    buses = bus_of_uuids(root)
+    assert buses == {h100: "0000:62:00.0", gtx: "0000:04:00.0"}
+    assert sorted([h100, gtx]) == [h100, gtx]  # as strings the H100 would be cuda:0
+    assert gpu_assignment([h100, gtx], [buses[h100], buses[gtx]]) == (f"{gtx},{h100}", [1, 0])
+    assert gpu_assignment([h100, gtx]) == (f"{h100},{gtx}", [0, 1])  # no bus read: as before
+    assert bus_of_uuids(os.path.join(root, "absent")) == {}  # no NVIDIA driver: nothing, no error
+
+
+def test_a_gpu_worker_raises_on_a_failed_collective_instead_of_dying(monkeypatch):
+    """torch's default NCCL error handling (3) tears the process down, so a killed rank's healthy
+    peers die too and the driver, which blames the ranks whose process died, would blame them; a
+    GPU worker asks for 2 (abort its communicators, raise), as gloo's peers raise; --env keeps a
+    user's own value."""
+    from workloads.worker import ABORT_AND_RAISE
+
+    monkeypatch.setattr(BenchWorker, "describe", lambda self: None)  # Ray's view of the worker: not here
+    for given, kept in ((None, ABORT_AND_RAISE), ("3", "3")):
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+        monkeypatch.setenv("NCCL_DEBUG_FILE", "/tmp/collbench-test-nccl.%p.log")
+        if given is None:
+            monkeypatch.delenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", raising=False)
+        else:
+            monkeypatch.setenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", given)
+        BenchWorker("127.0.0.1").use_gpu("0", 0)
+        assert os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == kept  # read by every process group made after
+    assert ABORT_AND_RAISE == "2"

@@ -93,8 +93,11 @@ def test_where_a_node_is_asked(given, expected):
 class FakeRas:
     """One NCCL RAS client socket on 127.0.0.1: the handshake of src/ras/client.cc, then `answer`."""
 
-    def __init__(self, answer: str, stall_s: float = 0.0, hello: str = f"SERVER PROTOCOL {ras.PROTOCOL}\n") -> None:
-        self.answer, self.stall_s, self.hello = answer, stall_s, hello
+    def __init__(self, answer: str, stall_s: float = 0.0, hello: str = f"SERVER PROTOCOL {ras.PROTOCOL}\n",
+                 json_too: bool = True) -> None:
+        """`json_too`: answers SET FORMAT json with OK, as NCCL 2.28.7+ does; else with an error,
+        and serves a second connection (the text asked for again)."""
+        self.answer, self.stall_s, self.hello, self.json_too = answer, stall_s, hello, json_too
         self.commands: list[str] = []
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.listener.settimeout(5)
@@ -103,10 +106,14 @@ class FakeRas:
         self.thread.start()
 
     def _serve(self) -> None:
-        try:
-            conn, _ = self.listener.accept()
-        except OSError:
-            return
+        for _ in range(1 if self.json_too else 2):
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            self._answer(conn)
+
+    def _answer(self, conn) -> None:
         with conn, conn.makefile("rwb") as f:
             conn.settimeout(5)
             try:
@@ -116,6 +123,8 @@ class FakeRas:
                     if word == "CLIENT":
                         time.sleep(self.stall_s)
                         f.write(self.hello.encode())
+                    elif word == "SET" and not self.json_too:
+                        f.write(b"ERROR: unknown command\n")
                     elif word in ("TIMEOUT", "SET"):
                         f.write(b"OK\n")
                     elif word == "STATUS":
@@ -163,10 +172,17 @@ def test_every_wait_ends():
 
 
 def test_the_hang_note():
-    server = FakeRas(_read("status_rank_lines_reconstructed.txt"))
+    """Asked in JSON first; an NCCL that refuses it (before 2.28.7) is asked again for its text."""
+    server = FakeRas(_read("status_rank_lines_reconstructed.txt"), json_too=False)
     recent = {}
     note = ras.hang_note(["127.0.0.1"], {3487984}, f"0.0.0.0:{server.port}", timeout_s=5, recent=recent)
     server.close()
+    assert server.commands == ["CLIENT PROTOCOL 2", "TIMEOUT 2", "SET FORMAT json",
+                               "CLIENT PROTOCOL 2", "TIMEOUT 2", "STATUS"], server.commands
+    in_json = FakeRas(_read("status.json"))
+    said = ras.hang_note(["127.0.0.1"], {1}, f"0.0.0.0:{in_json.port}", timeout_s=5)
+    in_json.close()
+    assert in_json.commands[-2:] == ["SET FORMAT json", "STATUS"] and said.startswith("NCCL RAS (127.0.0.1:")
     # the next group that times out is told at once from the same answer, its own pids picked out
     t0 = time.monotonic()
     again = ras.hang_note(["127.0.0.1"], {999}, f"0.0.0.0:{server.port}", timeout_s=5, recent=recent)
