@@ -179,7 +179,8 @@ class Console(RunObserver):
         else:
             left = self.live.work.left_s(elapsed) if self.live is not None else \
                 elapsed / self.done * (self.total - self.done)
-            line = f"[progress] {self.done}/{self.total} groups done, {elapsed:.0f}s elapsed, ~{left:.0f}s left"
+            line = f"[progress] {self.done}/{self.total} groups done, {elapsed:.0f}s elapsed" + (
+                f", ~{left:.0f}s left" if left is not None else "")
         self._around_live(lambda: print(line, file=self.progress, flush=True))
 
     def _print(self, line: str) -> None:

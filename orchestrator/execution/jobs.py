@@ -78,6 +78,8 @@ class Planner(Protocol):
 
     def cases(self, group: Group) -> list[Case]: ...
 
+    def expected_s(self) -> float | None: ...
+
 
 def sweep(spec: SweepSpec, *, run_id: str | None = None, saved: resume.SavedRun | None = None,
           retry_failed: bool = False, observers: Sequence[RunObserver] = (), voice: Voice = COMMAND_LINE,
@@ -134,7 +136,8 @@ def sweep(spec: SweepSpec, *, run_id: str | None = None, saved: resume.SavedRun 
             from orchestrator.execution.console import Console, is_terminal
             from orchestrator.execution.live import Work
 
-            work = Work.of(guess, [g.group_id for g in plan.groups if g.group_id not in skip]) if guess else None
+            left = [g.group_id for g in plan.groups if g.group_id not in skip]
+            work = Work.of(guess, left) if guess else Work.unpriced(left, planner.expected_s())
             if progress:
                 console = Console(len(plan) - len(skip), work=work)
             elif work is not None and is_terminal(sys.stderr):

@@ -28,7 +28,8 @@ class Work:
     """The planned work and what of it is done, in estimated seconds."""
 
     cases_s: dict[str, tuple[float, ...]]  # group id -> each case's estimated seconds
-    prior_s: float  # the estimate's time for the run (its start-up's too: the line's clock starts with it)
+    prior_s: float | None  # the estimate's time for the run (its start-up's too: the line's clock starts
+    # with it); None where nothing prices it (a replay without the job's own times)
     done_cases: dict[str, int] = field(default_factory=dict)
     ended: set[str] = field(default_factory=set)
 
@@ -36,6 +37,12 @@ class Work:
     def of(cls, estimate: Estimate, group_ids: list[str]) -> Work:
         cases = {g: estimate.cases_s.get(g, ()) for g in group_ids}
         return cls(cases, estimate.seconds)
+
+    @classmethod
+    def unpriced(cls, group_ids: list[str], seconds: float | None) -> Work:
+        """Groups of one case each, which no estimate prices (a replay): `seconds` in all, where
+        something else says (the trace's own times), else unknown until a group ends."""
+        return cls({g: (1.0,) for g in group_ids}, seconds)
 
     def total_s(self) -> float:
         return sum(sum(c) or 1.0 for c in self.cases_s.values())
@@ -50,10 +57,13 @@ class Work:
         total = self.total_s()
         return min(1.0, self.done_s() / total) if total > 0 else 0.0
 
-    def left_s(self, elapsed_s: float) -> float:
+    def left_s(self, elapsed_s: float) -> float | None:
         """The estimate's time left at first; the measured pace's as the done fraction f grows:
-        (1 - f) x (f x elapsed / f + (1 - f) x estimate), each weighted by how much it has seen."""
+        (1 - f) x (f x elapsed / f + (1 - f) x estimate), each weighted by how much it has seen.
+        Without an estimate, the pace's alone (None before anything is done)."""
         f = self.fraction()
+        if self.prior_s is None:
+            return elapsed_s * (1 - f) / f if f > 0 else None
         return max(0.0, (1 - f) * (elapsed_s + (1 - f) * self.prior_s)) if f > 0 else max(0.0, self.prior_s - elapsed_s)
 
     def cases(self) -> tuple[int, int]:
@@ -86,8 +96,9 @@ class LiveLine:
         f = self.work.fraction()
         done, total = self.work.cases()
         groups = len(self.work.ended), len(self.work.cases_s)
+        left = self.work.left_s(elapsed)
         said = (f"{self.label}{groups[0]}/{groups[1]} {self.unit}, {done}/{total} cases, {duration(elapsed)} elapsed, "
-                f"~{duration(self.work.left_s(elapsed))} left")
+                + (f"~{duration(left)} left" if left is not None else "time left unknown"))
         if not self.terminal:
             return f"[progress] {said}"
         filled = int(round(f * BAR))

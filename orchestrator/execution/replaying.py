@@ -63,6 +63,16 @@ class ReplayPlanner:
     def plan(self, spec: SweepSpec, inv: Inventory) -> Plan:
         return Plan(((Group("r0-g0", PATTERN, 0, self.placement(inv)),),))
 
+    def expected_s(self) -> float | None:
+        """How long the replay takes at the job's own times, where the trace has every op's (NCCL
+        with TORCH_NCCL_ENABLE_TIMING): its slowest rank's traced steps, each time they are
+        replayed (warm-up included); None where it does not."""
+        prog = self.program
+        per_rank = [[op.traced_us for op in ops] for ops in prog.ops]
+        if not any(per_rank) or any(t is None for ts in per_rank for t in ts):
+            return None
+        return max(sum(ts) for ts in per_rank) / 1e6 * (prog.warmup_steps + prog.repeat)
+
     def cases(self, group: Group) -> list[Case]:
         prog = self.program
         return [Case(registry.REPLAY, "float32", "none", False, (), prog.repeat, prog.warmup_steps, 0, replay=prog)]

@@ -163,3 +163,30 @@ def test_a_watch_cycles_console_is_its_live_line_alone():
     assert frames and "0/2 groups" in frames[0] and any("1/2 groups" in f for f in frames), frames
     assert "[progress]" not in screen.getvalue() and "\n" not in screen.getvalue() and out.getvalue() == ""
     assert screen.getvalue().endswith("\r\x1b[K")
+
+
+def test_a_replays_line_moves_without_an_estimate_and_is_priced_by_the_jobs_own_times():
+    """A replay is one case no estimate prices: its line counts elapsed time with the time left
+    unknown, or priced by the trace where it has every op's own time (the slowest rank's traced
+    steps, each time they are replayed, warm-up included)."""
+    from orchestrator.execution.replaying import ReplayPlanner
+    from workloads.messages import ReplayOp, ReplayProgram
+
+    clock, err = Clock(), io.StringIO()
+    line = live.LiveLine(live.Work.unpriced(["r0-g0"], None), err.write, terminal=True, clock=clock)
+    clock.now += 7
+    line.draw()
+    assert err.getvalue().endswith("0/1 groups, 0/1 cases, 7 s elapsed, time left unknown\x1b[K")
+    line.work.ended.add("r0-g0")
+    assert line.work.left_s(9.0) == 0
+
+    def op(seq: int, traced_us):
+        return ReplayOp(0, seq, "0", "all_reduce", "float32", 256, 256, 1024, traced_us=traced_us)
+
+    ops = ((op(0, 1000.0), op(1, 3000.0)), (op(0, 2000.0), op(1, 1000.0)))  # rank 0: 4 ms a step, rank 1: 3
+    prog = ReplayProgram(2, 1, (("0", "default", (0, 1)),), ops, warmup_steps=1, repeat=3)
+    assert ReplayPlanner(prog).expected_s() == pytest.approx(0.004 * 4)
+    untimed = ReplayProgram(2, 1, (("0", "default", (0, 1)),), ((op(0, 1000.0),), (op(0, None),)))
+    assert ReplayPlanner(untimed).expected_s() is None
+    priced = live.Work.unpriced(["r0-g0"], 0.016)
+    assert priced.left_s(0.01) == pytest.approx(0.006)
