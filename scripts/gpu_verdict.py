@@ -181,6 +181,10 @@ def _timing(ok: pd.DataFrame, manifests: dict[str, dict], facts: list[str], prob
     if len(small) and batch_against_call:
         facts.append(f"below 64K: batch {float(small.time_us_batch.median()):.1f} us, per-call "
                      f"{float(small.time_us.median()):.1f} us (median)")
+    dispatch = [f for m in manifests.values() if (f := m.get("dispatch_floor_us"))]
+    if dispatch:  # c10d's own cost of a call, measured by each worker (docs/concepts/bandwidth.md)
+        within = int(timed.dispatch_bound.fillna(False).astype(bool).sum()) if "dispatch_bound" in timed else 0
+        facts.append(f"dispatch floor {max(dispatch):.1f} us ({within} of {len(timed)} rows within 1.5x)")
     floors = {r: m.get("batch_floor_us") for r, m in manifests.items()}
     known = [f for f in floors.values() if f is not None]
     if not known:

@@ -8,8 +8,8 @@ is captured in a CUDA graph and replayed, as nccl-tests' -G; on the CPU the same
 last clock readings), then run the check iterations on fresh inputs and count the wrong elements.
 What comes back are raw per-iteration samples of this rank; the driver combines ranks. A workload
 other than a plain collective (`workloads.overlap`, `workloads.replay`) registers its own run
-(registry.Workload), made of these steps; the loop over sizes stays here. `batch_floor_us` is the
-same batch loop dispatching nothing (the run's manifest records it).
+(registry.Workload), made of these steps; the loop over sizes stays here. The clocks, and the
+floors a row is read against, are workloads.clocks'.
 
 Each size's buffers are released before the next is allocated (and cached blocks returned on a
 GPU). Before allocating, a GPU rank compares what the size needs with the memory free on its
@@ -23,13 +23,13 @@ the numbers; the next size goes on.
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
 
 from workloads import registry
+from workloads.clocks import Timed, clock_for, timed
 from workloads.contention import Meter
 from workloads.data import SENTINEL, TORCH_DTYPES, count_wrong, write
 from workloads.dtypes import ELEMENT_BYTES, NO_OP
@@ -44,9 +44,6 @@ _OPS = {
     "prod": dist.ReduceOp.PRODUCT,
 }
 
-Timed = tuple[list[float], float]  # per-iteration microseconds, and the batch's per-iteration mean
-
-FLOOR_ITERS = 1000  # the empty loop is timed over this many calls: per call, a fraction of a microsecond
 
 
 class CountSkipped(Exception):
@@ -183,7 +180,7 @@ def warm_and_time(call: Callable[[], None], case: Case, device: torch.device, gr
         call()
     captured = capture(call, case.iters, device) if graph else None
     barrier(device)
-    return _timed(call, case.iters, clock_for(device), captured, lambda: barrier(device))
+    return timed(call, case.iters, clock_for(device), captured, lambda: barrier(device))
 
 
 def check(coll: Collective, c: Ctx, send: torch.Tensor, recv: torch.Tensor, call: Callable[[], None],
@@ -227,97 +224,6 @@ def barrier(device: torch.device) -> None:
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-class HostClock:
-    """The CPU's clock: a mark is a reading taken when the blocking call before it returned."""
-
-    cheap = True  # a reading costs ~0.1 us against a call's tens: one pass gives both timings
-
-    def markers(self, k: int) -> list:
-        return [None] * k
-
-    def record(self, marker) -> int:
-        return time.perf_counter_ns()
-
-    def sync(self) -> None:
-        pass
-
-    def elapsed_us(self, start: int, end: int) -> float:
-        return (end - start) / 1e3
-
-
-class EventClock:
-    """A GPU's clock: marks are CUDA events on its device's current stream, read after a device
-    sync. The stream is named, not left to torch's default (the current device's): an event made on
-    another device than the collective's would time nothing of it."""
-
-    cheap = False  # each record is a host call and a stream operation: keep them out of the batch
-
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
-
-    def markers(self, k: int) -> list:
-        return [torch.cuda.Event(enable_timing=True) for _ in range(k)]
-
-    def record(self, marker):
-        marker.record(torch.cuda.current_stream(self.device))
-        return marker
-
-    def sync(self) -> None:
-        torch.cuda.synchronize(self.device)
-
-    def elapsed_us(self, start, end) -> float:
-        return start.elapsed_time(end) * 1e3
-
-
-def clock_for(device: torch.device) -> HostClock | EventClock:
-    return EventClock(device) if device.type == "cuda" else HostClock()
-
-
-def _timed(call: Callable[[], None], iters: int, clock, captured=None, barrier: Callable[[], None] = lambda: None
-           ) -> Timed:
-    """Microseconds of each of `iters` calls on this rank, and of the whole batch per call: on a cheap
-    clock both from one pass; otherwise a second pass marked only at its ends (a replay of
-    `captured`, a CUDA graph of the batch, when given), after `barrier`."""
-    starts, ends = clock.markers(iters), clock.markers(iters)
-    for i in range(iters):
-        starts[i] = clock.record(starts[i])
-        call()
-        ends[i] = clock.record(ends[i])
-    clock.sync()
-    samples = [clock.elapsed_us(a, b) for a, b in zip(starts, ends)]
-    if clock.cheap and captured is None:
-        return samples, clock.elapsed_us(starts[0], ends[-1]) / iters
-    barrier()
-    if captured is not None:
-        return samples, _batch(captured.replay, 1, clock) / iters
-    return samples, _batch(call, iters, clock)
-
-
-def _batch(call: Callable[[], None], iters: int, clock) -> float:
-    """Per-call microseconds of `iters` back-to-back calls, marked only before the first and after
-    the last (nccl-tests' timing)."""
-    start, end = clock.markers(2)
-    start = clock.record(start)
-    for _ in range(iters):
-        call()
-    end = clock.record(end)
-    clock.sync()
-    return clock.elapsed_us(start, end) / iters
-
-
-def _nothing() -> None:
-    pass
-
-
-def batch_floor_us(device: torch.device, iters: int = FLOOR_ITERS) -> float:
-    """The empty-call floor: the batch timing of the same loop dispatching no collective, per call.
-    A `time_us_batch` near it measures the loop, not the collective."""
-    if device.type != "cuda":
-        return _timed(_nothing, iters, HostClock())[1]
-    with torch.cuda.device(device):  # events on this device's stream, as the group's calls
-        return _timed(_nothing, iters, EventClock(device))[1]
 
 
 def capture(call: Callable[[], None], iters: int, device: torch.device) -> torch.cuda.CUDAGraph:

@@ -205,6 +205,13 @@ class WorkerInfo:
     niceness: int | None = None  # the process's nice value (Ray starts workers at 15 unless told otherwise)
     scheduler_node: str | None = None  # the node's name in its scheduler (comm_env.scheduler_node_name)
     gpu_bus: str | None = None  # the PCI bus of its GPU where Ray gave a GPU UUID (workloads.gpus), for its order
+    # c10d's own cost of one call (workloads.clocks.dispatch_floor_us): gloo on the host, NCCL on its GPU
+    dispatch_floor_us: float | None = None
+    gpu_dispatch_floor_us: float | None = None
+
+    def dispatch_floor(self, backend: str) -> float | None:
+        """Its dispatch floor on `backend`: NCCL's on its GPU, gloo's on the host."""
+        return self.gpu_dispatch_floor_us if backend == "nccl" else self.dispatch_floor_us
 
 
 @dataclass(frozen=True)

@@ -186,12 +186,37 @@ def configure(env: dict[str, str]) -> str:
         subsys = [s for s in given.split(",") if s]
         if "ALL" not in (s.upper() for s in subsys):
             env["NCCL_DEBUG_SUBSYS"] = ",".join(dict.fromkeys([*subsys, *SUBSYSTEMS]))
-    pattern = env.get("NCCL_DEBUG_FILE") or os.path.join(tempfile.gettempdir(), "collbench-nccl.%h.%p.log")
+    pattern = env.get("NCCL_DEBUG_FILE") or os.path.join(tempfile.gettempdir(), DEFAULT_FILE)
     if "%p" not in pattern.replace("%%", ""):
         root, ext = os.path.splitext(pattern)
         pattern = f"{root}.%p{ext}"
     env["NCCL_DEBUG_FILE"] = pattern
     return debug_file_path(pattern, socket.gethostname(), os.getpid())
+
+
+DEFAULT_FILE = "collbench-nccl.%h.%p.log"  # in the temporary folder, where the user names no NCCL_DEBUG_FILE
+
+
+def remove_stale(folder: str, hostname: str, alive=lambda pid: os.path.exists(f"/proc/{pid}")) -> list[str]:
+    """Remove the debug files collbench's own pattern (DEFAULT_FILE) gave processes of this host
+    that are gone, and return their paths: a watch starts new workers every cycle, whose files
+    would pile up in the temporary folder. A user's own NCCL_DEBUG_FILE is never touched."""
+    host = re.escape(hostname.split(".")[0])
+    name = re.compile(re.escape(DEFAULT_FILE).replace("%h", host).replace("%p", r"(\d+)") + "$")
+    removed = []
+    try:
+        entries = os.listdir(folder)
+    except OSError:
+        return removed
+    for entry in entries:
+        m = name.match(entry)
+        if m and not alive(int(m.group(1))):
+            try:
+                os.remove(os.path.join(folder, entry))
+                removed.append(os.path.join(folder, entry))
+            except OSError:  # another worker of this node removed it first
+                pass
+    return removed
 
 
 def debug_file_path(pattern: str, hostname: str, pid: int) -> str:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
-from workloads import harness, registry
+from workloads import clocks, harness, registry
 from workloads.messages import Case, ReplayOp, ReplayProgram, ReplayTiming
 
 
@@ -104,7 +104,7 @@ def run(case: Case, rank: int, n: int, device: torch.device) -> list[ReplayTimin
 
 
 def _replayed(program: ReplayProgram, ops, calls, device: torch.device) -> list[ReplayTiming]:
-    clock = harness.clock_for(device)
+    clock = clocks.clock_for(device)
     out: list[ReplayTiming] = []
     for r in range(-program.warmup_steps, program.repeat):
         for step in range(program.steps):

@@ -14,12 +14,13 @@ from __future__ import annotations
 import os
 import platform
 import socket
+import tempfile
 import time
 from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from workloads import gpus, inspector, nccl_log
+from workloads import cuda_order, gpus, inspector, nccl_log
 from workloads.comm_env import COMM_ENV_PREFIXES, pin_interfaces, scheduler_node_name
 from workloads.messages import Case, Joined, JoinRequest, Left, NcclLog, ReplayTiming, Sample, Transport, WorkerInfo
 
@@ -34,9 +35,10 @@ ABORT_AND_RAISE = "2"
 
 class BenchWorker:
     def __init__(self, node_ip: str | None = None) -> None:
+        cuda_order.install()  # the fake-GPU cluster's record of what touches CUDA, and when (its tests only)
         import torch
 
-        from workloads.harness import batch_floor_us
+        from workloads.clocks import batch_floor_us
 
         # Communication variables (--env) come in the actor's runtime_env: in place before any
         # communicator is created.
@@ -56,6 +58,8 @@ class BenchWorker:
         self._ifname = pin_interfaces(self._ip)
         self._floor_us = batch_floor_us(torch.device("cpu"))  # the manifest's empty-call floor (host clock)
         self._gpu_floor_us: float | None = None
+        self._dispatch_us = _dispatch_floor("gloo", torch.device("cpu"))  # after the interface pins: gloo's device
+        self._gpu_dispatch_us: float | None = None
 
     def describe(self) -> WorkerInfo:
         """Where this rank runs; cheap, and touches no device."""
@@ -79,6 +83,8 @@ class BenchWorker:
             device_index=self._gpu.index if self._gpu is not None else None,
             batch_floor_us=self._floor_us,
             gpu_batch_floor_us=self._gpu_floor_us,
+            dispatch_floor_us=self._dispatch_us,
+            gpu_dispatch_floor_us=self._gpu_dispatch_us,
             niceness=os.nice(0),
             scheduler_node=scheduler_node_name(os.environ),
             gpu_bus=gpus.bus_of_uuids().get(gpu_ids[0]) if gpu_ids and gpu_ids[0].startswith("GPU-") else None,
@@ -90,12 +96,13 @@ class BenchWorker:
         before anything initialises CUDA or NCCL. Returns the description with both."""
         import torch
 
-        from workloads.harness import batch_floor_us
+        from workloads.clocks import batch_floor_us
 
         if torch.cuda.is_initialized():  # the mask would be read too late: cuda:i is not the GPU planned
             raise RuntimeError(f"CUDA was initialised in this worker (pid {os.getpid()}) before its mask "
                                f"CUDA_VISIBLE_DEVICES={visible_devices} was set: a defect of collbench, report it")
         os.environ["CUDA_VISIBLE_DEVICES"] = visible_devices
+        cuda_order.masked()
         # a failed collective aborts this rank's communicators and raises here, as gloo's peers
         # raise, instead of torch's default (3: the process torn down): the driver blames the ranks
         # whose process died, and a healthy peer of a killed rank must not die with it. --env keeps
@@ -103,11 +110,13 @@ class BenchWorker:
         os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", ABORT_AND_RAISE)
         self._gpu = torch.device("cuda", local_index)
         self._nccl_log = nccl_log.DebugFile(nccl_log.configure(os.environ))
+        nccl_log.remove_stale(tempfile.gettempdir(), socket.gethostname())  # earlier workers' files on this node
         self._inspector = inspector.DumpFile.for_process(os.environ, socket.gethostname(), os.getpid())
         # after CUDA_VISIBLE_DEVICES; a torch that cannot use the GPU has been refused for NCCL runs
         # (sweep.devices.check_driver), and a gloo run on this node needs no floor of the GPU
         if torch.cuda.is_available():
             self._gpu_floor_us = batch_floor_us(self._gpu)
+            self._gpu_dispatch_us = _dispatch_floor("nccl", self._gpu)
         return self.describe()
 
     def ping(self) -> int:
@@ -178,6 +187,17 @@ class BenchWorker:
         if self._backend != "nccl":
             return Transport("gloo", interface=self._ifname)
         return Transport("nccl", nccl=self._nccl_log.group_log() if self._nccl_log is not None else NcclLog())
+
+
+def _dispatch_floor(backend: str, device) -> float | None:
+    """c10d's own cost of a call on `backend` (workloads.clocks), or None where it cannot be
+    measured here: an aid to reading small sizes, never a reason for a worker not to start."""
+    from workloads.clocks import dispatch_floor_us
+
+    try:
+        return dispatch_floor_us(backend, device)
+    except Exception:  # a backend this process cannot form a group of alone: the rows say nothing of it
+        return None
 
 
 def _node_ip() -> str:

@@ -13,7 +13,7 @@ SCALARS = ["run_id", "started_at", "collective", "backend", "dtype", "op", "in_p
            "time_us_p50", "time_us_p99", "time_us_min", "time_us_max",
            "busbw_gbps", "algbw_gbps", "n_wrong", "gpu_model", "nccl_version", "net_transport", "intra_transport",
            "platform", "step", "seq", "process_group", "trace_time_us", "traffic_source", "traffic_digest",
-           "traffic_busiest_bytes", "traffic_busiest_rank", "traffic_heaviest_bytes"]
+           "traffic_busiest_bytes", "traffic_busiest_rank", "traffic_heaviest_bytes", "dispatch_floor_us"]
 LISTS = ["ranks", "local_ranks", "hosts", "node_ips", "rank_time_us", "failed_ranks", "traffic_heaviest_pair",
          "traffic_rank_bytes", "scheduler_nodes"]
 COLUMNS = SCALARS + LISTS

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from orchestrator.analysis import alltoallv, diagnosis, expected, fits, replay, scores, stragglers, uplinks
+from orchestrator.analysis import alltoallv, diagnosis, dispatch, expected, fits, replay, scores, stragglers, uplinks
 from orchestrator.analysis import tables as by_size_tables
 from orchestrator.analysis.diagnosis import Flag, FlagKind
 from orchestrator.analysis.explain import COLUMNS as explain_columns
@@ -166,6 +166,7 @@ def build(frame: Frame, manifest: dict | None, threshold: float, unit: str, scal
         tables[name] = [{k: v * scale if k in scaled and isinstance(v, float) else v for k, v in r.items()}
                         for r in tables[name]]
     run, warnings = run_header(frame, manifest, manifest_problem)
+    warnings += [line] if (line := dispatch.warning(df)) else []
     for platform in judged.uncovered:
         warnings.append(f"no expected value covers platform {platform or 'unknown'}: busbw is judged against "
                         "its peers only (add entries with --expected FILE)")

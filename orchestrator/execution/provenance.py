@@ -33,6 +33,7 @@ def manifest(spec: SweepSpec, inv: Inventory, infos: list[WorkerInfo], backend: 
     torch_versions = sorted({i.torch_version for i in infos})
     nccl = sorted({i.nccl_version for i in infos if i.nccl_version})
     floors = [f for i in infos if (f := i.gpu_batch_floor_us if backend == "nccl" else i.batch_floor_us) is not None]
+    dispatch = [f for i in infos if (f := i.dispatch_floor(backend)) is not None]
     return {
         "state": RunState.RUNNING.value,
         "collbench_version": orchestrator.__version__,
@@ -53,6 +54,7 @@ def manifest(spec: SweepSpec, inv: Inventory, infos: list[WorkerInfo], backend: 
         "groups_done": 0,
         # a time_us_batch this close measures the loop, not the collective (docs/concepts/bandwidth.md)
         "batch_floor_us": max(floors) if floors else None,
+        "dispatch_floor_us": max(dispatch) if dispatch else None,  # rows within DISPATCH_BOUND of it time torch
         "worker_niceness": max((i.niceness for i in infos if i.niceness is not None), default=None),
     }
 

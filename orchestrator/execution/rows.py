@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from orchestrator.execution import stats
+from orchestrator.judging.defaults import DISPATCH_BOUND
 from orchestrator.results.schema import check_columns
 from workloads import traffic
 from workloads.dtypes import ELEMENT_BYTES
@@ -74,6 +75,7 @@ def group_base(run: RunRef, backend: str, group, groups_in_round: int, workers: 
         "devices": [_device(w) for w in workers],
         "pids": [w.pid for w in workers],
         "pair_nodes": pair_nodes,
+        "dispatch_floor_us": _largest(w.dispatch_floor(backend) for w in workers),
         "platform": "+".join(sorted(shared)) or None,
     })
 
@@ -128,6 +130,7 @@ def traffic_fields(case: Case, count: int) -> dict:
 def measured_rows(base: dict, case: Case, per_rank: Sequence[Sequence[Sample]]) -> list[dict]:
     """One row per count of `case` from every rank's samples (`per_rank[rank][k]`)."""
     factor = collective_of(case.collective).busbw_factor(base["world_size"])
+    floor = base.get("dispatch_floor_us")  # a call this close times torch, not the fabric
     rows = []
     for k, count in enumerate(case.counts):
         samples = [rank_samples[k] for rank_samples in per_rank]
@@ -144,6 +147,7 @@ def measured_rows(base: dict, case: Case, per_rank: Sequence[Sequence[Sample]]) 
         row.update(timing, algbw_gbps=algbw, busbw_gbps=stats.busbw_gbps(algbw, factor), time_us_batch=batch_us,
                    busbw_gbps_batch=stats.busbw_gbps(stats.algbw_gbps(moved, batch_us), factor),
                    n_wrong=sum(s.n_wrong for s in samples), status=Status.OK.value,
+                   dispatch_bound=timing["time_us"] < DISPATCH_BOUND * floor if floor else None,
                    mem_peak_bytes=_largest(s.mem_peak_bytes for s in samples),
                    mem_estimate_bytes=_largest(s.mem_estimate_bytes for s in samples),
                    **host_fields([s.host for s in samples]))

@@ -75,6 +75,11 @@ ROW_SCHEMA = pa.schema(
         ("time_us_batch", pa.float64()),  # nccl-tests' way: the timed iterations as one batch, mean over ranks
         ("busbw_gbps_batch", pa.float64()),
         ("n_wrong", pa.int64()),  # mismatched elements summed over ranks
+        # c10d's own cost of one call on this backend (the largest of the group's ranks': a one-rank
+        # in-place all_reduce, which moves nothing), and whether time_us is within DISPATCH_BOUND
+        # (judging/defaults.py) of it: such a row times torch's dispatch, not the fabric
+        ("dispatch_floor_us", pa.float64()),
+        ("dispatch_bound", pa.bool_()),
         # GPU only: the most torch allocated on any rank for this size (buffers, check scratch), and
         # the memory check's estimate of it (docs/concepts/reliability.md)
         ("mem_peak_bytes", pa.int64()),
@@ -169,6 +174,7 @@ MANIFEST_SCHEMA = pa.schema(
         ("nccl_version", pa.string()),  # loaded by the workers (NCCL's log), else the one torch was built with
         ("gpu_driver", pa.string()),  # NVIDIA driver versions of the GPU nodes
         ("batch_floor_us", pa.float64()),  # the batch loop dispatching nothing, per call: the largest of any worker
+        ("dispatch_floor_us", pa.float64()),  # c10d's own cost of one call (rows' column): the largest of any worker
         ("worker_niceness", pa.int32()),  # the ranks' nice value, the highest (Ray's default 15: any process comes first)
         ("python_version", pa.string()),
         ("backend", pa.string()),

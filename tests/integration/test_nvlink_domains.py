@@ -4,7 +4,8 @@ and its rows say intra-domain while a group that leaves the domain stays inter.
 
 A fake GPU node has no nvidia-smi: each node's `nvidia-smi -q` is a recorded output (the probe's
 test-only $COLLBENCH_TEST_NVIDIA_SMI_Q_DIR, one file per Ray node id). Two nodes get the MNNVL
-node's Fabric section (tests/fixtures/nvidia_smi), the third an HGX H100's (no domain)."""
+node's Fabric section (tests/fixtures/nvidia_smi), the third an HGX H100's (no domain). The same
+workers keep a record of what touches CUDA and when (workloads.cuda_order): nothing before the mask."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from orchestrator.results.store import ResultStore
 from orchestrator.sweep.inventory import from_ray_nodes, with_domains
 from orchestrator.sweep.planner import make_plan
 from orchestrator.sweep.spec import SweepSpec
+from workloads import cuda_order
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia_smi"
 DOMAIN = "dc6e40c4-d722-4357-9ba6-5291dd461278/2"
@@ -36,6 +38,7 @@ DOMAIN = "dc6e40c4-d722-4357-9ba6-5291dd461278/2"
 def recorded_cluster(tmp_path_factory):
     recorded = tmp_path_factory.mktemp("smi")
     os.environ[probe.RECORDED_SMI_Q_DIR] = str(recorded)  # before the nodes start: their processes inherit it
+    os.environ[cuda_order.ENV] = str(recorded / "cuda_order.txt")  # what touches CUDA in each worker, and when
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 0, "include_dashboard": False})
     try:
         for _ in range(3):
@@ -46,7 +49,7 @@ def recorded_cluster(tmp_path_factory):
     finally:
         ray.shutdown()
         cluster.shutdown()
-        del os.environ[probe.RECORDED_SMI_Q_DIR]
+        del os.environ[probe.RECORDED_SMI_Q_DIR], os.environ[cuda_order.ENV]
 
 
 def test_the_probe_reads_domains_and_a_domain_group_is_intra_domain(recorded_cluster, tmp_path):
@@ -80,3 +83,9 @@ def test_the_probe_reads_domains_and_a_domain_group_is_intra_domain(recorded_clu
     assert list(zip(df.pattern, df.world_size, df.topology)) == [
         ("domain", 2, "intra-domain"), ("inter", 2, "intra-domain"), ("inter", 3, "inter")]
     assert (df.status == "ok").all() and (df.n_wrong == 0).all()
+    # every GPU worker set its mask before anything asked CUDA for devices (issue 56; on a real GPU a
+    # touch before it would leave cuda:i on another GPU, or none): the record has each worker's first
+    # touch (is_available, CPU torch here) after its mask, and none before
+    record = (recorded_cluster / "cuda_order.txt").read_text().splitlines()
+    assert len({line.split()[0] for line in record if line.endswith(" is_available masked")}) == 3, record
+    assert cuda_order.touched_before_mask(str(recorded_cluster / "cuda_order.txt")) == []

@@ -62,6 +62,10 @@ def test_full_sweep_every_collective_dtype_and_op(ray_head, tmp_path):
     assert (per_group == 1).all(axis=None), per_group
     assert df.comm_init_s.between(0, 300).all() and df.comm_destroy_s.between(0, 300).all()
     assert (df.comm_init_s > 0).all() and (df.comm_destroy_s > 0).all()
+    # each worker measured gloo's dispatch floor (a one-rank all_reduce) as it started; every row says
+    # whether its call took less than 1.5x its group's (the slowest rank's) floor
+    assert (df.dispatch_floor_us > 0).all() and (df.groupby("group_id").dispatch_floor_us.nunique() == 1).all()
+    assert (df.dispatch_bound == (df.time_us < 1.5 * df.dispatch_floor_us)).all()
     # the table printed while it ran
     assert "all_reduce" in proc.stdout and "reduce_scatter" in proc.stdout and "#wrong" not in proc.stderr
     manifest = dataset.manifest(str(out), df["run_id"].iloc[0])
@@ -69,6 +73,7 @@ def test_full_sweep_every_collective_dtype_and_op(ray_head, tmp_path):
     assert manifest["torch_version"].startswith("2.") and manifest["groups_done"] == 2
     # the empty-call floor (the same batch loop dispatching nothing): far below any gloo collective's batch
     assert 0 < manifest["batch_floor_us"] < df["time_us_batch"].min()
+    assert manifest["dispatch_floor_us"] == df.dispatch_floor_us.max()  # the largest of any worker
     # the ranks measured at nice 0 (collbench starts Ray's workers so: Ray's default is 15)
     assert manifest["worker_niceness"] == 0 and "nice" not in proc.stderr
 

@@ -68,3 +68,38 @@ def test_a_gpu_worker_raises_on_a_failed_collective_instead_of_dying(monkeypatch
         BenchWorker("127.0.0.1").use_gpu("0", 0)
         assert os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == kept  # read by every process group made after
     assert ABORT_AND_RAISE == "2"
+
+
+_WORKER = """
+import os, sys
+import torch
+from workloads.worker import BenchWorker
+BenchWorker.describe = lambda self: None  # Ray's view of the worker: not here
+worker = BenchWorker("127.0.0.1")
+if sys.argv[1] == "plant":
+    torch.cuda.device_count()  # what a careless change could call before the mask: CUDA reads it there
+worker.use_gpu("2,5", 1)
+"""
+
+
+def test_the_call_order_record_catches_a_cuda_touch_before_the_mask(tmp_path):
+    """A worker process under the record (workloads.cuda_order, as the fake-GPU cluster runs it):
+    the product's own order passes (its first CUDA touch, is_available, comes after the mask); a
+    touch planted before the mask is named with its process."""
+    import subprocess
+    import sys
+
+    from workloads import cuda_order
+
+    for plant in ("none", "plant"):
+        record = tmp_path / f"{plant}.txt"
+        env = {**os.environ, cuda_order.ENV: str(record), "NCCL_DEBUG_FILE": str(tmp_path / "nccl.%p.log")}
+        env.pop("CUDA_VISIBLE_DEVICES", None)
+        proc = subprocess.run([sys.executable, "-c", _WORKER, plant], env=env, capture_output=True, text=True,
+                              timeout=120, cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        lines = record.read_text().splitlines()
+        pid = lines[-1].split()[0]
+        assert lines[-1] == f"{pid} is_available masked"  # the worker's own touch, after its mask
+        found = cuda_order.touched_before_mask(str(record))
+        assert found == ([] if plant == "none" else [f"{pid} device_count"]), lines

@@ -194,3 +194,13 @@ def test_the_recorded_h200_run_passes_with_what_one_gpu_did():
         "130.6 us, torch's copy 133.5 us (x0.98)")
     # torch's copy twice as fast as collbench's timing of the same bytes would fail it
     assert not gpu_verdict.verdict(df, manifests, (9, 0), copy_us=lambda nbytes: 65.0)[0]
+
+
+def test_the_line_says_the_dispatch_floor_and_how_many_rows_are_within_it():
+    rows = _rows(8, 362.0)
+    rows["dispatch_bound"] = rows.time_us < 1.5 * 12.0  # 1K and 1M: 10.0 and 12.9 us
+    manifests = {r: {**m, "dispatch_floor_us": 12.0} for r, m in MANIFESTS.items()}
+    ok, line = gpu_verdict.verdict(rows, manifests, (9, 0))
+    within = int(rows.dispatch_bound.sum())
+    assert ok and within == 14 and f"dispatch floor 12.0 us ({within} of {len(rows)} rows within 1.5x)" in line, line
+    assert "dispatch floor" not in gpu_verdict.verdict(_rows(8, 362.0), MANIFESTS, (9, 0))[1]  # none measured

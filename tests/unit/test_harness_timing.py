@@ -10,7 +10,7 @@ import torch.distributed as dist
 
 from orchestrator.errors import UsageError
 from orchestrator.sweep.spec import SweepSpec, for_backend
-from workloads import harness, memory, registry
+from workloads import clocks, harness, memory, registry
 from workloads.messages import Case
 from workloads.registry import Ctx
 
@@ -48,7 +48,7 @@ class FakeEventClock:
 
 def test_a_device_batch_is_marked_only_at_its_ends():
     clock, barriers = FakeEventClock(), []
-    samples, batch_us = harness._timed(clock.call, 7, clock, barrier=lambda: barriers.append(len(clock.marks)))
+    samples, batch_us = clocks.timed(clock.call, 7, clock, barrier=lambda: barriers.append(len(clock.marks)))
     assert samples == [CALL_US + MARK_US] * 7  # each call between its own two marks (the end mark's cost counts)
     assert batch_us == CALL_US + MARK_US / 7  # two marks for the whole batch: within one mark of the call itself
     first_pass, second_pass = clock.marks[:21], clock.marks[21:]
@@ -69,7 +69,7 @@ def test_a_graph_batch_is_one_replay_between_two_marks():
                 clock.call()
 
     graph = Graph()
-    _, batch_us = harness._timed(clock.call, 7, clock, captured=graph)
+    _, batch_us = clocks.timed(clock.call, 7, clock, captured=graph)
     assert graph.replays == 1 and clock.marks[21:] == ["mark"] + ["call"] * 7 + ["mark"]
     assert batch_us == CALL_US + MARK_US / 7
 
@@ -79,14 +79,14 @@ def test_on_the_host_clock_one_pass_gives_both():
         cheap = True
 
     clock = HostFake()
-    samples, batch_us = harness._timed(clock.call, 5, clock)
+    samples, batch_us = clocks.timed(clock.call, 5, clock)
     assert clock.marks == ["mark", "call", "mark"] * 5  # no second pass on the CPU
     assert samples == [CALL_US + MARK_US] * 5
     assert batch_us == (5 * (CALL_US + 2 * MARK_US) - MARK_US) / 5  # first start to last end
 
 
 def test_the_floor_is_the_same_loop_dispatching_nothing():
-    floor = harness.batch_floor_us(torch.device("cpu"), iters=200)
+    floor = clocks.batch_floor_us(torch.device("cpu"), iters=200)
     assert 0 < floor < 1e4  # a Python call per iteration: far under any collective
 
 

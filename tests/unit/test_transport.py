@@ -122,6 +122,20 @@ def test_debug_file_settings_keep_what_the_user_chose():
         assert env["NCCL_DEBUG_SUBSYS"] == kept, given
 
 
+def test_the_debug_files_of_gone_workers_are_removed_and_no_other(tmp_path):
+    """A watch starts new workers every cycle: each new GPU worker removes the files collbench's own
+    pattern gave this host's processes that are gone (issue 56), never a live one's, another host's,
+    or a user's own file."""
+    names = ["collbench-nccl.gpu7.111.log", "collbench-nccl.gpu7.222.log", "collbench-nccl.gpu8.333.log",
+             "mine.gpu7.444.log", "collbench-nccl.gpu7.x.log"]
+    for name in names:
+        (tmp_path / name).write_text("NCCL INFO ...\n")
+    removed = nccl_log.remove_stale(str(tmp_path), "gpu7.cluster.local", alive=lambda pid: pid == 111)
+    assert removed == [str(tmp_path / "collbench-nccl.gpu7.222.log")]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(set(names) - {"collbench-nccl.gpu7.222.log"})
+    assert nccl_log.remove_stale(str(tmp_path / "absent"), "gpu7") == []
+
+
 def test_reading_appended_lines(tmp_path):
     f = tmp_path / "nccl.log"
     assert nccl_log.read_since(str(f), 0) == ([], 0)
