@@ -1,6 +1,7 @@
 """How long a usage error takes to be refused (issue 59: "answers in a second"): each mistake run
 `--repeats` times as a new process, `collbench` as a user types it (python -m orchestrator), and
-its exit code and last line checked: exit 2 and one `collbench: error:` line. Prints the median
+checked: exit 2, one line on stderr, `collbench: error: ...`, and (once more per mistake, under
+PYTHONPROFILEIMPORTTIME) neither Ray nor torch imported. Prints the median
 and worst per mistake and over all of them, as JSON; `--record` appends that to
 benchmarks/data/usage_errors.jsonl with the date and commit.
 
@@ -30,13 +31,19 @@ MISTAKES = {
 }
 
 
-def one(args: list[str], cwd: str) -> tuple[float, int, str]:
+def one(args: list[str], cwd: str, **env: str) -> tuple[float, int, str]:
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "orchestrator", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=60, env={**os.environ, "PYTHONPATH": HERE})
-    wall = time.monotonic() - t0
-    last = (proc.stderr.strip().splitlines() or [""])[-1]
-    return wall, proc.returncode, last
+                          timeout=60, env={**os.environ, "PYTHONPATH": HERE, **env})
+    return time.monotonic() - t0, proc.returncode, proc.stderr
+
+
+def heavy_imports(args: list[str], cwd: str) -> list[str]:
+    """The top-level packages of Ray and torch the refused command imported (none is the aim)."""
+    _, _, log = one(args, cwd, PYTHONPROFILEIMPORTTIME="1")
+    names = {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in log.splitlines()
+             if line.startswith("import time:")}
+    return sorted(names & {"ray", "torch"})
 
 
 def main() -> int:
@@ -49,11 +56,16 @@ def main() -> int:
         for name, argv in MISTAKES.items():
             times = []
             for _ in range(args.repeats):
-                wall, code, last = one(argv, cwd)
-                if code != 2 or not last.startswith("collbench: error:"):
-                    print(f"{name}: exit {code}, last line {last!r}", file=sys.stderr)
+                wall, code, stderr = one(argv, cwd)
+                lines = stderr.strip().splitlines()
+                if code != 2 or len(lines) != 1 or not lines[0].startswith("collbench: error:"):
+                    print(f"{name}: exit {code}, stderr {stderr[-500:]!r}", file=sys.stderr)
                     return 1
                 times.append(wall)
+            last = lines[0]
+            if heavy := heavy_imports(argv, cwd):
+                print(f"{name}: imported {', '.join(heavy)} before refusing it", file=sys.stderr)
+                return 1
             every += times
             out[name] = {"median_s": round(statistics.median(times), 3), "worst_s": round(max(times), 3),
                          "said": last}

@@ -38,6 +38,8 @@ import pandas as pd
 # collbench from this tree, never a copy installed from a bundle built before the last change
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from orchestrator.judging.defaults import DISPATCH_BOUND  # noqa: E402
+
 # all_reduce busbw floors (GB/s) of 8-GPU NVLink nodes at >= 256 MiB, a margin under what the parts
 # reach (docs/guides/expected.md): H100/H200 SXM ~360-370 ring, A100 SXM ~230, B200 ~700. Applied
 # only where every multi-GPU row's intra-node path is NVLink (PCIe cards share the names).
@@ -184,7 +186,8 @@ def _timing(ok: pd.DataFrame, manifests: dict[str, dict], facts: list[str], prob
     dispatch = [f for m in manifests.values() if (f := m.get("dispatch_floor_us"))]
     if dispatch:  # c10d's own cost of a call, measured by each worker (docs/concepts/bandwidth.md)
         within = int(timed.dispatch_bound.fillna(False).astype(bool).sum()) if "dispatch_bound" in timed else 0
-        facts.append(f"dispatch floor {max(dispatch):.1f} us ({within} of {len(timed)} rows within 1.5x)")
+        facts.append(f"dispatch floor {max(dispatch):.1f} us ({within} of {len(timed)} rows within "
+                     f"{DISPATCH_BOUND:g}x)")
     floors = {r: m.get("batch_floor_us") for r, m in manifests.items()}
     known = [f for f in floors.values() if f is not None]
     if not known:

@@ -117,8 +117,9 @@ def dispatch_floor_us(backend: str, device: torch.device, iters: int = DISPATCH_
     """c10d's own cost of one call on `backend`: the median time of an in-place all_reduce of one
     element on a one-rank group of this process alone (NCCL launches no kernel for it, gloo copies
     nothing), timed per call as the harness times a collective; None where a group is formed (the
-    process' one default group is in use). 37.6 us a call through NCCL on the recorded H200, where
-    NCCL's own model of an 8-GPU NVLink all_reduce is 10-15 us (issue 56)."""
+    process' one default group is in use). 42.4 us a call through NCCL on the recorded H200 (its
+    one-rank in-place all_reduces), where NCCL's own model of an 8-GPU NVLink all_reduce is 10-15 us
+    (issue 56)."""
     if dist.is_initialized():
         return None
     extra = {"device_id": device} if backend == "nccl" else {}

@@ -137,11 +137,17 @@ def sweep(spec: SweepSpec, *, run_id: str | None = None, saved: resume.SavedRun 
             from orchestrator.execution.live import Work
 
             left = [g.group_id for g in plan.groups if g.group_id not in skip]
-            work = Work.of(guess, left) if guess else Work.unpriced(left, planner.expected_s())
+            if guess:
+                work = Work.of(guess, left)
+            else:  # a replay: the job's own times where the trace has them, after the start-up a run takes
+                traced = planner.expected_s()
+                start_s = rates_here(session.spec, inv, backend).start_s
+                work = Work.unpriced(left, traced + start_s if traced is not None else None)
             if progress:
                 console = Console(len(plan) - len(skip), work=work)
-            elif work is not None and is_terminal(sys.stderr):
-                console = Console(len(plan) - len(skip), rows=False, work=work, terminal=True, ends=False)
+            elif is_terminal(sys.stderr):  # the live line alone; a failed group's line beside it, not in stdout
+                console = Console(len(plan) - len(skip), out=sys.stderr, rows=False, work=work, terminal=True,
+                                  ends=False)
         try:
             runner, outcome = session.start(len(plan), [*([console] if console else []), *observers],
                                             command=command, skipped=len(skip),

@@ -86,8 +86,10 @@ def query(node: str, ras_addr: str | None = None, timeout_s: float = 5.0, fmt: s
         return RasAnswer(where, reason=f"no answer within {timeout_s:g}s")
     except OSError as e:
         return RasAnswer(where, reason=e.strerror or type(e).__name__)
-    if text is None:
-        return query(node, ras_addr, deadline - time.monotonic())
+    if text is None:  # JSON refused: its text, on a new connection, in the time left
+        left = deadline - time.monotonic()
+        return query(node, ras_addr, left) if left > 0.05 else RasAnswer(where, reason="SET FORMAT json refused, "
+                                                                          "and no time left to ask for its text")
     try:
         return RasAnswer(where, parse(text), text=text)
     except (ValueError, KeyError, TypeError, AttributeError) as e:  # AttributeError: an entry not an object

@@ -65,13 +65,20 @@ class ReplayPlanner:
 
     def expected_s(self) -> float | None:
         """How long the replay takes at the job's own times, where the trace has every op's (NCCL
-        with TORCH_NCCL_ENABLE_TIMING): its slowest rank's traced steps, each time they are
-        replayed (warm-up included); None where it does not."""
+        with TORCH_NCCL_ENABLE_TIMING): its slowest rank's traced steps (with --gaps, each as long
+        as its last op ends after the step's start), each time they are replayed (warm-up
+        included); None where it does not."""
         prog = self.program
-        per_rank = [[op.traced_us for op in ops] for ops in prog.ops]
-        if not any(per_rank) or any(t is None for ts in per_rank for t in ts):
+        if not any(prog.ops) or any(op.traced_us is None for ops in prog.ops for op in ops):
             return None
-        return max(sum(ts) for ts in per_rank) / 1e6 * (prog.warmup_steps + prog.repeat)
+        per_rank = []
+        for ops in prog.ops:  # back to back, each op's own time; --gaps: each step as long as its last op ends
+            steps: dict[int, float] = {}
+            for op in ops:
+                end = op.offset_us + op.traced_us if prog.gaps else steps.get(op.step, 0.0) + op.traced_us
+                steps[op.step] = max(steps.get(op.step, 0.0), end)
+            per_rank.append(sum(steps.values()))
+        return max(per_rank) / 1e6 * (prog.warmup_steps + prog.repeat)
 
     def cases(self, group: Group) -> list[Case]:
         prog = self.program

@@ -81,11 +81,12 @@ def group_base(run: RunRef, backend: str, group, groups_in_round: int, workers: 
 
 
 def joined_fields(joined: Sequence[Joined]) -> dict:
-    """A formed group's columns: each rank's device, the GPU model, and how long its slowest rank
-    took to form the communicator (its peers wait for it)."""
+    """A formed group's columns: each rank's device, the GPU model, and the shortest of its ranks'
+    init_process_group: the rank that arrived last waited for no one, so its time is forming the
+    communicator once every rank is there (the others' include waiting for it)."""
     return {"devices": [x.device for x in joined],
             "gpu_model": joined[0].device_name if joined[0].device.startswith("cuda") else None,
-            "comm_init_s": max((x.init_s for x in joined if x.init_s is not None), default=None)}
+            "comm_init_s": min((x.init_s for x in joined if x.init_s is not None), default=None)}
 
 
 LIFECYCLE = ("comm_init_s", "comm_destroy_s")  # the group's communicator, timed by its ranks (schema.py)

@@ -58,9 +58,10 @@ ROW_SCHEMA = pa.schema(
         ("iters", pa.int32()),
         ("warmup", pa.int32()),
         ("check_iters", pa.int32()),
-        # the group's communicator, as nccl-tests' comm_ops_perf times it: seconds its slowest rank
-        # spent forming it (init_process_group: NCCL's communicator, eagerly; gloo's connections) and
-        # destroying it after its last size (null where it never formed, or failed before leaving)
+        # the group's communicator, as nccl-tests' comm_ops_perf times it: seconds spent forming it
+        # once every rank was there (init_process_group of the rank that arrived last: NCCL's
+        # communicator, eagerly; gloo's connections) and destroying it after its last size (the
+        # slowest rank's; null where it never formed, or failed before leaving)
         ("comm_init_s", pa.float64()),
         ("comm_destroy_s", pa.float64()),
         # results

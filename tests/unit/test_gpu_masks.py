@@ -6,6 +6,7 @@ device."""
 from __future__ import annotations
 
 import os
+import tempfile
 
 import pytest
 
@@ -50,7 +51,7 @@ def test_gpu_uuids_are_ordered_by_pci_bus_as_nvidia_smi_numbers_them():
     assert bus_of_uuids(os.path.join(root, "absent")) == {}  # no NVIDIA driver: nothing, no error
 
 
-def test_a_gpu_worker_raises_on_a_failed_collective_instead_of_dying(monkeypatch):
+def test_a_gpu_worker_asks_torch_to_raise_on_a_failed_collective_rather_than_end_the_process(monkeypatch, tmp_path):
     """torch's default NCCL error handling (3) tears the process down, so a killed rank's healthy
     peers die too and the driver, which blames the ranks whose process died, would blame them; a
     GPU worker asks for 2 (abort its communicators, raise), as gloo's peers raise; --env keeps a
@@ -58,6 +59,9 @@ def test_a_gpu_worker_raises_on_a_failed_collective_instead_of_dying(monkeypatch
     from workloads.worker import ABORT_AND_RAISE
 
     monkeypatch.setattr(BenchWorker, "describe", lambda self: None)  # Ray's view of the worker: not here
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # its NCCL debug files' folder, swept at start
+    for name in ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS"):  # use_gpu sets them for the worker's NCCL
+        monkeypatch.setenv(name, "WARN" if name == "NCCL_DEBUG" else "INIT")
     for given, kept in ((None, ABORT_AND_RAISE), ("3", "3")):
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
         monkeypatch.setenv("NCCL_DEBUG_FILE", "/tmp/collbench-test-nccl.%p.log")

@@ -198,7 +198,7 @@ def test_a_module_over_300_lines_has_a_split_planned_and_does_not_grow():
     stale = sorted(m for m in planned if sizes.get(m, 0) <= MAX_LINES)
     excuses = sorted(m for m, path in MODULES.items() if "Size: over 300 lines" in path.read_text())
     assert (unplanned, grown, stale, excuses) == ([], [], [], [])
-    assert len(planned) >= 5  # the table was read (8 rows when ras.py and harness.py were split)
+    assert len(planned) >= 8  # the table was read (8 rows when ras.py and harness.py were split)
 
 
 def test_every_workload_beside_the_collectives_runs_through_its_registered_hook():

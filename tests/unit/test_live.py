@@ -4,13 +4,14 @@ redrawn in place on a terminal with the rows printed cleanly beside it, plain li
 
 from __future__ import annotations
 
+import dataclasses
 import io
 
 import pytest
 
 from orchestrator.execution import live
 from orchestrator.execution.console import Console
-from orchestrator.execution.events import GroupEnded, GroupStarted, RowsMeasured
+from orchestrator.execution.events import GroupEnded, GroupFailure, GroupStarted, RowsMeasured
 from orchestrator.execution.voice import Voice
 from orchestrator.operations.qualify_rounds import Collector, RoundProgress, run_rounds
 from orchestrator.sweep.estimate import DEFAULTS, Estimate, estimate
@@ -150,18 +151,25 @@ def test_each_qualify_round_has_a_live_line_priced_by_its_probes_and_gone_before
 
 
 def test_a_watch_cycles_console_is_its_live_line_alone():
-    """watch's cycles on a terminal: the live line while a cycle measures, no group line, row or
-    group-end line (each cycle says its one line when it ends), and nothing left when it closes."""
-    screen, out = _Terminal(), io.StringIO()
-    console = Console(2, out=out, progress=screen, rows=False, work=_work(), terminal=True, ends=False)
+    """watch's cycles on a terminal, as jobs.sweep builds their console (every line on stderr,
+    none on stdout, where --format jsonl writes the cycles): the live line while a cycle measures,
+    no group line, row or group-end line, a failed group's line printed cleanly beside it, and
+    nothing left when it closes."""
+    screen = _Terminal()
+    console = Console(2, out=screen, progress=screen, rows=False, work=_work(), terminal=True, ends=False)
     group = type("G", (), {"group_id": "g0", "pattern": "intra", "round": 0})()
     console.group_started(GroupStarted(group, {}))
     console.rows_measured(RowsMeasured(group, ({"status": "ok"},)))
     console.group_ended(GroupEnded(group, Status.OK, (), None))
-    console.close()
     frames = [f for f in screen.getvalue().split("\r") if f.startswith("[")]
     assert frames and "0/2 groups" in frames[0] and any("1/2 groups" in f for f in frames), frames
-    assert "[progress]" not in screen.getvalue() and "\n" not in screen.getvalue() and out.getvalue() == ""
+    assert "[progress]" not in screen.getvalue() and "\n" not in screen.getvalue()
+    failed = type("G", (), {"group_id": "g1", "pattern": "intra", "round": 0})()
+    failure = GroupFailure(Status.FAILED, "rank 1 died", "g1", (1,), ("h (10.0.0.1)",), True)
+    console.group_ended(GroupEnded(failed, Status.FAILED, (), failure))
+    console.close()
+    # the live line erased, the failure's line whole on a line of its own, the live line drawn again
+    assert "\r\x1b[K  FAILED: group g1: rank 1 died\n\r[" in screen.getvalue()
     assert screen.getvalue().endswith("\r\x1b[K")
 
 
@@ -188,5 +196,9 @@ def test_a_replays_line_moves_without_an_estimate_and_is_priced_by_the_jobs_own_
     assert ReplayPlanner(prog).expected_s() == pytest.approx(0.004 * 4)
     untimed = ReplayProgram(2, 1, (("0", "default", (0, 1)),), ((op(0, 1000.0),), (op(0, None),)))
     assert ReplayPlanner(untimed).expected_s() is None
+    # --gaps: each op issued at its traced offset from its step's start; the step lasts until its last op ends
+    gapped = (dataclasses.replace(op(0, 1000.0), offset_us=0.0), dataclasses.replace(op(1, 500.0), offset_us=6000.0))
+    prog = ReplayProgram(1, 1, (("0", "default", (0,)),), (gapped,), gaps=True, warmup_steps=1, repeat=1)
+    assert ReplayPlanner(prog).expected_s() == pytest.approx(0.0065 * 2)
     priced = live.Work.unpriced(["r0-g0"], 0.016)
     assert priced.left_s(0.01) == pytest.approx(0.006)
