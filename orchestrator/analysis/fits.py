@@ -162,7 +162,7 @@ def fits(df: pd.DataFrame) -> list[dict]:
          "alpha_us": None if fit.poor else fit.alpha_us, "bandwidth": None if fit.poor else fit.bandwidth_gbps,
          "r2": fit.r2, "median_rel_err": fit.median_rel_err, "max_rel_err": fit.max_rel_err,
          "quality": ("good" if not fit.poor else f"poor: {fit.reason}") + (
-             f" ({format_bytes(fit.dropped_bytes)} left out: {fit.dropped_rel_err:.0%} slower than the fit, a delay)"
+             f" ({format_bytes(fit.dropped_bytes)} left out, a delay: +{fit.dropped_rel_err:.0%})"
              if fit.dropped_bytes is not None else "")}
         for coll, topo, n, _, fit in fit_groups(df)
     ]

@@ -44,9 +44,9 @@ def figures(frame: Frame, scale: float, unit: str) -> Iterator[tuple[str, str, o
             fits = fits if fits is not None else {(c, t, n): fit for c, t, n, _, fit in fit_groups(df) if not fit.poor}
             fig = _by_size(df, collectives, value, fits, scale, unit)
             drawn = [ax for ax in fig.axes if ax.get_visible()]
-            shown = ["the median of the widest group of each topology"] + (
+            shown = ["each topology's widest group's median"] + (
                 ["its iterations' range shaded"] if any(ax.collections for ax in drawn) else []) + (
-                [f"the accepted fit dashed where within {MIN_TOLERANCE:.0%} of the median"]
+                [f"the accepted fit dashed within {MIN_TOLERANCE:.0%} of it"]
                 if any(ln.get_linestyle() == "--" for ax in drawn for ln in ax.lines)
                 else [])
             yield (f"{name}.png", f"{name} by message size, {len(collectives)} collective(s), run {run_id}: "

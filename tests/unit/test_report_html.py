@@ -182,7 +182,7 @@ def test_a_fit_is_drawn_only_between_sizes_whose_points_it_is_near(tmp_path):
     assert fit["quality"] == "good"  # the medians lie on the line: the fit stands
     made = {name: (caption, fig) for name, caption, fig in plots.figures(frame(), 1.0, "GBps")}
     caption, fig = made["busbw.png"]
-    assert caption.endswith("the accepted fit dashed where within 50% of the median"), caption
+    assert caption.endswith("the accepted fit dashed within 50% of it"), caption
     (ax,) = [ax for ax in fig.axes if ax.get_visible()]
     (dashed,) = [ln for ln in ax.get_lines() if ln.get_linestyle() == "--"]
     sizes = sorted(set(df.msg_bytes))
